@@ -1,0 +1,1 @@
+"""Per-GPU facts (a data file with sources) and occupancy calculators."""

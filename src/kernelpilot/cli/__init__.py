@@ -1,0 +1,1 @@
+"""The `kpilot` command: parses arguments and prints; no logic lives here."""

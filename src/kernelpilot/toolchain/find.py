@@ -1,0 +1,174 @@
+"""Locate external tools. Each tool has an ordered list of places to look and the package that provides it.
+
+An environment variable ``KPILOT_<TOOL>`` (upper case, ``+`` as ``X``, ``-`` as ``_``: ``KPILOT_CLANGXX``,
+``KPILOT_LLVM_OBJDUMP``) names a binary to use instead of searching.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelpilot.errors import ToolNotFoundError
+
+__all__ = ["ToolSpec", "TOOLS", "find_tool", "tool_versions", "cuda_home"]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    names: tuple[str, ...]          # executable names to try, in order
+    package: str                    # what to install, for the error message
+    extra_dirs: tuple[str, ...] = ()  # keys of _dir_sources to search besides PATH
+
+
+def cuda_home() -> Path | None:
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            return Path(os.environ[var])
+    default = Path("/usr/local/cuda")
+    return default if default.exists() else None
+
+
+def _site_dirs() -> list[Path]:
+    dirs = []
+    for key in ("purelib", "platlib"):
+        p = sysconfig.get_paths().get(key)
+        if p:
+            dirs.append(Path(p))
+    dirs.extend(Path(p) for p in sys.path if p.endswith("site-packages"))
+    seen, out = set(), []
+    for d in dirs:
+        if d not in seen and d.is_dir():
+            seen.add(d)
+            out.append(d)
+    return out
+
+
+def _dirs(source: str) -> list[Path]:
+    if source == "cuda":
+        home = cuda_home()
+        return [home / "bin"] if home else []
+    if source == "triton":
+        # Triton's wheel carries ptxas, cuobjdump and nvdisasm under triton/backends/nvidia/bin.
+        return [d / "triton" / "backends" / "nvidia" / "bin" for d in _site_dirs()]
+    if source == "pypi-nvidia":
+        out = []
+        for d in _site_dirs():
+            for sub in ("cuda_cuobjdump", "cuda_nvdisasm", "cuda_nvcc", "cu13", "cu12"):
+                out.append(d / "nvidia" / sub / "bin")
+        return out
+    if source == "rocm":
+        home = os.environ.get("ROCM_PATH", "/opt/rocm")
+        return [Path(home) / "llvm" / "bin", Path(home) / "bin"]
+    raise ValueError(f"unknown tool directory source {source!r}")
+
+
+_CUDA_PKG = "the CUDA toolkit (NVIDIA's cuda-toolkit packages)"
+_NV_DISASM_PKG = (
+    "the CUDA toolkit, or Triton (`pip install triton` carries cuobjdump and nvdisasm), "
+    "or PyPI's nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm"
+)
+_LLVM_VERSIONS = ("21", "20", "19", "18", "17")
+
+TOOLS: dict[str, ToolSpec] = {
+    "nvcc": ToolSpec("nvcc", ("nvcc",), _CUDA_PKG + " or PyPI's nvidia-cuda-nvcc", ("cuda", "pypi-nvidia")),
+    "ptxas": ToolSpec("ptxas", ("ptxas",), _CUDA_PKG + ", or Triton (`pip install triton`)", ("cuda", "triton", "pypi-nvidia")),
+    "cuobjdump": ToolSpec("cuobjdump", ("cuobjdump",), _NV_DISASM_PKG, ("cuda", "triton", "pypi-nvidia")),
+    "nvdisasm": ToolSpec("nvdisasm", ("nvdisasm",), _NV_DISASM_PKG, ("cuda", "triton", "pypi-nvidia")),
+    "clang++": ToolSpec(
+        "clang++",
+        tuple(f"clang++-{v}" for v in _LLVM_VERSIONS) + ("clang++",),
+        "clang 17 or newer with HIP headers: on Debian `apt-get install clang-19 libamdhip64-dev`, or ROCm",
+        ("rocm",),
+    ),
+    "llvm-objdump": ToolSpec(
+        "llvm-objdump",
+        tuple(f"llvm-objdump-{v}" for v in _LLVM_VERSIONS) + ("llvm-objdump",),
+        "LLVM 17 or newer: on Debian `apt-get install llvm-19`, or ROCm",
+        ("rocm",),
+    ),
+    "llvm-readelf": ToolSpec(
+        "llvm-readelf",
+        tuple(f"llvm-readelf-{v}" for v in _LLVM_VERSIONS) + ("llvm-readelf",),
+        "LLVM 17 or newer: on Debian `apt-get install llvm-19`, or ROCm",
+        ("rocm",),
+    ),
+}
+
+
+def _env_var(name: str) -> str:
+    return "KPILOT_" + name.upper().replace("+", "X").replace("-", "_")
+
+
+@functools.lru_cache(maxsize=None)
+def find_tool(name: str) -> Path:
+    """Return the path of tool ``name`` (a key of ``TOOLS``) or raise ``ToolNotFoundError``."""
+    try:
+        spec = TOOLS[name]
+    except KeyError:
+        raise ValueError(f"unknown tool {name!r}; known: {', '.join(TOOLS)}") from None
+    override = os.environ.get(_env_var(name))
+    if override:
+        p = Path(override)
+        if p.is_file() and os.access(p, os.X_OK):
+            return p
+        raise ToolNotFoundError(name, f"a working binary at {override} (from ${_env_var(name)})")
+    searched: list[str] = []
+    # Explicit directories first for the CUDA toolkit (so its cuobjdump wins over an older one on PATH),
+    # then PATH, then the rest.
+    ordered = [s for s in spec.extra_dirs if s == "cuda"]
+    for src in ordered:
+        for d in _dirs(src):
+            for exe in spec.names:
+                p = d / exe
+                searched.append(str(p))
+                if p.is_file() and os.access(p, os.X_OK):
+                    return p
+    for exe in spec.names:
+        found = shutil.which(exe)
+        searched.append(f"PATH:{exe}")
+        if found:
+            return Path(found)
+    for src in spec.extra_dirs:
+        if src == "cuda":
+            continue
+        for d in _dirs(src):
+            for exe in spec.names:
+                p = d / exe
+                searched.append(str(p))
+                if p.is_file() and os.access(p, os.X_OK):
+                    return p
+    raise ToolNotFoundError(name, spec.package, searched=searched)
+
+
+def _first_version_line(path: Path) -> str:
+    try:
+        out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"error: {e}"
+    lines = [l.strip() for l in (out.stdout + out.stderr).splitlines() if l.strip()]
+    # nvcc/ptxas print the release on their last line; LLVM tools print it first.
+    for l in lines:
+        if "release" in l.lower() or "version" in l.lower():
+            return l
+    return lines[0] if lines else "unknown"
+
+
+def tool_versions() -> dict[str, dict[str, str | None]]:
+    """Where each known tool is and its version line (None where missing). For `kpilot doctor`-style output."""
+    out: dict[str, dict[str, str | None]] = {}
+    for name in TOOLS:
+        try:
+            p = find_tool(name)
+        except ToolNotFoundError as e:
+            out[name] = {"path": None, "version": None, "install": e.package}
+            continue
+        out[name] = {"path": str(p), "version": _first_version_line(p), "install": None}
+    return out

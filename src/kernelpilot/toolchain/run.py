@@ -1,0 +1,58 @@
+"""Run an external tool, turning failures into typed errors that carry the command to reproduce them."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from kernelpilot.errors import CompileError, KernelpilotError, ToolError
+
+__all__ = ["run_tool", "ToolResult"]
+
+
+class ToolResult:
+    __slots__ = ("command", "returncode", "stdout", "stderr")
+
+    def __init__(self, command: list[str], returncode: int, stdout: str, stderr: str) -> None:
+        self.command = command
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+def run_tool(
+    command: list[str | Path],
+    *,
+    tool: str,
+    cwd: str | Path | None = None,
+    timeout: float = 300.0,
+    compile_of: str | None = None,
+    check: bool = True,
+    input: str | None = None,
+) -> ToolResult:
+    """Run ``command``; on a non-zero exit raise ``CompileError`` (when ``compile_of`` names the source
+    being compiled) or ``ToolError``, both carrying stderr and the command line."""
+    cmd = [str(c) for c in command]
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, input=input,
+                              errors="replace")
+    except FileNotFoundError as e:
+        raise ToolError(tool, cmd, -1, str(e), message=f"{tool} could not be started: {e.strerror}.") from None
+    except subprocess.TimeoutExpired:
+        raise ToolError(tool, cmd, -1, "", message=f"{tool} did not finish within {timeout:.0f} s.") from None
+    result = ToolResult(cmd, proc.returncode, proc.stdout, proc.stderr)
+    if check and proc.returncode != 0:
+        stderr = proc.stderr if proc.stderr.strip() else proc.stdout
+        if compile_of is not None:
+            raise CompileError(tool, cmd, proc.returncode, stderr, source=compile_of)
+        raise ToolError(tool, cmd, proc.returncode, stderr)
+    return result
+
+
+def ensure_file(path: str | Path) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise KernelpilotError(f"{p}: no such file.")
+    if not p.is_file():
+        raise KernelpilotError(f"{p}: not a file.")
+    return p

@@ -1,0 +1,69 @@
+"""Shared test helpers. Toolchain tests skip where a compiler is missing, except in CI (CI=true),
+where a missing compiler is a failure: CI installs every one of them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kernelpilot.errors import ToolNotFoundError
+from kernelpilot.toolchain.find import find_tool
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+SHARED = ROOT.parent / "shared"
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def require_tool(name: str) -> Path:
+    """Return the tool's path; skip the test if it is missing (fail in CI)."""
+    try:
+        return find_tool(name)
+    except ToolNotFoundError as e:
+        if in_ci():
+            pytest.fail(f"CI must have {name}: {e}")
+        pytest.skip(str(e))
+
+
+def require_module(name: str):
+    try:
+        return __import__(name)
+    except ImportError as e:
+        if in_ci():
+            pytest.fail(f"CI must have the Python module {name}: {e}")
+        pytest.skip(f"{name} not installed")
+
+
+def has_gpu() -> bool:
+    if shutil.which("nvidia-smi") is None:
+        return False
+    try:
+        import torch  # noqa: F401
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if has_gpu():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    if not SHARED.is_dir():
+        if in_ci():
+            pytest.fail(f"CI must have ../shared beside the checkout ({SHARED})")
+        pytest.skip("../shared not present")
+    return SHARED
