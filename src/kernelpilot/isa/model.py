@@ -134,6 +134,7 @@ class Occupancy:
     limits: dict[str, int] = field(default_factory=dict)   # per resource: blocks (NVIDIA) or waves (AMD) it allows
     compiler: int | None = None           # AMD: the compiler's own `; Occupancy:`
     next_step: str | None = None          # what would raise it one step ("use 64 registers or fewer")
+    block_size_source: str | None = None  # where block_size came from: launch bounds, num_warps, --block-size
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,0 +1,27 @@
+"""AMD inputs (.hip, .s, .hsaco/.co) to ``KernelISA``: compile, disassemble, parse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kernelpilot.isa.amdgcn import parse_amdgcn_asm, parse_amdgcn_objdump
+from kernelpilot.isa.model import KernelISA
+from kernelpilot.toolchain import amd_binary
+from kernelpilot.toolchain.hip import compile_hip
+
+__all__ = ["load"]
+
+
+def load(source: str, kind: str, spec, opts, work: Path) -> list[KernelISA]:
+    arch = spec.name if spec is not None else None
+    if kind == "hip":
+        build = compile_hip(Path(source), arch=spec.target, defines=opts.defines, extra_flags=opts.extra_flags,
+                            workdir=work)
+        return parse_amdgcn_asm(build.asm_text, source=source, arch=arch)
+    if kind == "amd_asm":
+        return parse_amdgcn_asm(Path(source).read_text(errors="replace"), source=source, arch=arch)
+    path = Path(source)
+    co_arch = arch or amd_binary.code_object_arch(path)
+    text = amd_binary.disassemble_code_object(path, arch=co_arch)
+    meta = amd_binary.read_code_object_metadata(path)
+    return parse_amdgcn_objdump(text, meta, source=source, arch=co_arch)
