@@ -16,8 +16,10 @@
 //                                                holds max(rows 0-1), lane 63 max(rows 2-3)
 //      row_bcast:31 (row_mask 0xc)               lane 31 into rows 2 and 3: lane 63 holds the wave's max
 //    Lanes with no DPP source (outside the row, or rows masked off) read the identity, so max() leaves
-//    them unchanged. With integer max and the identity as `old`, LLVM fuses each unmasked step into
-//    one v_max_i32_dpp; the row_bcast steps stay v_mov_b32_dpp + v_max_i32 (partial row_mask).
+//    them unchanged. With integer max and its identity as `old` (and bound_ctrl off), LLVM's DPP
+//    combiner fuses each step into one `v_max_i32_dpp v, v, v <ctrl>`: six instructions for the whole
+//    wave (clang 19, gfx90a/gfx942). A float max would not fuse: IEEE mode inserts canonicalizing
+//    v_max_f32 v, v, v around each operand and the steps stay v_mov_b32_dpp + v_max_f32.
 // 4. One __builtin_amdgcn_readlane(v, 63) puts the wave's max in a scalar register. Lanes own
 //    increasing index ranges, so the answer's index is in the lowest lane whose own maximum equals
 //    it: a ballot and a find-first-set (s_ff1_i32_b64) name that lane, and it writes the result.

@@ -164,7 +164,7 @@ def render_report(r: KernelReport, *, all_opcodes: bool = False) -> str:
     out.append(f"  resources    {_resources_line(r.resources)}")
     o = r.occupancy
     if o is not None:
-        unit = o.unit.replace("_", " ")
+        unit = {"warps_per_sm": "warps per SM", "waves_per_simd": "waves per SIMD"}.get(o.unit, o.unit)
         line = f"  occupancy    {o.active}/{o.max} {unit} ({o.percent:.0f}%), limited by {o.limiter}; block {o.block_size}"
         if o.block_size_source:
             line += f" ({o.block_size_source})"

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from kernelpilot.arch.model import Occupancy
+
 __all__ = [
     "SCHEMA",
     "Vendor",
@@ -121,23 +123,6 @@ class KernelISA:
     compiler_occupancy: int | None = None   # AMD `; Occupancy:` (waves per SIMD)
     labels: dict[str, int] = field(default_factory=dict)   # label -> instruction index
     metadata: dict[str, Any] = field(default_factory=dict)  # anything else the parser found worth keeping
-
-
-@dataclass
-class Occupancy:
-    unit: Literal["warps_per_sm", "waves_per_simd"]
-    active: int
-    max: int
-    percent: float
-    limiter: str                          # "registers", "shared_memory", "warps", "blocks", "vgpr", "sgpr", "lds", "waves"
-    block_size: int
-    limits: dict[str, int] = field(default_factory=dict)   # per resource: blocks (NVIDIA) or waves (AMD) it allows
-    compiler: int | None = None           # AMD: the compiler's own `; Occupancy:`
-    next_step: str | None = None          # what would raise it one step ("use 64 registers or fewer")
-    block_size_source: str | None = None  # where block_size came from: launch bounds, num_warps, --block-size
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
