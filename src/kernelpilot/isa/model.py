@@ -36,7 +36,7 @@ class Control:
     """SASS scheduling control bits of one instruction (Volta and later: bits 41..57 of the second word)."""
 
     stall: int          # stall cycles before the next instruction issues (0..15)
-    yield_: bool        # yield hint bit
+    yield_: bool        # yield hint (the encoded bit 45 clear: CuAssembler and turingas read it so)
     write_barrier: int | None  # scoreboard set on write (0..5), None when 7 (no barrier)
     read_barrier: int | None   # scoreboard set on read (0..5), None when 7
     wait_mask: int      # 6-bit mask of scoreboards this instruction waits on
