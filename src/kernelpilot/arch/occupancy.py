@@ -192,8 +192,11 @@ def nvidia_driver_carveout(spec: ArchSpec, *, registers: int, shared_bytes: int,
 
     Inferred, not documented: the smallest supported carveout that holds as many blocks as the other limits
     (registers, warps, blocks per SM) allow, and at least the arch's ``driver_min_carveout_kb`` where the data
-    file has one (32 KB on sm_90). This reproduces "Shared Memory Configuration Size" of every Nsight Compute
-    launch we have from an H200 (32, 32, 32, 132 and 196 KB; tests/test_arch.py); other drivers may differ.
+    file has one (32 KB on sm_90). This reproduces "Shared Memory Configuration Size" of the H200 launches in
+    tests/test_arch.py (32, 32, 32, 132 and 196 KB) and of every launch that uses shared memory in
+    tests/fixtures/ncu_occupancy, but not of a 1024-thread block with no shared memory there, for which the
+    driver chose 8 KB: for kernels without shared memory the choice is not modelled exactly. It never
+    changes the occupancy, only ncu's "Block Limit Shared Mem" of a kernel that shared memory does not limit.
     """
     _require_vendor(spec, "nvidia")
     return _driver_carveout(spec, registers, shared_bytes + dynamic_shared_bytes, ceil(block_size / spec.warp_size))

@@ -214,6 +214,9 @@ def rule_local_memory(ctx: Context) -> list[Finding]:
 # ------------------------------------------------------------------ occupancy
 
 
+_UNIT = {"warps_per_sm": "warps per SM", "waves_per_simd": "waves per SIMD"}
+
+
 def rule_occupancy_limited(ctx: Context) -> list[Finding]:
     occ = ctx.occupancy
     if occ is None or occ.active >= occ.max:
@@ -234,7 +237,7 @@ def rule_occupancy_limited(ctx: Context) -> list[Finding]:
         Finding(
             id=f"occupancy.{kind}",
             severity=sev,
-            title=f"occupancy limited by {what}: {occ.active}/{occ.max} {occ.unit.replace('_', ' ')} ({pct:.0f}%)",
+            title=f"occupancy limited by {what}: {occ.active}/{occ.max} {_UNIT[occ.unit]} ({pct:.0f}%)",
             evidence={"limiter": occ.limiter, "active": occ.active, "max": occ.max, "percent": round(pct, 1),
                       "block_size": occ.block_size, "limits": occ.limits,
                       **{k: v for k, v in used.items() if v is not None}},
@@ -323,7 +326,7 @@ def rule_narrow_loads(ctx: Context) -> list[Finding]:
         return [
             Finding(
                 id="mem.narrow-global-loads",
-                severity="low",
+                severity="info",
                 title=f"all {total} global loads are 32-bit or narrower; no vector loads",
                 evidence=_evidence(ctx, narrow, narrow_loads=len(narrow), b128_loads=0, in_loops=len(loop_narrow)),
                 suggestion=(

@@ -30,6 +30,9 @@ def kernels_from_cubin(cubin: Path, *, source: str, arch: str | None, ptxas_repo
         if name not in resources:
             r.source = "cuobjdump -res-usage (no spill counts)"
             resources[name] = r
+        elif resources[name].local_bytes is None:
+            # ptxas -v does not print local memory; the cubin's own record does.
+            resources[name].local_bytes = r.local_bytes
     text = nv_binary.disassemble_sass(cubin)
     kernels = parse_sass(text, source=source, arch=cubin_arch, resources=resources)
     bounds = nv_binary.launch_bounds(cubin)
