@@ -15,10 +15,10 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	@echo "== Triton kernel for an NVIDIA H100/H200 (sm_90) =="
-	$(BIN)/kpilot isa analyze examples/kernels/topk_sigmoid_triton.py:topk_sigmoid_kernel --arch sm_90
+	$(BIN)/kpilot isa analyze examples/kernels/softmax_triton.py:softmax_kernel --arch sm_90
 	@echo
 	@echo "== The same Triton kernel for an AMD MI300X (gfx942) =="
-	$(BIN)/kpilot isa analyze examples/kernels/topk_sigmoid_triton.py:topk_sigmoid_kernel --arch gfx942
+	$(BIN)/kpilot isa analyze examples/kernels/softmax_triton.py:softmax_kernel --arch gfx942
 	@echo
 	@echo "== HIP wave argmax: shuffles through LDS (ds_bpermute) vs DPP =="
 	$(BIN)/kpilot isa analyze examples/kernels/wave_argmax_bpermute.hip --arch gfx942

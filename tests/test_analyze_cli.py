@@ -1,0 +1,271 @@
+"""`kpilot isa analyze` and `kpilot isa diff` end to end, with the real compilers: the cases the tool
+was built for, and every kind of bad input (one clear message, non-zero exit, no traceback)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES, require_module, require_tool
+
+K = EXAMPLES / "kernels"
+
+
+def kpilot(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    e = dict(os.environ)
+    e.pop("KPILOT_DEBUG", None)
+    if env:
+        e.update(env)
+    p = subprocess.run([sys.executable, "-m", "kernelpilot", *args], capture_output=True, text=True, env=e,
+                       timeout=600)
+    if check and p.returncode != 0:
+        raise AssertionError(f"kpilot {' '.join(args)} exited {p.returncode}:\n{p.stderr}")
+    return p
+
+
+def analyze_json(*args: str) -> dict:
+    out = json.loads(kpilot("isa", "analyze", *args, "--json").stdout)
+    assert out["schema"] == "kernelpilot.isa/1"
+    return out
+
+
+def finding_ids(kernel: dict) -> set[str]:
+    return {f["id"] for f in kernel["findings"]}
+
+
+def assert_clean_failure(p: subprocess.CompletedProcess, *needles: str) -> None:
+    assert p.returncode != 0
+    assert "Traceback" not in p.stderr and "Traceback" not in p.stdout
+    first = p.stderr.strip().splitlines()[0]
+    assert first.startswith("error: "), p.stderr
+    for n in needles:
+        assert n in p.stderr, (n, p.stderr)
+
+
+# ------------------------------------------------------------------ the seed's case, on gfx942
+
+
+def test_hip_bpermute_gets_the_dpp_finding_and_dpp_variant_does_not():
+    require_tool("clang++")
+    bp = analyze_json(str(K / "wave_argmax_bpermute.hip"), "--arch", "gfx942")["kernels"][0]
+    dpp = analyze_json(str(K / "wave_argmax_dpp.hip"), "--arch", "gfx942")["kernels"][0]
+    assert "amd.lds-crosslane" in finding_ids(bp)
+    f = next(f for f in bp["findings"] if f["id"] == "amd.lds-crosslane")
+    assert f["evidence"]["ds_bpermute"] == bp["opcodes"]["ds_bpermute_b32"] > 0
+    assert f["evidence"]["at"] and "DPP" in f["suggestion"]
+    assert "amd.lds-crosslane" not in finding_ids(dpp)
+    assert "amd.readlane-chain" not in finding_ids(dpp)
+    assert dpp["families"].get("crosslane.ds_bpermute", 0) == 0
+    assert dpp["families"]["crosslane.dpp.row_bcast:15"] >= 1
+    assert dpp["families"]["crosslane.dpp.row_bcast:31"] >= 1
+    assert dpp["families"]["crosslane.dpp.row_shr"] >= 1
+    assert dpp["families"]["crosslane.readlane"] == 1
+    # Occupancy beside the compiler's own number, and they agree here.
+    assert bp["occupancy"]["compiler"] == bp["occupancy"]["active"]
+
+
+def test_readlane_chain_found_with_lanes():
+    require_tool("clang++")
+    k = analyze_json(str(K / "wave_argmax_readlane.hip"), "--arch", "gfx942")["kernels"][0]
+    f = next(f for f in k["findings"] if f["id"] == "amd.readlane-chain")
+    assert f["evidence"]["chain_length"] >= 4
+    assert {15, 31, 47, 63} <= set(f["evidence"]["lanes"])
+    assert "row_bcast" in f["suggestion"]
+
+
+def test_isa_diff_shows_lds_ops_gone():
+    require_tool("clang++")
+    a, b = str(K / "wave_argmax_bpermute.hip"), str(K / "wave_argmax_dpp.hip")
+    d = json.loads(kpilot("isa", "diff", a, b, "--arch", "gfx942", "--json").stdout)
+    assert d["schema"] == "kernelpilot.isa-diff/1"
+    kd = d["kernels"][0]
+    assert kd["opcodes"]["ds_bpermute_b32"]["a"] > 0 and kd["opcodes"]["ds_bpermute_b32"]["b"] == 0
+    assert kd["families"]["shared.crosslane"]["b"] == 0
+    assert {"id": "amd.lds-crosslane"}.items() <= kd["findings"]["resolved"][0].items()
+    text = kpilot("isa", "diff", a, b, "--arch", "gfx942").stdout
+    assert "ds_bpermute_b32: 12 -> 0" in text or "ds_bpermute_b32:" in text
+    assert "resolved  amd.lds-crosslane" in text
+
+
+def test_readlane_diff_shows_readlanes_reduced():
+    require_tool("clang++")
+    a, b = str(K / "wave_argmax_readlane.hip"), str(K / "wave_argmax_dpp.hip")
+    d = json.loads(kpilot("isa", "diff", a, b, "--arch", "gfx942", "--json").stdout)["kernels"][0]
+    rl = d["opcodes"]["v_readlane_b32"]
+    assert rl["a"] >= 4 and rl["b"] == 1
+    assert any(f["id"] == "amd.readlane-chain" for f in d["findings"]["resolved"])
+
+
+# ------------------------------------------------------------------ Triton on both vendors
+
+
+@pytest.mark.parametrize("arch,expect", [("sm_90", "crosslane.shfl"), ("gfx942", "crosslane.dpp")])
+def test_one_triton_file_for_nvidia_and_amd(arch, expect):
+    require_module("triton")
+    k = analyze_json(f"{K / 'softmax_triton.py'}:softmax_kernel", "--arch", arch)["kernels"][0]
+    assert k["arch"] == arch and k["families"][expect] > 0
+    assert k["occupancy"]["block_size_source"].startswith("Triton num_warps")
+    assert k["instruction_count"] > 20
+
+
+def test_triton_matmul_uses_wgmma_on_sm90_and_mfma_on_gfx942():
+    require_module("triton")
+    spec = f"{K / 'matmul_triton.py'}:matmul_kernel"
+    nv = analyze_json(spec, "--arch", "sm_90")["kernels"][0]
+    amd = analyze_json(spec, "--arch", "gfx942")["kernels"][0]
+    assert nv["families"].get("tensor.hgmma", 0) > 0
+    assert "nvidia.hmma-on-hopper" not in finding_ids(nv)
+    assert amd["families"].get("tensor.mfma", 0) > 0
+    # Triton's dynamic shared memory is part of the occupancy computation.
+    assert nv["occupancy"]["limiter"] in ("registers", "shared_memory", "warps")
+
+
+# ------------------------------------------------------------------ NVIDIA findings and resources
+
+
+def test_spills_equal_ptxas_report_and_are_found():
+    nvcc = require_tool("nvcc")
+    k = analyze_json(str(K / "spill.cu"), "--arch", "sm_90", "--flag=-maxrregcount=32")["kernels"][0]
+    r = k["resources"]
+    # The compiler's own report for the same build:
+    p = subprocess.run([str(nvcc), "-cubin", "-arch=sm_90", "-O3", "-lineinfo", "-Xptxas", "-v", "-maxrregcount=32",
+                        "-o", os.devnull, str(K / "spill.cu")], capture_output=True, text=True)
+    report = p.stderr
+    assert f"{r['spill_store_bytes']} bytes spill stores" in report
+    assert f"{r['spill_load_bytes']} bytes spill loads" in report
+    assert f"Used {r['registers']} registers" in report
+    assert r["spill_store_bytes"] > 0 and r["registers"] == 32
+    f = next(f for f in k["findings"] if f["id"] == "nvidia.spills")
+    assert f["severity"] == "high" and f["evidence"]["stl"] > 0
+
+
+def test_hmma_on_hopper_and_register_limited_occupancy():
+    require_tool("nvcc")
+    k = analyze_json(str(K / "hmma_wmma.cu"), "--arch", "sm_90")["kernels"][0]
+    assert "nvidia.hmma-on-hopper" in finding_ids(k)
+    k = analyze_json(str(K / "reg_heavy.cu"), "--arch", "sm_90")["kernels"][0]
+    f = next(f for f in k["findings"] if f["id"] == "occupancy.registers")
+    assert f["evidence"]["registers"] == k["resources"]["registers"]
+    assert "registers per thread or fewer" in f["suggestion"]
+
+
+def test_shared_limited_occupancy_and_local_memory():
+    require_tool("nvcc")
+    k = analyze_json(str(K / "smem_heavy.cu"), "--arch", "sm_90")["kernels"][0]
+    assert k["occupancy"]["limiter"] == "shared_memory"
+    assert "occupancy.shared" in finding_ids(k)
+    k = analyze_json(str(K / "local_array.cu"), "--arch", "sm_90")["kernels"][0]
+    assert "nvidia.local-memory" in finding_ids(k)
+
+
+def test_block_size_option_changes_occupancy():
+    require_tool("nvcc")
+    a = analyze_json(str(K / "smem_heavy.cu"), "--arch", "sm_90", "--block-size", "1024")["kernels"][0]
+    assert a["occupancy"]["block_size"] == 1024 and a["occupancy"]["block_size_source"] == "--block-size"
+
+
+def test_cubin_input_and_kernel_filter(tmp_path):
+    require_tool("nvcc")
+    keep = tmp_path / "keep"
+    kpilot("isa", "analyze", str(K / "vector_add.cu"), "--arch", "sm_90", "--keep", str(keep))
+    cubins = list(keep.rglob("*.cubin"))
+    assert cubins
+    k = analyze_json(str(cubins[0]))["kernels"]
+    assert k and k[0]["arch"] == "sm_90" and k[0]["resources"]["registers"] > 0
+    p = kpilot("isa", "analyze", str(cubins[0]), "--kernel", "no_such_kernel", check=False)
+    assert_clean_failure(p, "no kernel named")
+
+
+def test_human_report_lists_findings():
+    require_tool("clang++")
+    out = kpilot("isa", "analyze", str(K / "wave_argmax_bpermute.hip"), "--arch", "gfx942").stdout
+    assert "[high] amd.lds-crosslane" in out and "suggestion:" in out and "occupancy" in out
+
+
+def test_python_api_returns_models():
+    require_tool("clang++")
+    from kernelpilot.isa import KernelReport, analyze
+
+    reps = analyze(K / "wave_argmax_dpp.hip", arch="gfx942")
+    assert isinstance(reps[0], KernelReport) and reps[0].isa is not None
+    assert reps[0].to_json()["vendor"] == "amd"
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_syntax_error_prints_compiler_diagnostics(tmp_path):
+    require_tool("nvcc")
+    src = tmp_path / "broken.cu"
+    src.write_text("__global__ void k(float* x) { x[0] = undefined_name + ; }\n")
+    p = kpilot("isa", "analyze", str(src), "--arch", "sm_90", check=False)
+    assert_clean_failure(p, "could not compile", "broken.cu")
+    assert "error" in p.stderr.splitlines()[1].lower() or "undefined_name" in p.stderr
+
+
+def test_hip_syntax_error(tmp_path):
+    require_tool("clang++")
+    src = tmp_path / "broken.hip"
+    src.write_text('#include <hip/hip_runtime.h>\n__global__ void k(float* x) { x[0] = 1.0f }\n')
+    p = kpilot("isa", "analyze", str(src), "--arch", "gfx942", check=False)
+    assert_clean_failure(p, "could not compile", "expected ';'")
+
+
+def test_triton_error(tmp_path):
+    require_module("triton")
+    src = tmp_path / "bad_triton.py"
+    src.write_text(
+        "import triton\nimport triton.language as tl\n\n@triton.jit\ndef k(x_ptr, BLOCK: tl.constexpr):\n"
+        "    tl.store(x_ptr + tl.arange(0, BLOCK), tl.no_such_function(1))\n"
+    )
+    p = kpilot("isa", "analyze", f"{src}:k", "--arch", "sm_90", "--signature", "x_ptr:*fp32", "-D", "BLOCK=64",
+               check=False)
+    assert_clean_failure(p, "no_such_function")
+
+
+def test_unknown_arch_lists_known_ones():
+    p = kpilot("isa", "analyze", str(K / "vector_add.cu"), "--arch", "sm_999", check=False)
+    assert_clean_failure(p, "unknown arch 'sm_999'", "sm_90", "gfx942")
+
+
+def test_vendor_mismatch():
+    p = kpilot("isa", "analyze", str(K / "vector_add.cu"), "--arch", "gfx942", check=False)
+    assert_clean_failure(p, "--lang hip")
+
+
+def test_missing_compiler_names_the_package(tmp_path):
+    env = {"PATH": str(tmp_path), "CUDA_HOME": str(tmp_path / "nocuda"), "ROCM_PATH": str(tmp_path / "norocm")}
+    p = kpilot("isa", "analyze", str(K / "vector_add.cu"), "--arch", "sm_90", env=env, check=False)
+    assert_clean_failure(p, "nvcc not found", "CUDA toolkit")
+    p = kpilot("isa", "analyze", str(K / "wave_argmax_dpp.hip"), "--arch", "gfx942", env=env, check=False)
+    assert_clean_failure(p, "not found", "clang-19")
+
+
+def test_corrupted_binaries(tmp_path):
+    require_tool("cuobjdump")
+    bad = tmp_path / "junk.cubin"
+    bad.write_bytes(b"\x7fELF" + os.urandom(200))
+    p = kpilot("isa", "analyze", str(bad), check=False)
+    assert_clean_failure(p, "not a CUDA binary")
+    text = tmp_path / "notes.hsaco"
+    text.write_text("this is a text file\n")
+    p = kpilot("isa", "analyze", str(text), check=False)
+    assert_clean_failure(p, "not an AMDGPU code object")
+
+
+def test_missing_file_and_unknown_kind(tmp_path):
+    p = kpilot("isa", "analyze", str(tmp_path / "nope.cu"), "--arch", "sm_90", check=False)
+    assert_clean_failure(p, "no such file")
+    odd = tmp_path / "kernel.txt"
+    odd.write_text("hello")
+    p = kpilot("isa", "analyze", str(odd), "--arch", "sm_90", check=False)
+    assert_clean_failure(p, "cannot tell what this is")
+
+
+def test_source_needs_arch():
+    p = kpilot("isa", "analyze", str(K / "vector_add.cu"), check=False)
+    assert_clean_failure(p, "--arch is required")
