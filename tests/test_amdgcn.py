@@ -210,7 +210,7 @@ def test_several_kernels_default_block_size_and_calls(tmp_path):
     _hip_tools()
     src = tmp_path / "two.hip"
     src.write_text(_TWO_KERNELS)
-    b = compile_hip(src, arch="gfx942", workdir=tmp_path)
+    b = compile_hip(src, arch="gfx942", workdir=tmp_path, device_shim=False)
     kernels = {k.name: k for k in parse_amdgcn_asm(b.asm_text, source=str(src))}
     assert set(kernels) == {"no_bounds", "bounded", "uses_thread_idx"}    # the device function is not a kernel
     assert kernels["no_bounds"].block_size == 1024

@@ -38,6 +38,7 @@ def _common(f):
         click.option("--signature", help="Triton signature, e.g. 'x_ptr:*fp32,n:i32' (overrides the file's KPILOT_SPECS)."),
         click.option("--num-warps", type=int, help="Triton num_warps."),
         click.option("--num-stages", type=int, help="Triton num_stages."),
+        click.option("--variant", help="Triton: a named variant of the file's KPILOT_SPECS declaration."),
         click.option("--flag", "extra_flags", multiple=True, metavar="FLAG", help="Extra compiler flag (repeatable), e.g. --flag=-maxrregcount=32."),
         click.option("--keep", "keep", type=click.Path(file_okay=False, path_type=Path), help="Keep the compiler's outputs (binary, assembly, report) in this folder."),
         click.option("--json", "as_json", is_flag=True, help="Machine-readable output (kernelpilot.isa/1)."),
@@ -60,6 +61,7 @@ def _analyze(source: str, kw: dict) -> list[KernelReport]:
         signature=kw["signature"],
         num_warps=kw["num_warps"],
         num_stages=kw["num_stages"],
+        variant=kw["variant"],
         extra_flags=list(kw["extra_flags"]),
         workdir=kw["keep"],
     )
@@ -214,6 +216,8 @@ def render_report(r: KernelReport, *, all_opcodes: bool = False) -> str:
             out.append(f"        suggestion: {f.suggestion}")
     else:
         out.append("  findings     none")
+    for note in r.notes:
+        out.append(f"  note: {note}")
     return "\n".join(out)
 
 

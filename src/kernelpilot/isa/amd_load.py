@@ -17,7 +17,15 @@ def load(source: str, kind: str, spec, opts, work: Path) -> list[KernelISA]:
     if kind == "hip":
         build = compile_hip(Path(source), arch=spec.target, defines=opts.defines, extra_flags=opts.extra_flags,
                             workdir=work)
-        return parse_amdgcn_asm(build.asm_text, source=source, arch=arch)
+        kernels = parse_amdgcn_asm(build.asm_text, source=source, arch=arch)
+        notes = []
+        if build.shim is not None:
+            notes.append("compiled without ROCm's device libraries: work-item ids and simple math come from "
+                         "kernelpilot's inline definitions (toolchain/hip_device_shim.h), checked to compile to the same ISA as ROCm's device library")
+        notes.extend(build.warnings)
+        for k in kernels:
+            k.metadata["notes"] = list(notes)
+        return kernels
     if kind == "amd_asm":
         return parse_amdgcn_asm(Path(source).read_text(errors="replace"), source=source, arch=arch)
     path = Path(source)

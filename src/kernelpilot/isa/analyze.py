@@ -48,6 +48,7 @@ class AnalyzeOptions:
     signature: str | dict[str, str] | None = None   # Triton
     num_warps: int | None = None           # Triton
     num_stages: int | None = None          # Triton
+    variant: str | None = None             # Triton: a named variant of the file's KPILOT_SPECS
     extra_flags: list[str] = field(default_factory=list)
     workdir: Path | None = None            # keep intermediate files here (else a temporary folder)
 
@@ -211,6 +212,7 @@ def analyze_kernel(isa: KernelISA, *, block_size: int | None = None) -> KernelRe
         loops=loops,
         stalls=stalls,
         findings=findings,
+        notes=list(isa.metadata.get("notes", [])),
         isa=isa,
     )
 

@@ -197,6 +197,7 @@ class KernelReport:
     stalls: StallEstimate
     findings: list[Finding]
     display_name: str | None = None
+    notes: list[str] = field(default_factory=list)   # what the build said that bears on the numbers
     isa: KernelISA | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -214,4 +215,5 @@ class KernelReport:
             "loops": [l.to_json() for l in self.loops],
             "stalls": self.stalls.to_json(),
             "findings": [f.to_json() for f in self.findings],
+            "notes": list(self.notes),
         }

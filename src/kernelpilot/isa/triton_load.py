@@ -19,6 +19,7 @@ def load(source: str, spec, opts, work: Path) -> list[KernelISA]:
         constexprs=opts.defines or None,
         num_warps=opts.num_warps,
         num_stages=opts.num_stages,
+        variant=opts.variant,
         workdir=work,
     )
     if build.vendor == "nvidia":
@@ -41,4 +42,6 @@ def load(source: str, spec, opts, work: Path) -> list[KernelISA]:
             k.metadata["dynamic_shared_bytes"] = max(shared - static, 0)
         k.metadata["triton"] = {key: build.metadata[key] for key in ("num_warps", "num_stages", "shared", "name")
                                 if key in build.metadata}
+        if build.warnings:
+            k.metadata["notes"] = list(build.warnings)
     return kernels

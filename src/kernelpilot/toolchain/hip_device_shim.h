@@ -14,15 +14,29 @@
  *   ISA is the one ROCm would produce for them.
  *
  * RULE
- *   A function is defined here only when its definition computes exactly what the device library
- *   computes: the same operations as the library source (ROCm-Device-Libs, now llvm-project
- *   amd/device-libs), giving the same LLVM IR once linked/inlined, and checked against the library
- *   bitcode (Debian's rocm-device-libs 5.2.3) and the library sources compiled as ROCm builds them.
- *   Anything whose result depends on link-time controls this header cannot see (__oclc_unsafe_math_opt,
- *   __oclc_finite_only_opt, __oclc_correctly_rounded_sqrt32), or whose library form carries OpenCL's
- *   !fpmath accuracy metadata (sqrt, native_sqrt, native_rsqrt in OpenCL), or whose definition is not a
- *   short exact form (sin, cos, tan, log, log10, pow, tanh, erf, ...), is deliberately NOT defined: it
- *   stays an unresolved call and kernelpilot reports it.
+ *   A function is defined here only when its definition is the library's own: the same operations as the
+ *   ROCm device-library source (ROCm-Device-Libs, now llvm-project amd/device-libs; ockl workitem.cl,
+ *   ocml *F.cl/*H.cl, hip/opencl awif.cl), so that once inlined it gives the IR and the ISA the library
+ *   gives.  Left out, and so still reported as unresolved calls:
+ *   - functions whose result depends on link-time controls this header cannot see:
+ *     log, log10 (__oclc_unsafe_math_opt), and anything reading __oclc_finite_only_opt;
+ *   - sqrt_f32, native_sqrt_f32, native_rsqrt_f32: the library is OpenCL, where clang marks the sqrt with
+ *     !fpmath 3 ulp; the same builtin in HIP is correctly rounded (a different result and sequence);
+ *   - native_log*: their library form changed meaning between releases;
+ *   - everything without a short exact form (sin, cos, tan, pow, tanh, erf, ...), wave-level ockl
+ *     (__ockl_wfany/wfall, dots, printf, ...);
+ *   - all of the ocml part under -ffast-math, -ffinite-math-only, -fno-honor-nans, -funsafe-math-
+ *     optimizations and the like (kernelpilot then defines __KPILOT_SHIM_NO_OCML): the kernel's copy of
+ *     the code would be optimised with those flags (isnan folded to false, ...), the library's is not.
+ *
+ * HOW IT WAS CHECKED (clang 19, gfx942 and gfx90a, code object v5 and v4, with and without
+ * -fgpu-flush-denormals-to-zero): a kernel per function compiled with this header against the same
+ * kernel linked (-mlink-builtin-bitcode, as the ROCm driver does) with (a) Debian's rocm-device-libs
+ * 5.2.3 ockl.bc/hip.bc/ocml.bc and (b) the current ocml sources of these functions compiled with the
+ * library's build flags (OCL.cmake).  The ISA is identical, except rsqrt_f32 (same instructions, another
+ * order) and, for v4, the same instructions scheduled differently.  Against 5.2.3's ocml.bc only the
+ * transcendental ones differ (exp, exp2, log2, native_exp, exp_f16, exp/log_2f16): that old bitcode predates
+ * LLVM giving llvm.exp2/log2 their accurate meaning, and current ocml (ROCm 6.x) is what is followed.
  *
  * WHAT IS DEFINED
  *   ockl (workitem.cl, both code-object ABIs; v5, clang 19's default, reads the hidden kernel
@@ -56,13 +70,20 @@
 
 #if __has_include(<hip/amd_detail/device_library_decls.h>)
 /* Declares __atomic_work_item_fence and its enum parameter types (HIP 5.x); included by every
- * hip_runtime.h anyway. */
+ * hip_runtime.h anyway.  It needs <stdint.h>, which clang's HIP wrapper has included when it comes first
+ * (it does not when clang found no HIP version file under --rocm-path). */
+#include <stdint.h>
 #include <hip/amd_detail/device_library_decls.h>
 #define __KPILOT_SHIM_HAVE_AWIF 1
 #endif
 
-#define __KPILOT_FN extern "C" __device__ inline __attribute__((always_inline, const))
-#define __KPILOT_HELPER static __device__ inline __attribute__((always_inline, const))
+#define __KPILOT_FN extern "C" __attribute__((device)) inline __attribute__((always_inline, const))
+#define __KPILOT_HELPER static __attribute__((device)) inline __attribute__((always_inline, const))
+/* Loads of the hidden kernel arguments / dispatch packet.  may_alias: the library's loads carry OpenCL
+ * type-based alias info that never matches the kernel's, so they alias anything, as these do. */
+typedef unsigned short __attribute__((may_alias)) __kpilot_u16;
+typedef unsigned int __attribute__((may_alias)) __kpilot_u32;
+typedef unsigned long __attribute__((may_alias)) __kpilot_u64;
 #define __KPILOT_IMPLICITARG(T) ((const __attribute__((address_space(4))) T *)__builtin_amdgcn_implicitarg_ptr())
 #define __KPILOT_DISPATCH(T, byte_offset) \
     (*(const __attribute__((address_space(4))) T *)((const __attribute__((address_space(4))) char *) \
@@ -80,98 +101,96 @@ typedef _Float16 __kpilot_2f16 __attribute__((ext_vector_type(2)));
  * Code object v5 hidden arguments: block_count_x/y/z (u32) at 0/4/8, group_size_x/y/z (u16) at 12/14/16,
  * remainder_x/y/z (u16) at 18/20/22, global_offset_x/y/z (u64) at 40/48/56. */
 
-__KPILOT_HELPER __SIZE_TYPE__ __kpilot_global_offset(unsigned int dim) {
+/* One helper per dimension with constant offsets, as workitem.cl has them: the AMDGPU backend
+ * (AMDGPULowerKernelAttributes) recognises these loads and, for HIP's uniform work-group sizes, folds
+ * the partial-group remainder to 0 and the block_count comparison away, as it does for ROCm. */
 #if __KPILOT_SHIM_ABI_VERSION < 500
-    return __KPILOT_IMPLICITARG(unsigned long)[dim];
-#else
-    return __KPILOT_IMPLICITARG(unsigned long)[5 + dim];
-#endif
-}
-
-__KPILOT_HELPER unsigned int __kpilot_group_size(unsigned int dim) {   /* enqueued (uniform) size */
-#if __KPILOT_SHIM_ABI_VERSION < 500
-    switch (dim) {
-    case 0: return __builtin_amdgcn_workgroup_size_x();
-    case 1: return __builtin_amdgcn_workgroup_size_y();
-    default: return __builtin_amdgcn_workgroup_size_z();
+#define __KPILOT_DIM_HELPERS(D, I)                                                                     \
+    __KPILOT_HELPER __SIZE_TYPE__ __kpilot_global_offset_##D(void) { return __KPILOT_IMPLICITARG(__kpilot_u64)[I]; } \
+    __KPILOT_HELPER unsigned int __kpilot_group_size_##D(void) { return __builtin_amdgcn_workgroup_size_##D(); } \
+    __KPILOT_HELPER unsigned int __kpilot_grid_size_##D(void) { return __KPILOT_DISPATCH(__kpilot_u32, 12 + 4 * I); } \
+    __KPILOT_HELPER __SIZE_TYPE__ __kpilot_global_size_##D(void) { return __kpilot_grid_size_##D(); }   \
+    __KPILOT_HELPER __SIZE_TYPE__ __kpilot_local_size_##D(void) {                                      \
+        unsigned int group_id = __builtin_amdgcn_workgroup_id_##D();                                   \
+        unsigned int group_size = __kpilot_group_size_##D();                                           \
+        unsigned int grid_size = __kpilot_grid_size_##D();                                             \
+        unsigned int r = grid_size - group_id * group_size;                                            \
+        return (r < group_size) ? r : group_size;                                                      \
+    }                                                                                                  \
+    __KPILOT_HELPER __SIZE_TYPE__ __kpilot_num_groups_##D(void) {                                      \
+        unsigned int n = __kpilot_grid_size_##D();                                                     \
+        unsigned int d = __kpilot_group_size_##D();                                                    \
+        unsigned int q = n / d;                                                                        \
+        return q + (n > q * d);                                                                        \
     }
 #else
-    return __KPILOT_IMPLICITARG(unsigned short)[6 + dim];
+#define __KPILOT_DIM_HELPERS(D, I)                                                                     \
+    __KPILOT_HELPER __SIZE_TYPE__ __kpilot_global_offset_##D(void) { return __KPILOT_IMPLICITARG(__kpilot_u64)[5 + I]; } \
+    __KPILOT_HELPER unsigned int __kpilot_group_size_##D(void) { return __KPILOT_IMPLICITARG(__kpilot_u16)[6 + I]; } \
+    __KPILOT_HELPER __SIZE_TYPE__ __kpilot_global_size_##D(void) {                                     \
+        return __KPILOT_IMPLICITARG(__kpilot_u32)[I] * __KPILOT_IMPLICITARG(__kpilot_u16)[6 + I]     \
+            + __KPILOT_IMPLICITARG(__kpilot_u16)[9 + I];                                             \
+    }                                                                                                  \
+    __KPILOT_HELPER __SIZE_TYPE__ __kpilot_local_size_##D(void) {                                      \
+        /* a full group unless this is the last, partial one */                                        \
+        return __builtin_amdgcn_workgroup_id_##D() < __KPILOT_IMPLICITARG(__kpilot_u32)[I]             \
+            ? __KPILOT_IMPLICITARG(__kpilot_u16)[6 + I] : __KPILOT_IMPLICITARG(__kpilot_u16)[9 + I]; \
+    }                                                                                                  \
+    __KPILOT_HELPER __SIZE_TYPE__ __kpilot_num_groups_##D(void) {                                      \
+        return __KPILOT_IMPLICITARG(__kpilot_u32)[I] + (__KPILOT_IMPLICITARG(__kpilot_u16)[9 + I] > 0); \
+    }
 #endif
-}
+__KPILOT_DIM_HELPERS(x, 0)
+__KPILOT_DIM_HELPERS(y, 1)
+__KPILOT_DIM_HELPERS(z, 2)
+#undef __KPILOT_DIM_HELPERS
 
-__KPILOT_HELPER unsigned int __kpilot_group_id(unsigned int dim) {
-    switch (dim) {
-    case 0: return __builtin_amdgcn_workgroup_id_x();
-    case 1: return __builtin_amdgcn_workgroup_id_y();
-    default: return __builtin_amdgcn_workgroup_id_z();
+#define __KPILOT_GLOBAL_ID(D)                                                                          \
+    __KPILOT_HELPER __SIZE_TYPE__ __kpilot_global_id_##D(void) {                                       \
+        unsigned int l = __builtin_amdgcn_workitem_id_##D();                                           \
+        unsigned int g = __builtin_amdgcn_workgroup_id_##D();                                          \
+        unsigned int s = __kpilot_group_size_##D();                                                    \
+        return (g * s + l) + __kpilot_global_offset_##D();                                             \
     }
-}
+__KPILOT_GLOBAL_ID(x)
+__KPILOT_GLOBAL_ID(y)
+__KPILOT_GLOBAL_ID(z)
+#undef __KPILOT_GLOBAL_ID
 
-__KPILOT_HELPER unsigned int __kpilot_local_id(unsigned int dim) {
-    switch (dim) {
-    case 0: return __builtin_amdgcn_workitem_id_x();
-    case 1: return __builtin_amdgcn_workitem_id_y();
-    default: return __builtin_amdgcn_workitem_id_z();
+#define __KPILOT_BY_DIM(X, Y, Z, OTHER) \
+    switch (dim) {                      \
+    case 0: return X;                   \
+    case 1: return Y;                   \
+    case 2: return Z;                   \
+    default: return OTHER;              \
     }
-}
 
 __KPILOT_FN __SIZE_TYPE__ __ockl_get_local_id(unsigned int dim) {
-    return dim < 3 ? __kpilot_local_id(dim) : 0;
+    __KPILOT_BY_DIM(__builtin_amdgcn_workitem_id_x(), __builtin_amdgcn_workitem_id_y(),
+                    __builtin_amdgcn_workitem_id_z(), 0)
 }
 
 __KPILOT_FN __SIZE_TYPE__ __ockl_get_group_id(unsigned int dim) {
-    return dim < 3 ? __kpilot_group_id(dim) : 0;
+    __KPILOT_BY_DIM(__builtin_amdgcn_workgroup_id_x(), __builtin_amdgcn_workgroup_id_y(),
+                    __builtin_amdgcn_workgroup_id_z(), 0)
 }
 
 __KPILOT_FN __SIZE_TYPE__ __ockl_get_local_size(unsigned int dim) {
-    if (dim >= 3)
-        return 1;
-#if __KPILOT_SHIM_ABI_VERSION < 500
-    unsigned int group_id = __kpilot_group_id(dim);
-    unsigned int group_size = __kpilot_group_size(dim);
-    unsigned int grid_size = __KPILOT_DISPATCH(unsigned int, 12 + 4 * dim);
-    unsigned int r = grid_size - group_id * group_size;
-    return (r < group_size) ? r : group_size;
-#else
-    /* a full group unless this is the last, partial one */
-    return __kpilot_group_id(dim) < __KPILOT_IMPLICITARG(unsigned int)[dim]
-        ? __KPILOT_IMPLICITARG(unsigned short)[6 + dim] : __KPILOT_IMPLICITARG(unsigned short)[9 + dim];
-#endif
+    __KPILOT_BY_DIM(__kpilot_local_size_x(), __kpilot_local_size_y(), __kpilot_local_size_z(), 1)
 }
 
 __KPILOT_FN __SIZE_TYPE__ __ockl_get_num_groups(unsigned int dim) {
-    if (dim >= 3)
-        return 1;
-#if __KPILOT_SHIM_ABI_VERSION < 500
-    unsigned int n = __KPILOT_DISPATCH(unsigned int, 12 + 4 * dim);
-    unsigned int d = __kpilot_group_size(dim);
-    unsigned int q = n / d;
-    return q + (n > q * d);
-#else
-    return __KPILOT_IMPLICITARG(unsigned int)[dim] + (__KPILOT_IMPLICITARG(unsigned short)[9 + dim] > 0);
-#endif
+    __KPILOT_BY_DIM(__kpilot_num_groups_x(), __kpilot_num_groups_y(), __kpilot_num_groups_z(), 1)
 }
 
 __KPILOT_FN __SIZE_TYPE__ __ockl_get_global_size(unsigned int dim) {
-    if (dim >= 3)
-        return 1;
-#if __KPILOT_SHIM_ABI_VERSION < 500
-    return __KPILOT_DISPATCH(unsigned int, 12 + 4 * dim);
-#else
-    return __KPILOT_IMPLICITARG(unsigned int)[dim] * __KPILOT_IMPLICITARG(unsigned short)[6 + dim]
-        + __KPILOT_IMPLICITARG(unsigned short)[9 + dim];
-#endif
+    __KPILOT_BY_DIM(__kpilot_global_size_x(), __kpilot_global_size_y(), __kpilot_global_size_z(), 1)
 }
 
 __KPILOT_FN __SIZE_TYPE__ __ockl_get_global_id(unsigned int dim) {
-    if (dim >= 3)
-        return 0;
-    unsigned int l = __kpilot_local_id(dim);
-    unsigned int g = __kpilot_group_id(dim);
-    unsigned int s = __kpilot_group_size(dim);
-    return (g * s + l) + __kpilot_global_offset(dim);
+    __KPILOT_BY_DIM(__kpilot_global_id_x(), __kpilot_global_id_y(), __kpilot_global_id_z(), 0)
 }
+#undef __KPILOT_BY_DIM
 
 /* ------------------------------------------------------------------ ockl: integer helpers */
 
@@ -199,7 +218,7 @@ __KPILOT_FN unsigned int __ockl_clz_u32(unsigned int x) {
 
 #if defined(__KPILOT_SHIM_HAVE_AWIF)
 /* The flags are ignored, as the library does: global and local happens-before are tied together. */
-extern "C" __device__ inline __attribute__((always_inline)) void
+extern "C" __attribute__((device)) inline __attribute__((always_inline)) void
 __atomic_work_item_fence(__cl_mem_fence_flags flags, __memory_order order, __memory_scope scope) {
     (void)flags;
     if (order == __memory_order_relaxed)
@@ -222,6 +241,15 @@ __atomic_work_item_fence(__cl_mem_fence_flags flags, __memory_order order, __mem
 #undef __KPILOT_FENCE
 }
 #endif
+
+/* ------------------------------------------------------------------ ocml */
+
+/* ocml is compiled without fast-math flags; under -ffast-math, -ffinite-math-only, -fno-honor-nans,
+ * -funsafe-math-optimizations, ... the same source inlined into the kernel would be optimised
+ * differently (isnan folded to false, log2 without its denormal scaling), so the math part is left out
+ * and those calls stay unresolved.  kernelpilot defines __KPILOT_SHIM_NO_OCML for such flags. */
+#if !defined(__KPILOT_SHIM_NO_OCML) && !defined(__FAST_MATH__) && !__FINITE_MATH_ONLY__
+#define __KPILOT_SHIM_HAVE_OCML 1
 
 /* ------------------------------------------------------------------ ocml f32 */
 
@@ -319,6 +347,8 @@ __KPILOT_UGEN(log)
 __KPILOT_UGEN(log2)
 __KPILOT_UGEN(rsqrt)
 #undef __KPILOT_UGEN
+
+#endif /* ocml */
 
 #endif /* HIP device compile for AMDGCN */
 #endif /* KERNELPILOT_HIP_DEVICE_SHIM_H */
