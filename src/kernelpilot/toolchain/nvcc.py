@@ -106,8 +106,14 @@ def compile_cuda(
         str(nvcc), "-cubin", f"-arch={arch}", "-O3", "-lineinfo", "-Xptxas", "-v",
         *_define_flags(defines), *[str(f) for f in extra_flags], "-o", str(out), str(src),
     ]
+    return _build(cmd, "nvcc", src, arch, out, out_dir, owns, timeout)
+
+
+def _build(cmd: list[str], tool: str, src: Path, arch: str, out: Path, out_dir: Path, owns: bool,
+           timeout: float) -> CudaBuild:
+    """Run one compile whose resource report (``-v``) is what the tool prints; clean up a failed temp dir."""
     try:
-        res = run_tool(cmd, tool="nvcc", compile_of=str(src), timeout=timeout)
+        res = run_tool(cmd, tool=tool, compile_of=str(src), timeout=timeout)
     except BaseException:
         if owns:
             shutil.rmtree(out_dir, ignore_errors=True)
@@ -150,13 +156,4 @@ def assemble_ptx(
     out_dir, owns = _workdir(workdir)
     out = out_dir / f"{src.stem}.{arch}.cubin"
     cmd = [str(ptxas), "-v", "-lineinfo", f"-arch={arch}", *[str(f) for f in extra_flags], "-o", str(out), str(src)]
-    try:
-        res = run_tool(cmd, tool="ptxas", compile_of=str(src), timeout=timeout)
-    except BaseException:
-        if owns:
-            shutil.rmtree(out_dir, ignore_errors=True)
-        raise
-    return CudaBuild(
-        cubin_path=out, ptxas_report=res.stdout + res.stderr, command=res.command, stderr=res.stderr,
-        arch=arch, source=str(src), workdir=out_dir, owns_workdir=owns,
-    )
+    return _build(cmd, "ptxas", src, arch, out, out_dir, owns, timeout)
