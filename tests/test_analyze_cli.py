@@ -269,3 +269,38 @@ def test_missing_file_and_unknown_kind(tmp_path):
 def test_source_needs_arch():
     p = kpilot("isa", "analyze", str(K / "vector_add.cu"), check=False)
     assert_clean_failure(p, "--arch is required")
+
+
+# ------------------------------------------------------------------ every input kind gives the same kernel
+
+
+def test_built_artifacts_analyze_like_their_source(tmp_path):
+    """Triton's kept outputs (.ptx, .cubin for sm_90; .s, .hsaco for gfx942) analyze to the same kernel."""
+    require_module("triton")
+    require_tool("cuobjdump")
+    require_tool("llvm-objdump")
+    spec = f"{K / 'softmax_triton.py'}:softmax_kernel"
+    for arch, kinds in (("sm_90", ("ptx", "cubin")), ("gfx942", ("s", "hsaco"))):
+        keep = tmp_path / arch
+        src = analyze_json(spec, "--arch", arch, "--keep", str(keep))["kernels"][0]
+        for kind in kinds:
+            files = sorted(keep.rglob(f"*.{kind}"))
+            assert files, (arch, kind, sorted(p.name for p in keep.rglob("*")))
+            args = [str(files[0])] + (["--arch", arch] if kind == "ptx" else [])
+            k = analyze_json(*args)["kernels"][0]
+            assert k["arch"] == arch
+            assert k["instruction_count"] == src["instruction_count"], (arch, kind)
+            assert k["families"] == src["families"], (arch, kind)
+            if arch == "gfx942":
+                assert {x: k["resources"][x] for x in ("vgpr", "sgpr", "lds_bytes", "scratch_bytes")} == \
+                       {x: src["resources"][x] for x in ("vgpr", "sgpr", "lds_bytes", "scratch_bytes")}
+            else:
+                assert k["resources"]["registers"] == src["resources"]["registers"]
+
+
+def test_lang_hip_for_other_suffixes(tmp_path):
+    require_tool("clang++")
+    src = tmp_path / "argmax.cpp"
+    src.write_text((K / "wave_argmax_bpermute.hip").read_text())
+    k = analyze_json(str(src), "--arch", "gfx942", "--lang", "hip")["kernels"][0]
+    assert "amd.lds-crosslane" in finding_ids(k)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernelpilot.errors import InputFormatError
+from kernelpilot.arch.registry import get_arch
+from kernelpilot.errors import InputFormatError, KernelpilotError
 from kernelpilot.isa.model import KernelISA, NvidiaResources
 from kernelpilot.isa.ptxas import parse_ptxas_report, parse_res_usage
 from kernelpilot.isa.sass import parse_sass
@@ -16,10 +17,19 @@ __all__ = ["load", "kernels_from_cubin"]
 _DEFAULT_BLOCK = 256
 
 
+def _normalized(target: str) -> str:
+    """``sm_90a`` -> ``sm_90`` (the arch data's name); unknown targets stay as they are."""
+    try:
+        return get_arch(target).name
+    except KernelpilotError:
+        return target
+
+
 def kernels_from_cubin(cubin: Path, *, source: str, arch: str | None, ptxas_report: str | None = None,
                        resource_source: str = "ptxas -v") -> list[KernelISA]:
     """Disassemble a cubin and attach resources: the compiler's report where we have it, else the cubin's own."""
-    cubin_arch = arch or nv_binary.cubin_arch(cubin)
+    target = nv_binary.cubin_arch(cubin)
+    cubin_arch = arch or _normalized(target)
     resources: dict[str, NvidiaResources] = {}
     if ptxas_report:
         resources = parse_ptxas_report(ptxas_report)
@@ -37,6 +47,7 @@ def kernels_from_cubin(cubin: Path, *, source: str, arch: str | None, ptxas_repo
     kernels = parse_sass(text, source=source, arch=cubin_arch, resources=resources)
     bounds = nv_binary.launch_bounds(cubin)
     for k in kernels:
+        k.metadata["target"] = target
         if bounds.get(k.name):
             k.block_size = bounds[k.name]
             k.block_size_source = "launch bounds (__launch_bounds__ / .maxntid)"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kernelpilot.errors import ToolNotFoundError
 
-__all__ = ["ToolSpec", "TOOLS", "find_tool", "tool_versions", "cuda_home"]
+__all__ = ["ToolSpec", "TOOLS", "find_tool", "find_tools", "tool_versions", "cuda_home"]
 
 
 @dataclass(frozen=True)
@@ -107,45 +107,77 @@ def _env_var(name: str) -> str:
     return "KPILOT_" + name.upper().replace("+", "X").replace("-", "_")
 
 
+def _candidates(spec: ToolSpec, names: tuple[str, ...]) -> tuple[list[Path], list[str]]:
+    """Every existing binary for ``spec`` in search order (CUDA toolkit, PATH, then the rest), and where we looked."""
+    found: list[Path] = []
+    searched: list[str] = []
+
+    def add(p: Path) -> None:
+        if p.is_file() and os.access(p, os.X_OK) and p.resolve() not in {f.resolve() for f in found}:
+            found.append(p)
+
+    # Explicit directories first for the CUDA toolkit (so its cuobjdump wins over an older one on PATH),
+    # then PATH, then the rest.
+    for src in [s for s in spec.extra_dirs if s == "cuda"]:
+        for d in _dirs(src):
+            for exe in names:
+                searched.append(str(d / exe))
+                add(d / exe)
+    for exe in names:
+        searched.append(f"PATH:{exe}")
+        hit = shutil.which(exe)
+        if hit:
+            add(Path(hit))
+    for src in [s for s in spec.extra_dirs if s != "cuda"]:
+        for d in _dirs(src):
+            for exe in names:
+                searched.append(str(d / exe))
+                add(d / exe)
+    return found, searched
+
+
+def _spec(name: str) -> ToolSpec:
+    try:
+        return TOOLS[name]
+    except KeyError:
+        raise ValueError(f"unknown tool {name!r}; known: {', '.join(TOOLS)}") from None
+
+
+def _override(name: str) -> Path | None:
+    override = os.environ.get(_env_var(name))
+    if not override:
+        return None
+    p = Path(override)
+    if p.is_file() and os.access(p, os.X_OK):
+        return p
+    raise ToolNotFoundError(name, f"a working binary at {override} (from ${_env_var(name)})")
+
+
 @functools.lru_cache(maxsize=None)
 def find_tool(name: str) -> Path:
     """Return the path of tool ``name`` (a key of ``TOOLS``) or raise ``ToolNotFoundError``."""
-    try:
-        spec = TOOLS[name]
-    except KeyError:
-        raise ValueError(f"unknown tool {name!r}; known: {', '.join(TOOLS)}") from None
-    override = os.environ.get(_env_var(name))
-    if override:
-        p = Path(override)
-        if p.is_file() and os.access(p, os.X_OK):
-            return p
-        raise ToolNotFoundError(name, f"a working binary at {override} (from ${_env_var(name)})")
-    searched: list[str] = []
-    # Explicit directories first for the CUDA toolkit (so its cuobjdump wins over an older one on PATH),
-    # then PATH, then the rest.
-    ordered = [s for s in spec.extra_dirs if s == "cuda"]
-    for src in ordered:
-        for d in _dirs(src):
-            for exe in spec.names:
-                p = d / exe
-                searched.append(str(p))
-                if p.is_file() and os.access(p, os.X_OK):
-                    return p
-    for exe in spec.names:
-        found = shutil.which(exe)
-        searched.append(f"PATH:{exe}")
-        if found:
-            return Path(found)
-    for src in spec.extra_dirs:
-        if src == "cuda":
-            continue
-        for d in _dirs(src):
-            for exe in spec.names:
-                p = d / exe
-                searched.append(str(p))
-                if p.is_file() and os.access(p, os.X_OK):
-                    return p
-    raise ToolNotFoundError(name, spec.package, searched=searched)
+    spec = _spec(name)
+    p = _override(name)
+    if p is not None:
+        return p
+    found, searched = _candidates(spec, spec.names)
+    if not found:
+        raise ToolNotFoundError(name, spec.package, searched=searched)
+    return found[0]
+
+
+@functools.lru_cache(maxsize=None)
+def find_tools(name: str, *, extra_names: tuple[str, ...] = ()) -> tuple[Path, ...]:
+    """Every installed binary of tool ``name`` (and of ``extra_names``), preferred first: for falling back to
+    another version when the first one is too old for its input (e.g. PTX of a newer ISA version)."""
+    spec = _spec(name)
+    p = _override(name)
+    if p is not None:
+        return (p,)
+    found, searched = _candidates(spec, spec.names + extra_names)
+    if not found:
+        raise ToolNotFoundError(name, spec.package, searched=searched)
+    return tuple(found)
 
 
 def _first_version_line(path: Path) -> str:

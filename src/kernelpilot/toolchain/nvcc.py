@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from kernelpilot.errors import UsageError
-from kernelpilot.toolchain.find import find_tool
+from kernelpilot.errors import CompileError, UsageError
+from kernelpilot.toolchain.find import find_tool, find_tools
 from kernelpilot.toolchain.run import ensure_file, run_tool
 
 __all__ = ["CudaBuild", "compile_cuda", "assemble_ptx", "check_arch", "ptx_target"]
@@ -141,19 +141,34 @@ def assemble_ptx(
     workdir: Path | None = None,
     timeout: float = 600.0,
 ) -> CudaBuild:
-    """Assemble a ``.ptx`` file with ``ptxas -v`` for ``arch`` (default: the module's ``.target``)."""
+    """Assemble a ``.ptx`` file with ``ptxas -v`` for ``arch`` (default: the module's ``.target``).
+
+    A module written for the arch-specific variant (``.target sm_90a``, as Triton emits for wgmma) is
+    assembled for that variant when ``arch`` names the same GPU (``sm_90``): ptxas refuses anything else."""
     src = ensure_file(path)
+    try:
+        target = ptx_target(src.read_text(errors="replace"))
+    except OSError as e:
+        raise UsageError(f"{src}: cannot read: {e.strerror}.") from None
     if arch is None:
-        try:
-            target = ptx_target(src.read_text(errors="replace"))
-        except OSError as e:
-            raise UsageError(f"{src}: cannot read: {e.strerror}.") from None
         if target is None or not _ARCH_RE.match(target):
             raise UsageError(f"{src}: no sm_XX .target in the PTX; pass an arch such as sm_90.")
         arch = target
+    elif target is not None and target != arch and target.rstrip("af") == arch.rstrip("af"):
+        arch = target
     check_arch(arch)
-    ptxas = find_tool("ptxas")
     out_dir, owns = _workdir(workdir)
     out = out_dir / f"{src.stem}.{arch}.cubin"
-    cmd = [str(ptxas), "-v", "-lineinfo", f"-arch={arch}", *[str(f) for f in extra_flags], "-o", str(out), str(src)]
-    return _build(cmd, "ptxas", src, arch, out, out_dir, owns, timeout)
+    # PTX names the ISA version it needs; an older ptxas refuses it. Try each installed ptxas (the CUDA
+    # toolkit's, then Triton's newer ones) until one accepts the module.
+    candidates = find_tools("ptxas", extra_names=("ptxas-blackwell",))
+    for n, ptxas in enumerate(candidates):
+        cmd = [str(ptxas), "-v", "-lineinfo", f"-arch={arch}", *[str(f) for f in extra_flags], "-o", str(out), str(src)]
+        try:
+            return _build(cmd, "ptxas", src, arch, out, out_dir, owns and n == len(candidates) - 1, timeout)
+        except CompileError as e:
+            if "Unsupported .version" not in e.stderr or n == len(candidates) - 1:
+                if owns:
+                    shutil.rmtree(out_dir, ignore_errors=True)
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
