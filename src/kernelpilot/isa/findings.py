@@ -330,8 +330,12 @@ def rule_narrow_loads(ctx: Context) -> list[Finding]:
                 title=f"all {total} global loads are 32-bit or narrower; no vector loads",
                 evidence=_evidence(ctx, narrow, narrow_loads=len(narrow), b128_loads=0, in_loops=len(loop_narrow)),
                 suggestion=(
-                    "If each thread reads contiguous elements, have it load 16 bytes at a time (float4/uint4, "
-                    "or a wider BLOCK in Triton with aligned pointers): 4x fewer load instructions for the same bytes."
+                    "Triton vectorizes a tl.load only when it can prove 16-byte alignment and contiguity: a mask "
+                    "on a size not known to be a multiple of 16 (or an unaligned pointer) keeps it at 32 bits; "
+                    "declare the size divisible (signature 'n:i32:16', tl.multiple_of) or pad the tensor."
+                    if ".py:" in ctx.isa.source else
+                    "If each thread reads contiguous elements, have it load 16 bytes at a time (float4/uint4 "
+                    "from a 16-byte-aligned base): 4x fewer load instructions for the same bytes."
                 ),
             )
         ]
