@@ -1,0 +1,42 @@
+"""Problem formats: each module has ``detect(path) -> bool``, ``load(path) -> Problem`` and
+``runtime(problem) -> ProblemRuntime`` (the last runs only inside worker processes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kernelpilot.errors import UsageError
+from kernelpilot.evaluate.problem import Problem, ProblemRuntime
+
+__all__ = ["detect_and_load", "runtime_for"]
+
+
+FORMATS = ("native", "gpumode", "kernelbench")
+
+
+def _module(name: str):
+    import importlib
+
+    return importlib.import_module(f"kernelpilot.evaluate.formats.{name}")
+
+
+def _modules():
+    return {name: _module(name) for name in FORMATS}
+
+
+def detect_and_load(path: Path) -> Problem:
+    if not path.exists():
+        raise UsageError(f"{path}: no such problem (a folder with problem.toml, a GPU MODE folder with "
+                         "reference.py and task.yml, or a KernelBench .py file).")
+    for mod in _modules().values():
+        if mod.detect(path):
+            return mod.load(path)
+    raise UsageError(
+        f"{path}: not a problem kernelpilot knows: expected a folder with problem.toml (native), a folder with "
+        "reference.py and task.yml (GPU MODE), or a .py file defining Model, get_inputs and get_init_inputs "
+        "(KernelBench)."
+    )
+
+
+def runtime_for(problem: Problem) -> ProblemRuntime:
+    return _module(problem.format).runtime(problem)

@@ -1,0 +1,238 @@
+"""Guards against candidates that fool a harness (docs/gpu-tool-facts.md, last section).
+
+Static: read the candidate's source for the constructs the known cheats need (threads, side streams,
+patched timers, introspection of the harness, seeding, computation at import). Runtime helpers used by the
+worker: a snapshot of the timing functions to detect patching, poisoning of the memory allocator, input
+fingerprints, and the ops and GPU kernels one profiled call runs (library fallback, side streams,
+background threads, a fast path that never runs).
+
+Other cheats are defeated by construction in the worker and need no guard here: the reference runs in
+another process (stale memory, patched reference), seeds are drawn at random per run (predicted seeds),
+every timed call gets fresh inputs and a random sample of timed outputs is checked (cached or replayed
+outputs, batched calls), hidden shape variants (specialisation).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kernelpilot.evaluate.result import Flag
+
+__all__ = ["scan_source", "defined_kernels", "TimerSnapshot", "fingerprint", "poison_allocator",
+           "TRIVIAL_OPS", "significant_ops"]
+
+_PATCH_ROOTS = {"torch", "time", "triton", "kernelpilot", "builtins", "os", "sys", "threading"}
+_THREAD_MODULES = {"threading", "_thread", "multiprocessing", "concurrent", "concurrent.futures", "asyncio"}
+_INTROSPECTION = {("gc", "get_objects"), ("gc", "get_referrers"), ("sys", "_getframe"), ("inspect", "stack"),
+                  ("inspect", "currentframe"), ("inspect", "getouterframes")}
+_STREAM_CALLS = re.compile(r"torch\.cuda\.(Stream|ExternalStream|set_stream)\b|cuda\.stream\(|cudaStreamCreate|"
+                           r"\bStream\(\s*\)|get_stream_from_external")
+
+
+def _dotted(node: ast.AST) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def scan_source(path: Path) -> list[Flag]:
+    """Constructs in a candidate's source that the known cheats need, each with its line."""
+    try:
+        text = path.read_text(errors="replace")
+        tree = ast.parse(text)
+    except (OSError, SyntaxError):
+        return []  # the import will report it
+    found: dict[str, list[tuple[int, str]]] = {}
+
+    def add(kind: str, node: ast.AST, what: str) -> None:
+        found.setdefault(kind, []).append((getattr(node, "lineno", 0), what))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] in _THREAD_MODULES or a.name in _THREAD_MODULES:
+                    add("threads", node, f"import {a.name}")
+                if a.name.split(".")[0] == "kernelpilot":
+                    add("introspection", node, f"import {a.name}")
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.split(".")[0] in _THREAD_MODULES:
+                add("threads", node, f"from {node.module} import ...")
+            if node.module.split(".")[0] == "kernelpilot":
+                add("introspection", node, f"from {node.module} import ...")
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                name = _dotted(t) if isinstance(t, ast.Attribute) else None
+                if name and name.split(".")[0] in _PATCH_ROOTS:
+                    add("patching", node, f"assigns {name}")
+                if isinstance(t, ast.Attribute) and t.attr == "__code__":
+                    add("patching", node, "assigns __code__")
+        elif isinstance(node, ast.Call):
+            fname = _dotted(node.func) or ""
+            parts = tuple(fname.split("."))
+            if fname in ("setattr", "builtins.setattr") and node.args:
+                target = _dotted(node.args[0]) or ""
+                if target.split(".")[0] in _PATCH_ROOTS:
+                    add("patching", node, f"setattr({target}, ...)")
+            if len(parts) >= 2 and parts[-2:] in _INTROSPECTION:
+                add("introspection", node, fname)
+            if fname.endswith(("manual_seed", "random.seed", "np.random.seed", "numpy.random.seed", "manual_seed_all")):
+                add("seeding", node, fname)
+            if fname.endswith("Thread") or fname.endswith(("ThreadPoolExecutor", "ProcessPoolExecutor")):
+                add("threads", node, fname)
+    for m in _STREAM_CALLS.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        found.setdefault("streams", []).append((line, m.group(0)))
+
+    messages = {
+        "threads": ("static-threads", "the candidate uses threads or processes, which can do work the timer does not see"),
+        "streams": ("static-streams", "the candidate creates or switches CUDA streams; work on another stream is outside the timed stream"),
+        "patching": ("static-patching", "the candidate assigns attributes of torch/time/harness modules (patched timers or synchronize)"),
+        "introspection": ("static-introspection", "the candidate inspects the process (gc objects, frames, the harness)"),
+        "seeding": ("static-seeding", "the candidate seeds random generators (predicting inputs)"),
+    }
+    flags = []
+    for kind, hits in found.items():
+        fid, msg = messages[kind]
+        hits = sorted(set(hits))
+        flags.append(Flag(fid, f"{msg}: " + ", ".join(f"line {l}: {w}" for l, w in hits[:5]), "info",
+                          {"lines": [l for l, _ in hits]}))
+    return flags
+
+
+_TRITON_DEF = re.compile(r"@triton\.(?:jit|autotune|heuristics)[^\n]*\n(?:\s*@[^\n]*\n)*\s*def\s+(\w+)")
+_CUDA_DEF = re.compile(r"__global__\s+(?:void|[\w:<>]+)\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
+
+
+def defined_kernels(path: Path) -> list[str]:
+    """Names of GPU kernels the candidate defines: Triton JIT functions and CUDA/HIP ``__global__`` functions
+    (in load_inline sources)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    return sorted(set(_TRITON_DEF.findall(text)) | set(_CUDA_DEF.findall(text)))
+
+
+# ------------------------------------------------------------------ runtime helpers (worker only)
+
+
+@dataclass
+class _Held:
+    obj: Any
+    code: Any
+
+
+class TimerSnapshot:
+    """The timing and synchronisation functions as they were before the candidate was imported."""
+
+    NAMES = (
+        ("torch.cuda", "synchronize"), ("torch.cuda.Event", "elapsed_time"), ("torch.cuda.Event", "record"),
+        ("torch.cuda.Event", "synchronize"), ("torch.cuda", "current_stream"), ("torch.cuda", "Event"),
+        ("time", "perf_counter"), ("time", "perf_counter_ns"), ("time", "time"), ("time", "monotonic"),
+        ("torch", "allclose"), ("torch.Tensor", "to"), ("torch.Tensor", "cpu"), ("torch.Tensor", "clone"),
+        ("torch.Tensor", "copy_"), ("torch", "equal"),
+    )
+
+    def __init__(self) -> None:
+        self.held: dict[str, _Held] = {}
+        for owner, attr in self.NAMES:
+            obj = self._get(owner, attr)
+            if obj is not None:
+                self.held[f"{owner}.{attr}"] = _Held(obj, getattr(obj, "__code__", None))
+
+    @staticmethod
+    def _get(owner: str, attr: str):
+        import importlib
+
+        try:
+            parts = owner.split(".")
+            mod = importlib.import_module(parts[0])
+            for p in parts[1:]:
+                mod = getattr(mod, p)
+            return getattr(mod, attr)
+        except Exception:
+            return None
+
+    def changed(self) -> list[str]:
+        out = []
+        for name, held in self.held.items():
+            owner, attr = name.rsplit(".", 1)
+            now = self._get(owner, attr)
+            if now is not held.obj or getattr(now, "__code__", None) is not held.code:
+                out.append(name)
+        return out
+
+
+def fingerprint(obj: Any) -> str:
+    """A hash of every tensor's bytes, shape and dtype in a nested input (plain values by repr)."""
+    import torch
+
+    h = hashlib.sha256()
+
+    def walk(x: Any) -> None:
+        if isinstance(x, torch.Tensor):
+            t = x.detach().to("cpu").contiguous()
+            h.update(f"T{tuple(t.shape)}{t.dtype}".encode())
+            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        elif isinstance(x, (tuple, list)):
+            h.update(b"(")
+            for y in x:
+                walk(y)
+            h.update(b")")
+        elif isinstance(x, dict):
+            for k in sorted(x, key=str):
+                h.update(str(k).encode())
+                walk(x[k])
+        elif hasattr(x, "__dataclass_fields__"):
+            for k in x.__dataclass_fields__:
+                walk(getattr(x, k))
+        else:
+            h.update(repr(x).encode())
+
+    walk(obj)
+    return h.hexdigest()[:32]
+
+
+def poison_allocator(device: str, nbytes: int) -> None:
+    """Fill memory the caching allocator will hand out next with 0xFF bytes (NaN for floats, -1 for ints), so
+    an output the candidate allocates and never writes fails the check instead of holding stale data."""
+    import torch
+
+    if not device.startswith("cuda"):
+        return
+    blocks = []
+    try:
+        big = max(nbytes, 1 << 20)
+        blocks.append(torch.empty(big, dtype=torch.uint8, device=device).fill_(0xFF))
+        for _ in range(16):   # the small-allocation pool (<= 1 MiB requests)
+            blocks.append(torch.empty(1 << 19, dtype=torch.uint8, device=device).fill_(0xFF))
+        torch.cuda.synchronize()
+    except torch.cuda.OutOfMemoryError:
+        pass
+    del blocks
+
+
+# aten ops that do no real computation: allocation, views, copies, fills, indexing plumbing.
+TRIVIAL_OPS = frozenset("""
+empty empty_like empty_strided zeros zeros_like ones ones_like full full_like new_empty new_zeros new_ones new_full
+new_empty_strided view view_as reshape _reshape_alias _unsafe_view as_strided t transpose permute contiguous clone
+copy_ _to_copy to detach detach_ alias expand expand_as unsqueeze squeeze flatten unflatten select slice narrow
+split split_with_sizes chunk unbind fill_ zero_ resize_ set_ lift_fresh item _local_scalar_dense is_nonzero
+result_type size stride numel dim arange lift record_stream _has_compatible_shallow_copy_type cat stack
+""".split())
+
+
+def significant_ops(ops: set[str]) -> set[str]:
+    return {o for o in ops if o.removeprefix("aten::").rstrip("_") not in TRIVIAL_OPS
+            and o.removeprefix("aten::") not in TRIVIAL_OPS}

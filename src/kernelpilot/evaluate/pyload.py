@@ -1,0 +1,50 @@
+"""Import a Python file by path as a fresh module (problem and candidate files are not packages)."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from kernelpilot.errors import InputFormatError
+
+__all__ = ["import_file", "attribute"]
+
+_counter = itertools.count()
+
+
+def import_file(path: Path, *, what: str = "file") -> ModuleType:
+    """Execute ``path`` as a module named uniquely; its folder is importable while it runs (for siblings)."""
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise InputFormatError(str(path), f"{what} not found.")
+    name = f"kpilot_{path.stem}_{next(_counter)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise InputFormatError(str(path), f"cannot import this {what}.")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    folder = str(path.parent)
+    added = folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(mod)
+    except SyntaxError as e:
+        raise InputFormatError(str(path), f"{what} has a syntax error at line {e.lineno}: {e.msg}.") from None
+    except Exception as e:  # the file's own code failed at import
+        raise InputFormatError(str(path), f"{what} failed to import: {type(e).__name__}: {e}") from None
+    finally:
+        if added and folder in sys.path:
+            sys.path.remove(folder)
+    return mod
+
+
+def attribute(mod: ModuleType, name: str, path: Path, *, what: str):
+    try:
+        return getattr(mod, name)
+    except AttributeError:
+        have = sorted(n for n in vars(mod) if not n.startswith("_"))[:30]
+        raise InputFormatError(str(path), f"{what} defines no {name!r} (it has: {', '.join(have)}).") from None

@@ -1,0 +1,125 @@
+"""The evaluation result: ``kernelpilot.eval/1`` (DESIGN.md), plain data on the parent's side."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+__all__ = ["SCHEMA", "Flag", "CaseResult", "BenchCase", "EvalResult"]
+
+SCHEMA = "kernelpilot.eval/1"
+
+
+@dataclass
+class Flag:
+    """A guard's finding. ``level`` "error" rejects the candidate; "warning" is reported."""
+
+    id: str
+    message: str
+    level: Literal["error", "warning", "info"] = "warning"
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class CaseResult:
+    case: str
+    seed: int
+    ok: bool
+    message: str = ""
+    max_abs_err: float | None = None
+    rel_err: float | None = None
+    hidden: bool = False
+    low_signal: str | None = None
+    worst: list[dict[str, Any]] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class BenchCase:
+    case: str
+    params: dict[str, Any]
+    timing: dict[str, Any] | None
+    checked: int = 0                          # timed runs whose outputs were re-checked
+    check_ok: bool = True
+    message: str = ""
+    roofline: dict[str, Any] | None = None    # bytes, flops, floor_us, fraction
+    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)   # name -> timing + speedup
+    graph_timing: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class EvalResult:
+    problem: str
+    candidate: str
+    device: str
+    correct: bool | None = None               # None: not checked (bench only)
+    cases: list[CaseResult] = field(default_factory=list)
+    bench: list[BenchCase] = field(default_factory=list)
+    flags: list[Flag] = field(default_factory=list)
+    gpu: str | None = None
+    error: str | None = None                  # the candidate could not be evaluated at all (crash, hang, import)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rejected(self) -> bool:
+        return any(f.level == "error" for f in self.flags)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.correct) and not self.rejected and self.error is None and all(b.check_ok for b in self.bench)
+
+    def timing(self) -> dict[str, Any] | None:
+        ts = [b.timing for b in self.bench if b.timing]
+        if not ts:
+            return None
+        if len(ts) == 1:
+            return dict(ts[0])
+        import math
+
+        gm = math.exp(sum(math.log(t["median_us"]) for t in ts) / len(ts))
+        return {"median_us": round(gm, 4), "aggregate": f"geometric mean of {len(ts)} cases' medians",
+                "n": sum(t["n"] for t in ts), "method": ts[0]["method"],
+                "iqr_us": None, "min_us": None}
+
+    def baselines(self) -> dict[str, dict[str, Any]]:
+        import math
+
+        names = sorted({n for b in self.bench for n in b.baselines})
+        out = {}
+        for n in names:
+            sp = [b.baselines[n]["speedup"] for b in self.bench if n in b.baselines and b.baselines[n].get("speedup")]
+            if sp:
+                out[n] = {"speedup": round(math.exp(sum(math.log(s) for s in sp) / len(sp)), 4), "cases": len(sp),
+                          "aggregate": "geometric mean" if len(sp) > 1 else "one case"}
+            else:
+                out[n] = {"speedup": None, "cases": 0}
+            if len(self.bench) == 1 and n in self.bench[0].baselines:
+                out[n].update({k: v for k, v in self.bench[0].baselines[n].items() if k != "speedup"})
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "problem": self.problem,
+            "candidate": self.candidate,
+            "device": self.device,
+            "gpu": self.gpu,
+            "correct": self.correct,
+            "passed": self.passed,
+            "error": self.error,
+            "cases": [c.to_json() for c in self.cases],
+            "timing": self.timing(),
+            "baselines": self.baselines(),
+            "bench": [b.to_json() for b in self.bench],
+            "flags": [f.to_json() for f in self.flags],
+            "notes": list(self.notes),
+        }

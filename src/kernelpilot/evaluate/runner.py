@@ -1,0 +1,276 @@
+"""check, bench and eval: the parent's side. It never imports the candidate; workers do (isolation.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernelpilot.errors import KernelpilotError, UsageError
+from kernelpilot.evaluate.guards import scan_source
+from kernelpilot.evaluate.isolation import run_job
+from kernelpilot.evaluate.problem import Problem, load_problem
+from kernelpilot.evaluate.result import BenchCase, CaseResult, EvalResult, Flag
+from kernelpilot.evaluate.roofline import floor, gpu_from_device_name
+
+__all__ = ["EvalOptions", "check", "bench", "evaluate", "default_device"]
+
+
+@dataclass
+class EvalOptions:
+    device: str | None = None            # "cuda" or "cpu"; None: cuda when available
+    seeds: int = 3                       # secret seeds per case (check)
+    timeout: float = 600.0               # seconds per worker process
+    baselines: list[str] = field(default_factory=list)   # "eager", "compile", or a candidate file
+    graphs: bool = False                 # also time CUDA-graph replays
+    cases: list[str] | None = None       # only these cases
+    verify: int = 3                      # timed outputs re-checked per case
+    timing: dict[str, Any] = field(default_factory=dict)   # TimingOptions fields
+    keep: Path | None = None             # keep the workers' files here
+
+
+def default_device() -> str:
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+class _Session:
+    """A private folder for one evaluation's jobs and tensors (removed afterwards unless kept)."""
+
+    def __init__(self, keep: Path | None) -> None:
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            self.dir = Path(tempfile.mkdtemp(prefix="eval-", dir=keep))
+        else:
+            self.dir = Path(tempfile.mkdtemp(prefix="kpilot-eval-"))
+        os.chmod(self.dir, 0o700)
+        self.keep = keep is not None
+        self.n = 0
+
+    def job(self, **kw) -> dict[str, Any]:
+        self.n += 1
+        return {"name": f"{self.n:02d}_{kw['role']}_{kw['mode']}", "out_dir": str(self.dir), **kw}
+
+    def close(self) -> None:
+        if not self.keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _load(problem: str | Path | Problem, candidate: str | Path) -> tuple[Problem, Path]:
+    p = problem if isinstance(problem, Problem) else load_problem(problem)
+    c = Path(candidate)
+    if not c.is_file():
+        raise UsageError(f"{c}: no such candidate file.")
+    return p, c.resolve()
+
+
+def _flags(raw: list[dict[str, Any]]) -> list[Flag]:
+    return [Flag(f["id"], f["message"], f.get("level", "warning"), f.get("evidence", {})) for f in raw]
+
+
+def _fatal_text(res: dict[str, Any]) -> str:
+    text = res["fatal"]
+    if res.get("stderr"):
+        text += "\n" + res["stderr"][-1500:]
+    return text
+
+
+def _cases(problem: Problem, names: list[str] | None, *, bench: bool) -> list[str]:
+    pool = (problem.benchmark_cases or [c for c in problem.cases if not c.hidden]) if bench else problem.cases
+    if not names:
+        return [c.name for c in pool]
+    known = {c.name for c in problem.cases + problem.benchmark_cases}
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise UsageError(f"no case named {', '.join(bad)}; cases: {', '.join(sorted(known))}.")
+    return list(names)
+
+
+def _verify(session: _Session, problem: Problem, device: str, items: list[dict[str, Any]], outputs: Path,
+            timeout: float) -> dict[str, Any]:
+    job = session.job(role="reference", mode="verify", problem=problem.to_json(), device=device, items=items,
+                      outputs=str(outputs))
+    res = run_job(job, timeout=timeout)
+    if res.get("fatal"):
+        raise KernelpilotError(f"the problem's reference failed, so nothing can be checked: {_fatal_text(res)}")
+    return res
+
+
+def check(problem: str | Path | Problem, candidate: str | Path, opts: EvalOptions | None = None) -> EvalResult:
+    """Correctness of ``candidate`` on every case (public and hidden) and several secret seeds."""
+    opts = opts or EvalOptions()
+    prob, cand = _load(problem, candidate)
+    device = opts.device or default_device()
+    result = EvalResult(problem=prob.name, candidate=str(candidate), device=device, correct=False)
+    result.flags.extend(scan_source(cand))
+    session = _Session(opts.keep)
+    try:
+        job = session.job(role="candidate", mode="check", problem=prob.to_json(), candidate=str(cand),
+                          device=device, cases=_cases(prob, opts.cases, bench=False), seeds=opts.seeds)
+        res = run_job(job, timeout=opts.timeout)
+        result.gpu = res.get("gpu")
+        result.flags.extend(_flags(res.get("flags", [])))
+        if res.get("fatal"):
+            result.error = f"the candidate could not be run: {_fatal_text(res)}"
+            return result
+        entries = res["cases"]
+        params = {c.name: c.params for c in prob.cases}
+        items = [{"case": e["case"], "seed": e["seed"], "fingerprint": e["fingerprint"],
+                  "key": f"{e['case']}|{e['seed']}"} for e in entries if not e.get("error")]
+        verified: dict[tuple[str, int], dict[str, Any]] = {}
+        if items:
+            ref = _verify(session, prob, device, items, session.dir / "candidate_outputs.pt", opts.timeout)
+            result.flags.extend(_flags(ref.get("flags", [])))
+            verified = {(r["case"], r["seed"]): r for r in ref["results"]}
+            fallback = sorted(set(res.get("candidate_ops", [])) & set(ref.get("reference_ops", [])))
+            if fallback:
+                result.flags.append(Flag("library-fallback", "the candidate runs the reference's own library op(s): "
+                                         + ", ".join(fallback), "warning", {"ops": fallback}))
+        for e in entries:
+            r = verified.get((e["case"], e["seed"]), {})
+            msg = e.get("error") or r.get("message", "")
+            ok = not e.get("error") and bool(r.get("ok"))
+            result.cases.append(CaseResult(
+                case=e["case"], seed=e["seed"], ok=ok, message=msg, max_abs_err=r.get("max_abs_err"),
+                rel_err=r.get("rel_err"), hidden=e.get("hidden", False), low_signal=r.get("low_signal"),
+                worst=r.get("worst", []), params=params.get(e["case"], {}),
+            ))
+        hidden_failed = [c.case for c in result.cases if c.hidden and not c.ok]
+        public_ok = all(c.ok for c in result.cases if not c.hidden)
+        if hidden_failed and public_ok:
+            result.flags.append(Flag("shape-specialised", "correct on every public case but wrong on shapes it was "
+                                     "not shown: " + ", ".join(sorted(set(hidden_failed))), "error",
+                                     {"cases": sorted(set(hidden_failed))}))
+        result.correct = bool(result.cases) and all(c.ok for c in result.cases)
+        return result
+    finally:
+        session.close()
+
+
+def bench(problem: str | Path | Problem, candidate: str | Path, opts: EvalOptions | None = None) -> EvalResult:
+    """Time ``candidate`` (and each baseline) on the benchmark cases; re-check a random sample of timed outputs."""
+    opts = opts or EvalOptions()
+    prob, cand = _load(problem, candidate)
+    device = opts.device or default_device()
+    if opts.device is None and device == "cpu":
+        raise UsageError("no CUDA GPU here: kpilot bench times GPU kernels; pass --device cpu to time on the CPU "
+                         "(wall-clock CPU times, not GPU times).")
+    result = EvalResult(problem=prob.name, candidate=str(candidate), device=device)
+    if device == "cpu":
+        result.notes.append("times are CPU wall-clock times (--device cpu), not GPU times")
+    names = _cases(prob, opts.cases, bench=True)
+    session = _Session(opts.keep)
+    try:
+        cand_res = _bench_one(session, prob, device, names, opts, candidate=str(cand))
+        result.gpu = cand_res.get("gpu")
+        if cand_res.get("fatal"):
+            result.error = f"the candidate could not be timed: {_fatal_text(cand_res)}"
+            return result
+        result.flags.extend(_flags(cand_res.get("flags", [])))
+        gpu = gpu_from_device_name(result.gpu)
+        checks = _check_timed(session, prob, device, cand_res, opts)
+        by_case = {c.name: c for c in prob.cases + prob.benchmark_cases}
+        for entry in cand_res["bench"]:
+            name = entry["case"]
+            bc = BenchCase(case=name, params=by_case[name].params, timing=entry.get("timing"),
+                           graph_timing=entry.get("graph_timing"), message=entry.get("error", ""))
+            verdicts = checks.get(name, [])
+            bc.checked = len(verdicts)
+            bad = [v for v in verdicts if not v.get("ok")]
+            if bad or entry.get("error"):
+                bc.check_ok = False
+                bc.message = bc.message or f"{len(bad)} of {len(verdicts)} re-checked timed outputs were wrong: " \
+                                           f"{bad[0].get('message', '')}"
+            if bad:
+                result.flags.append(Flag("timed-output-wrong", f"case {name}: outputs of timed calls were wrong "
+                                         "(cached, replayed or batched results?)", "error", {"case": name}))
+            try:
+                bc.roofline = floor(prob.cost, by_case[name].params, gpu)
+            except KernelpilotError as e:
+                result.notes.append(str(e))
+            if bc.roofline and bc.roofline.get("floor_us") and bc.timing:
+                fl = bc.roofline["floor_us"]
+                bc.roofline["fraction"] = round(fl / bc.timing["median_us"], 4)
+                if bc.timing["median_us"] < fl and device.startswith("cuda"):
+                    result.flags.append(Flag("impossible-time", f"case {name}: {bc.timing['median_us']:.2f} us is "
+                                             f"below the hardware floor of {fl:.2f} us ({bc.roofline['bound']}-bound)",
+                                             "error", {"case": name, "median_us": bc.timing["median_us"],
+                                                       "floor_us": fl}))
+            result.bench.append(bc)
+        for base in opts.baselines:
+            _add_baseline(session, prob, device, names, opts, base, result)
+        return result
+    finally:
+        session.close()
+
+
+def _bench_one(session: _Session, prob: Problem, device: str, names: list[str], opts: EvalOptions, *,
+               candidate: str | None = None, baseline: str | None = None) -> dict[str, Any]:
+    role = "candidate" if candidate else "baseline"
+    job = session.job(role=role, mode="bench", problem=prob.to_json(), device=device, cases=names,
+                      timing=opts.timing, graphs=opts.graphs, verify=opts.verify,
+                      **({"candidate": candidate} if candidate else {"baseline": baseline}))
+    res = run_job(job, timeout=opts.timeout)
+    res["job"] = job["name"]
+    return res
+
+
+def _check_timed(session: _Session, prob: Problem, device: str, res: dict[str, Any],
+                 opts: EvalOptions) -> dict[str, list[dict[str, Any]]]:
+    items = [it for e in res["bench"] for it in e.get("verify", [])]
+    if not items:
+        return {}
+    outputs = session.dir / f"{res['job']}_bench_outputs.pt"
+    ref = _verify(session, prob, device, items, outputs, opts.timeout)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in ref["results"]:
+        out.setdefault(r["case"], []).append(r)
+    return out
+
+
+def _add_baseline(session: _Session, prob: Problem, device: str, names: list[str], opts: EvalOptions, base: str,
+                  result: EvalResult) -> None:
+    if base in ("eager", "compile"):
+        res = _bench_one(session, prob, device, names, opts, baseline=base)
+        label = base
+    else:
+        path = Path(base)
+        if not path.is_file():
+            raise UsageError(f"--baseline {base}: not eager, compile, or a candidate file.")
+        res = _bench_one(session, prob, device, names, opts, candidate=str(path.resolve()))
+        label = path.name
+    if res.get("fatal"):
+        result.notes.append(f"baseline {label} could not be timed: {res['fatal']}")
+        return
+    times = {e["case"]: e.get("timing") for e in res["bench"]}
+    for bc in result.bench:
+        t = times.get(bc.case)
+        if not t or not bc.timing:
+            continue
+        bc.baselines[label] = {**t, "speedup": round(t["median_us"] / bc.timing["median_us"], 4)}
+
+
+def evaluate(problem: str | Path | Problem, candidate: str | Path, opts: EvalOptions | None = None) -> EvalResult:
+    """Check, then bench when the candidate is correct and no guard rejected it."""
+    opts = opts or EvalOptions()
+    prob, _ = _load(problem, candidate)
+    res = check(prob, candidate, opts)
+    if not res.passed:
+        res.notes.append("not benchmarked: the candidate failed the check" if res.error is None and not res.correct
+                         else "not benchmarked: the candidate was rejected" if res.rejected
+                         else "not benchmarked")
+        return res
+    b = bench(prob, candidate, opts)
+    res.bench, res.gpu = b.bench, b.gpu or res.gpu
+    res.flags.extend(b.flags)
+    res.notes.extend(b.notes)
+    if b.error:
+        res.error = b.error
+    return res

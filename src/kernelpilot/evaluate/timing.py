@@ -1,0 +1,183 @@
+"""Timing that a careful engineer would do by hand, and one typed result.
+
+Every sample: new inputs prepared (untimed), L2 flushed by overwriting a buffer larger than the cache,
+then CUDA events recorded on the current stream around the call, and a device-wide synchronize before the
+next sample. Warm-up first; then samples in batches until the median is stable (it moves by less than
+``rel_tol`` when a batch is added) or the time budget or ``max_n`` is reached. Work the candidate puts on
+other streams is not inside these events: the worker's guard call finds it (``side-stream`` flag).
+
+Runs only in worker processes (imports torch).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+__all__ = ["TimingOptions", "Timing", "summarize", "measure", "gpu_sampler", "graph_sampler", "cpu_sampler",
+           "l2_flush_buffer"]
+
+
+@dataclass(frozen=True)
+class TimingOptions:
+    warmup: int = 3                 # at least this many untimed calls ...
+    warmup_s: float = 0.05          # ... and at least this long
+    min_n: int = 20
+    max_n: int = 2000
+    budget_s: float = 3.0           # wall-clock budget for the timed samples
+    batch: int = 10
+    rel_tol: float = 0.005          # stop when the median moves by less than this fraction
+    flush_l2: bool = True
+
+    def __post_init__(self) -> None:
+        if self.min_n < 3 or self.max_n < self.min_n or self.batch < 1 or self.budget_s <= 0 or self.rel_tol <= 0:
+            raise ValueError(f"invalid timing options: {self}")
+
+
+@dataclass
+class Timing:
+    median_us: float
+    iqr_us: float
+    min_us: float
+    max_us: float
+    mean_us: float
+    n: int
+    method: str
+    converged: bool
+    samples_us: list[float] = field(default_factory=list, repr=False)
+
+    def to_json(self, *, samples: bool = False) -> dict[str, Any]:
+        d = asdict(self)
+        if not samples:
+            d.pop("samples_us")
+        return d
+
+
+def summarize(samples: list[float], method: str, converged: bool) -> Timing:
+    s = sorted(samples)
+    q = statistics.quantiles(s, n=4, method="inclusive") if len(s) >= 2 else [s[0]] * 3
+    return Timing(
+        median_us=round(statistics.median(s), 4),
+        iqr_us=round(q[2] - q[0], 4),
+        min_us=round(s[0], 4),
+        max_us=round(s[-1], 4),
+        mean_us=round(statistics.fmean(s), 4),
+        n=len(s),
+        method=method,
+        converged=converged,
+        samples_us=[round(x, 4) for x in samples],
+    )
+
+
+def measure(sample: Callable[[int], float], method: str, opts: TimingOptions) -> Timing:
+    """Warm up, then call ``sample(i)`` (returns one time in microseconds) until the median is stable."""
+    t0 = time.perf_counter()
+    i = 0
+    while i < opts.warmup or time.perf_counter() - t0 < opts.warmup_s:
+        sample(-1 - i)
+        i += 1
+        if i >= 1000:
+            break
+    samples: list[float] = []
+    start = time.perf_counter()
+    converged = False
+    prev_median = None
+    while len(samples) < opts.max_n:
+        for _ in range(opts.batch):
+            samples.append(sample(len(samples)))
+        med = statistics.median(samples)
+        if len(samples) >= opts.min_n and prev_median is not None and med > 0:
+            if abs(med - prev_median) / med < opts.rel_tol:
+                converged = True
+                break
+        prev_median = med
+        if time.perf_counter() - start > opts.budget_s:
+            break
+    return summarize(samples, method, converged)
+
+
+def l2_flush_buffer(device: str = "cuda"):
+    """A buffer twice the L2 size (at least 64 MiB): zeroing it evicts whatever the L2 held."""
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.device(device))
+    l2 = int(getattr(props, "L2_cache_size", 0) or 0)
+    size = max(2 * l2, 64 << 20)
+    return torch.empty(size // 4, dtype=torch.int32, device=device)
+
+
+def gpu_sampler(call: Callable[[], Any], *, prepare: Callable[[int], None] | None = None,
+                after: Callable[[int, Any], None] | None = None, flush_l2: bool = True,
+                device: str = "cuda") -> Callable[[int], float]:
+    """One sample: ``prepare(i)``, flush L2, events around ``call()``, device-wide synchronize,
+    then ``after(i, output)`` (untimed, e.g. keep the output for checking)."""
+    import torch
+
+    flush = l2_flush_buffer(device) if flush_l2 else None
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    elapsed = torch.cuda.Event.elapsed_time   # bound before any candidate code can replace it
+    synchronize = torch.cuda.synchronize
+
+    def sample(i: int) -> float:
+        if prepare is not None:
+            prepare(i)
+        if flush is not None:
+            flush.zero_()
+        start.record()
+        out = call()
+        end.record()
+        synchronize()
+        if after is not None:
+            after(i, out)
+        return elapsed(start, end) * 1000.0
+
+    return sample
+
+
+def graph_sampler(graph, *, prepare: Callable[[int], None] | None = None,
+                  after: Callable[[int], None] | None = None, flush_l2: bool = True,
+                  device: str = "cuda") -> Callable[[int], float]:
+    """Like ``gpu_sampler`` but replays a captured CUDA graph (launch overhead removed)."""
+    import torch
+
+    flush = l2_flush_buffer(device) if flush_l2 else None
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    elapsed = torch.cuda.Event.elapsed_time
+    synchronize = torch.cuda.synchronize
+
+    def sample(i: int) -> float:
+        if prepare is not None:
+            prepare(i)
+        if flush is not None:
+            flush.zero_()
+        start.record()
+        graph.replay()
+        end.record()
+        synchronize()
+        if after is not None:
+            after(i)
+        return elapsed(start, end) * 1000.0
+
+    return sample
+
+
+def cpu_sampler(call: Callable[[], Any], *, prepare: Callable[[int], None] | None = None,
+                after: Callable[[int, Any], None] | None = None) -> Callable[[int], float]:
+    """Wall-clock time of one call on the CPU (for --device cpu; these are CPU times)."""
+    clock = time.perf_counter
+
+    def sample(i: int) -> float:
+        if prepare is not None:
+            prepare(i)
+        t = clock()
+        out = call()
+        dt = clock() - t
+        if after is not None:
+            after(i, out)
+        return dt * 1e6
+
+    return sample

@@ -1,0 +1,439 @@
+"""The process that runs a candidate (or the reference). ``python -m kernelpilot.evaluate.worker JOB.json``.
+
+Roles:
+- ``candidate`` / check: draws secret seeds, generates every case's inputs BEFORE importing the candidate,
+  imports it (profiled, timers snapshotted), runs each case twice on fresh copies of the inputs with the
+  allocator poisoned, verifies the inputs are unchanged, and writes the outputs.
+- ``reference`` / verify: in a separate process, regenerates the same inputs from the seeds, checks they
+  are the ones the candidate got (fingerprints), computes the reference and compares.
+- ``candidate`` / bench and ``baseline`` / bench: times the call with new inputs every sample, keeping a
+  random few outputs (chosen after each call from os.urandom) for the reference to verify.
+
+The job and results are JSON files; tensors travel in ``torch.save`` files in the parent's private folder.
+Exit status 0 means results were written (they may say the candidate failed); anything else is a crash the
+parent reports with this process's stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+import threading
+import traceback
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+
+def _seed() -> int:
+    return struct.unpack("<I", os.urandom(4))[0] & 0x7FFFFFFF
+
+
+def _to(obj: Any, device: str):
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to(device, copy=True)
+    if isinstance(obj, tuple):
+        return tuple(_to(x, device) for x in obj)
+    if isinstance(obj, list):
+        return [_to(x, device) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _to(v, device) for k, v in obj.items()}
+    if hasattr(obj, "__dataclass_fields__") and not isinstance(obj, type):
+        import dataclasses
+
+        return dataclasses.replace(obj, **{f: _to(getattr(obj, f), device) for f in obj.__dataclass_fields__
+                                           if obj.__dataclass_fields__[f].init})
+    return obj
+
+
+def _nbytes(obj: Any) -> int:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, (tuple, list)):
+        return sum(_nbytes(x) for x in obj)
+    if isinstance(obj, dict):
+        return sum(_nbytes(x) for x in obj.values())
+    return 0
+
+
+def _plain_output(obj: Any) -> str | None:
+    """Why ``obj`` is not an acceptable output (a tensor subclass, a lazy object), or None."""
+    import torch
+
+    from kernelpilot.evaluate.compare import flatten
+
+    for name, leaf in flatten(obj):
+        if isinstance(leaf, torch.Tensor) and type(leaf) is not torch.Tensor:
+            return f"{name} is a {type(leaf).__module__}.{type(leaf).__qualname__} (a tensor subclass)"
+    return None
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _cuda_broken(exc: BaseException) -> bool:
+    text = str(exc)
+    return any(s in text for s in ("CUDA error", "illegal memory access", "device-side assert", "CUDA-capable",
+                                   "unspecified launch failure", "misaligned address", "AcceleratorError"))
+
+
+def _err(exc: BaseException) -> str:
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    tail = "".join(tb[-3:]).strip()
+    return f"{type(exc).__name__}: {exc}"[:2000] + ("\n" + tail[-1500:] if tail else "")
+
+
+class Worker:
+    def __init__(self, job: dict[str, Any]) -> None:
+        from kernelpilot.evaluate.formats import runtime_for
+        from kernelpilot.evaluate.problem import Problem
+
+        self.job = job
+        self.device = job["device"]
+        self.problem = Problem.from_json(job["problem"])
+        self.out_dir = Path(job["out_dir"])
+        self.result: dict[str, Any] = {"role": job["role"], "mode": job["mode"], "flags": [], "notes": []}
+        if self.device.startswith("cuda"):
+            import torch
+
+            self.result["gpu"] = torch.cuda.get_device_name()
+        self.rt = runtime_for(self.problem)
+
+    def flag(self, id: str, message: str, level: str = "error", **evidence) -> None:
+        self.result["flags"].append({"id": id, "message": message, "level": level, "evidence": evidence})
+
+    def cases(self, names: list[str]):
+        return [self.problem.case(n) for n in names]
+
+    # -------------------------------------------------------------- candidate: check
+
+    def candidate_check(self) -> None:
+        import torch
+
+        from kernelpilot.evaluate.guards import TimerSnapshot, defined_kernels, fingerprint, poison_allocator
+        from kernelpilot.evaluate.probe import live_threads, probe_call
+
+        cases = self.cases(self.job["cases"])
+        n_seeds = int(self.job.get("seeds", 3))
+        fixed = self.job.get("fixed_seeds")
+        plan = []   # (case, seed, cpu inputs, fingerprint)
+        for case in cases:
+            seeds = list(fixed) if fixed else [_seed() for _ in range(n_seeds)]
+            for seed in seeds:
+                inputs = self.rt.make_inputs(case, seed, self.device)
+                cpu = _to(inputs, "cpu")
+                plan.append((case, seed, cpu, fingerprint(cpu)))
+                del inputs
+        _sync(self.device)
+        timers = TimerSnapshot()
+        threads_before = live_threads()
+        path = Path(self.job["candidate"])
+        fn, import_probe = probe_call(lambda: self.rt.load_candidate(path, self.device, 0), self.device)
+        if fn is None:
+            raise RuntimeError("the candidate could not be loaded")
+        sig_import = self._significant(import_probe.ops)
+        if sig_import or import_probe.kernels:
+            self.flag("work-at-import", "the candidate computes when it is imported (results can be precomputed "
+                      "there, outside every check and timer)", "warning",
+                      ops=sorted(sig_import)[:10], kernels=import_probe.kernels[:10])
+        outputs: dict[str, Any] = {}
+        cases_out = []
+        probe_done = False
+        broken = None
+        for case, seed, cpu, fp in plan:
+            key = f"{case.name}|{seed}"
+            entry = {"case": case.name, "seed": seed, "fingerprint": fp, "hidden": case.hidden}
+            cases_out.append(entry)
+            if broken:
+                entry["error"] = f"not run: an earlier case left the GPU in an error state ({broken})"
+                continue
+            runs = []
+            try:
+                for r in range(2):
+                    dev = _to(cpu, self.device)
+                    poison_allocator(self.device, 2 * _nbytes(cpu))
+                    if not probe_done:
+                        out, probe = probe_call(lambda: fn(*dev), self.device)
+                        probe_done = True
+                        self.result["probe"] = probe.to_json()
+                        self._probe_flags(probe, defined_kernels(path))
+                    else:
+                        out = fn(*dev)
+                    _sync(self.device)
+                    why = _plain_output(out)
+                    if why:
+                        entry["error"] = f"output rejected: {why}"
+                        self.flag("lazy-output", f"output is not a plain tensor: {why}")
+                        break
+                    runs.append(_to(out, "cpu"))
+                    if fingerprint(dev) != fp:
+                        entry["mutated_inputs"] = True
+                        self.flag("input-mutation", f"case {case.name}: the candidate modified its inputs",
+                                  case=case.name)
+                    del dev, out
+            except Exception as e:
+                entry["error"] = _err(e)
+                if self.device.startswith("cuda") and _cuda_broken(e):
+                    broken = str(e).splitlines()[0][:200]
+                continue
+            if runs:
+                outputs[key] = runs[0]
+                if len(runs) == 2 and fingerprint(runs[0]) != fingerprint(runs[1]):
+                    entry["nondeterministic"] = True
+        changed = timers.changed()
+        if changed:
+            self.flag("patched-timer", "the candidate replaced timing or synchronisation functions: " + ", ".join(changed),
+                      functions=changed)
+        new_threads = sorted(live_threads() - threads_before)
+        if new_threads:
+            self.flag("threads", "threads the candidate started are still running after its calls: "
+                      + ", ".join(new_threads[:5]), "warning", threads=new_threads)
+        nondet = [c["case"] for c in cases_out if c.get("nondeterministic")]
+        if nondet:
+            self.flag("nondeterministic", f"two runs on the same inputs gave different outputs: {', '.join(sorted(set(nondet)))}",
+                      "warning", cases=sorted(set(nondet)))
+        torch.save(outputs, self.out_dir / "candidate_outputs.pt")
+        self.result["cases"] = cases_out
+
+    def _significant(self, ops) -> set[str]:
+        from kernelpilot.evaluate.guards import significant_ops
+
+        return significant_ops(set(ops))
+
+    def _probe_flags(self, probe, own_kernels: list[str]) -> None:
+        if probe.side_stream_kernels:
+            self.flag("side-stream", "kernels ran on a stream other than the timed one, outside the timer: "
+                      + ", ".join(probe.side_stream_kernels[:5]), kernels=probe.side_stream_kernels[:10])
+        if probe.other_thread_ops:
+            self.flag("other-thread", "work was launched from another thread: " + ", ".join(probe.other_thread_ops[:5]),
+                      ops=probe.other_thread_ops[:10])
+        if own_kernels and self.device.startswith("cuda") and probe.error is None:
+            ran = [k for k in own_kernels if any(k in name for name in probe.kernels)]
+            if not ran:
+                self.flag("fast-path-not-run", f"the candidate defines kernels ({', '.join(own_kernels[:5])}) but none "
+                          f"ran; it ran: {', '.join(probe.kernels[:5]) or 'no GPU kernels'}", "warning",
+                          defined=own_kernels, ran=probe.kernels[:10])
+        self.result["candidate_ops"] = sorted(self._significant(probe.ops))
+
+    # -------------------------------------------------------------- reference: verify outputs
+
+    def reference_verify(self) -> None:
+        import torch
+
+        from kernelpilot.evaluate.compare import compare_outputs
+        from kernelpilot.evaluate.guards import fingerprint
+        from kernelpilot.evaluate.probe import probe_call
+
+        got_all = torch.load(self.job["outputs"], weights_only=False)
+        items = self.job["items"]   # [{"case", "seed", "fingerprint", "key"}]
+        results = []
+        ref_by_case: dict[str, list[str]] = {}
+        probed = False
+        for it in items:
+            case = self.problem.case(it["case"])
+            inputs = self.rt.make_inputs(case, it["seed"], self.device)
+            fp = fingerprint(_to(inputs, "cpu"))
+            res = {"case": case.name, "seed": it["seed"]}
+            results.append(res)
+            if fp != it["fingerprint"]:
+                res.update(ok=False, message="the candidate did not receive the inputs the reference used "
+                           "(its process generated or saw different data)")
+                self.flag("input-mismatch", f"case {case.name}: inputs in the candidate's process differ from the "
+                          "reference's (a patched generator, or a nondeterministic make_inputs)", case=case.name)
+                continue
+            ref_in = _to(inputs, self.device)
+            if not probed:
+                expected, probe = probe_call(lambda: self.rt.reference(ref_in, case, it["seed"]), self.device)
+                self.result["reference_ops"] = sorted(self._significant(probe.ops))
+                probed = True
+            else:
+                expected = self.rt.reference(ref_in, case, it["seed"])
+            _sync(self.device)
+            expected_cpu = _to(expected, "cpu")
+            ref_by_case.setdefault(case.name, []).append(fingerprint(expected_cpu))
+            if it["key"] not in got_all:
+                res.update(ok=False, message="no output")
+                continue
+            got = got_all[it["key"]]
+            own = self.rt.check(_to(self.rt.make_inputs(case, it["seed"], self.device), self.device),
+                                _to(got, self.device), expected, case)
+            if own is not None:
+                ok, msg = own
+                res.update(ok=bool(ok), message=str(msg or ""))
+            else:
+                cmp = compare_outputs(got, expected_cpu, self.problem.tolerance_for)
+                res.update(cmp.to_json())
+            low = _low_signal(expected_cpu, self.problem)
+            if low:
+                res["low_signal"] = low
+        for case_name, fps in ref_by_case.items():
+            if len(fps) > 1 and len(set(fps)) == 1:
+                for r in results:
+                    if r["case"] == case_name:
+                        r["low_signal"] = "the reference output is the same for every seed"
+        self.result["results"] = results
+
+    # -------------------------------------------------------------- timing
+
+    def bench(self) -> None:
+        import random
+
+        import torch
+
+        from kernelpilot.evaluate.guards import fingerprint
+        from kernelpilot.evaluate.timing import TimingOptions, cpu_sampler, gpu_sampler, measure
+
+        opts = TimingOptions(**self.job.get("timing", {}))
+        role = self.job["role"]
+        if role == "candidate":
+            fn = self.rt.load_candidate(Path(self.job["candidate"]), self.device, 0)
+        else:
+            fn = self.rt.baseline(self.job["baseline"])
+        rng = random.Random(os.urandom(16))
+        out_cases = []
+        kept: dict[str, Any] = {}
+        for case in self.cases(self.job["cases"]):
+            base = _seed()
+            state: dict[str, Any] = {}
+            keep_n = int(self.job.get("verify", 3)) if role == "candidate" else 0
+            kept_items: list[dict[str, Any]] = []
+
+            def prepare(i: int) -> None:
+                seed = (base + 1000003 * (i + 10)) & 0x7FFFFFFF
+                state["seed"] = seed
+                state["inputs"] = self.rt.make_inputs(case, seed, self.device)
+
+            def after(i: int, out: Any) -> None:
+                # Decide after the call, from os.urandom, whether this output is verified: the candidate
+                # cannot know which timed calls are checked.
+                if i < 0 or len(kept_items) >= keep_n:
+                    return
+                if rng.random() < 0.08 or i == 0:
+                    key = f"{case.name}|bench|{state['seed']}"
+                    kept[key] = _to(out, "cpu")
+                    kept_items.append({"case": case.name, "seed": state["seed"], "key": key,
+                                       "fingerprint": fingerprint(_to(state["inputs"], "cpu"))})
+
+            call = lambda: fn(*state["inputs"])  # noqa: E731
+            entry: dict[str, Any] = {"case": case.name}
+            try:
+                if self.device.startswith("cuda"):
+                    timing = measure(gpu_sampler(call, prepare=prepare, after=after, flush_l2=opts.flush_l2,
+                                                 device=self.device), "cuda-events", opts)
+                else:
+                    timing = measure(cpu_sampler(call, prepare=prepare, after=after), "cpu-wall-clock", opts)
+                entry["timing"] = timing.to_json()
+                if self.job.get("graphs") and self.device.startswith("cuda"):
+                    entry["graph_timing"] = self._graph_timing(fn, state, prepare, opts)
+            except Exception as e:
+                entry["error"] = _err(e)
+                if _cuda_broken(e):
+                    out_cases.append(entry)
+                    break
+            entry["verify"] = kept_items
+            out_cases.append(entry)
+            state.clear()
+        if kept:
+            torch.save(kept, self.out_dir / f"{self.job['name']}_bench_outputs.pt")
+        self.result["bench"] = out_cases
+
+    def _graph_timing(self, fn, state: dict[str, Any], prepare, opts) -> dict[str, Any]:
+        """Time CUDA-graph replays of the call: new inputs are copied into the captured buffers before
+        each replay (untimed), so only the kernels are timed, without launch overhead."""
+        import torch
+
+        from kernelpilot.evaluate.timing import graph_sampler, measure
+
+        prepare(0)
+        static = _to(state["inputs"], self.device)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                fn(*static)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                fn(*static)
+        except Exception as e:
+            return {"error": f"could not capture a CUDA graph: {type(e).__name__}: {e}"[:500]}
+
+        def prep(i: int) -> None:
+            prepare(i)
+            _copy_into(static, state["inputs"])
+
+        t = measure(graph_sampler(graph, prepare=prep, flush_l2=opts.flush_l2, device=self.device),
+                    "cuda-graph-replay", opts)
+        return t.to_json()
+
+    def run(self) -> None:
+        role, mode = self.job["role"], self.job["mode"]
+        if role == "candidate" and mode == "check":
+            self.candidate_check()
+        elif role == "reference" and mode == "verify":
+            self.reference_verify()
+        elif mode == "bench":
+            self.bench()
+        else:
+            raise ValueError(f"unknown job {role}/{mode}")
+
+
+def _copy_into(dst: Any, src: Any) -> None:
+    import torch
+
+    if isinstance(dst, torch.Tensor):
+        dst.copy_(src)
+    elif isinstance(dst, (tuple, list)):
+        for d, s in zip(dst, src):
+            _copy_into(d, s)
+    elif isinstance(dst, dict):
+        for k in dst:
+            _copy_into(dst[k], src[k])
+
+
+def _low_signal(expected: Any, problem) -> str | None:
+    import torch
+
+    from kernelpilot.evaluate.compare import flatten
+
+    leaves = [t for _, t in flatten(expected) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()]
+    if not leaves:
+        return None
+    for t in leaves:
+        tol = problem.tolerance_for(str(t.dtype))
+        if float(t.detach().abs().to(torch.float64).nan_to_num(0).max()) > max(tol.atol, 1e-12) * 10:
+            return None
+    return "the reference output is within 10x atol of zero: an all-zero answer would pass the elementwise test"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    job = json.loads(Path(args[0]).read_text())
+    result_path = Path(job["out_dir"]) / f"{job['name']}_result.json"
+    try:
+        w = Worker(job)
+        w.run()
+        result = w.result
+    except Exception as e:
+        result = {"role": job.get("role"), "mode": job.get("mode"), "fatal": _err(e), "flags": []}
+    result_path.write_text(json.dumps(result, default=str))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)   # do not wait for threads the candidate may have left running
+
+
+if __name__ == "__main__":
+    main()
