@@ -25,11 +25,15 @@ def cli() -> None:
 def _register() -> None:
     from kernelpilot.cli import arch as arch_cmd
     from kernelpilot.cli import doctor as doctor_cmd
+    from kernelpilot.cli import eval as eval_cmd
     from kernelpilot.cli import isa as isa_cmd
 
     cli.add_command(arch_cmd.arch)
     cli.add_command(isa_cmd.isa)
     cli.add_command(doctor_cmd.doctor)
+    cli.add_command(eval_cmd.check_cmd)
+    cli.add_command(eval_cmd.bench_cmd)
+    cli.add_command(eval_cmd.eval_cmd)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,172 @@
+"""`kpilot check`, `kpilot bench`, `kpilot eval`: correctness and timing of a candidate against a problem.
+
+Exit status: 0 passed; 3 the candidate ran but failed (wrong, rejected by a guard, crashed, hung);
+1 an error in the problem or the setup; 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from kernelpilot.cli.output import echo, emit_json, table
+
+__all__ = ["check_cmd", "bench_cmd", "eval_cmd"]
+
+FAILED_EXIT = 3
+
+
+def _options(f, *, bench: bool, check: bool):
+    opts = [
+        click.argument("problem", type=click.Path(exists=False)),
+        click.option("--candidate", "-c", required=True, type=click.Path(), help="The candidate file (native: defines the entry function; KernelBench: ModelNew; GPU MODE: custom_kernel)."),
+        click.option("--device", type=click.Choice(["cuda", "cpu"]), help="Where to run (default: cuda when a GPU is present, else cpu for check)."),
+        click.option("--case", "cases", multiple=True, help="Only this case (repeatable)."),
+        click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds each worker process may take."),
+        click.option("--keep", type=click.Path(file_okay=False, path_type=Path), help="Keep the workers' jobs, logs and tensors in this folder."),
+        click.option("--json", "as_json", is_flag=True, help="Machine-readable output (kernelpilot.eval/1)."),
+    ]
+    if check:
+        opts.append(click.option("--seeds", type=int, default=3, show_default=True, help="Secret random seeds per case."))
+    if bench:
+        opts += [
+            click.option("--baseline", "baselines", multiple=True, help="eager, compile, or a candidate file to compare with (repeatable)."),
+            click.option("--graphs", is_flag=True, help="Also time CUDA-graph replays (removes launch overhead)."),
+            click.option("--budget", type=float, default=3.0, show_default=True, help="Seconds of timed samples per case at most."),
+            click.option("--verify", type=int, default=3, show_default=True, help="Timed outputs re-checked per case."),
+        ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _eval_options(kw: dict):
+    from kernelpilot.evaluate.runner import EvalOptions
+
+    return EvalOptions(
+        device=kw.get("device"),
+        seeds=kw.get("seeds", 3),
+        timeout=kw["timeout"],
+        baselines=list(kw.get("baselines", ())),
+        graphs=kw.get("graphs", False),
+        cases=list(kw["cases"]) or None,
+        verify=kw.get("verify", 3),
+        timing={"budget_s": kw["budget"]} if "budget" in kw else {},
+        keep=kw.get("keep"),
+    )
+
+
+def _finish(result, as_json: bool) -> None:
+    if as_json:
+        emit_json(result.to_json())
+    else:
+        echo(render(result))
+    if not result.passed:
+        sys.exit(FAILED_EXIT)
+
+
+@click.command("check")
+@(lambda f: _options(f, bench=False, check=True))
+def check_cmd(problem, candidate, **kw) -> None:
+    """Check a candidate's correctness on every case and several secret seeds.
+
+    \b
+    Examples:
+      kpilot check examples/problems/row_softmax --candidate my_softmax.py
+      kpilot check 19_ReLU.py --candidate relu_new.py --device cpu --json
+    """
+    from kernelpilot.evaluate.runner import check
+
+    _finish(check(problem, candidate, _eval_options(kw)), kw["as_json"])
+
+
+@click.command("bench")
+@(lambda f: _options(f, bench=True, check=False))
+def bench_cmd(problem, candidate, **kw) -> None:
+    """Time a candidate (CUDA events, L2 flushed, fresh inputs every call) against baselines.
+
+    \b
+    Examples:
+      kpilot bench examples/problems/row_softmax -c my_softmax.py --baseline eager --baseline compile
+      kpilot bench problem/ -c cand.py --graphs --json
+    """
+    from kernelpilot.evaluate.runner import bench
+
+    res = bench(problem, candidate, _eval_options(kw))
+    if res.correct is None:
+        res.correct = all(b.check_ok for b in res.bench) and res.error is None
+    _finish(res, kw["as_json"])
+
+
+@click.command("eval")
+@(lambda f: _options(f, bench=True, check=True))
+def eval_cmd(problem, candidate, **kw) -> None:
+    """Check, then benchmark when correct.
+
+    \b
+    Example:
+      kpilot eval examples/problems/row_softmax -c my_softmax.py --baseline eager --json
+    """
+    from kernelpilot.evaluate.runner import evaluate
+
+    _finish(evaluate(problem, candidate, _eval_options(kw)), kw["as_json"])
+
+
+# ------------------------------------------------------------------ rendering
+
+
+def _num(x, fmt="{:.3g}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def render(r) -> str:
+    out = [f"problem {r.problem}  candidate {r.candidate}  device {r.device}" + (f" ({r.gpu})" if r.gpu else "")]
+    if r.error:
+        out.append(f"ERROR  {r.error}")
+    if r.cases:
+        rows = []
+        for c in r.cases:
+            status = "ok" if c.ok else "FAIL"
+            note = c.message or (f"low signal: {c.low_signal}" if c.low_signal else "")
+            rows.append([status, c.case + (" (hidden)" if c.hidden else ""), c.seed, _num(c.max_abs_err),
+                         _num(c.rel_err), note[:120]])
+        out.append(table(rows, ["", "case", "seed", "max abs err", "rel err", "message"]))
+        bad = sum(not c.ok for c in r.cases)
+        out.append(f"correct: {'yes' if r.correct else 'no'} ({len(r.cases) - bad}/{len(r.cases)} case runs passed)")
+    if r.bench:
+        names = sorted({n for b in r.bench for n in b.baselines})
+        rows = []
+        for b in r.bench:
+            t = b.timing or {}
+            roof = b.roofline or {}
+            row = [b.case, _num(t.get("median_us"), "{:.2f}"), _num(t.get("iqr_us"), "{:.2f}"),
+                   _num(t.get("min_us"), "{:.2f}"), t.get("n", "-"),
+                   _num(roof.get("floor_us"), "{:.2f}"), _num(roof.get("fraction"), "{:.0%}"),
+                   "ok" if b.check_ok else "WRONG"]
+            if b.graph_timing:
+                row.append(_num(b.graph_timing.get("median_us"), "{:.2f}"))
+            for n in names:
+                bl = b.baselines.get(n)
+                row.append(f"{bl['median_us']:.2f} ({bl['speedup']:.3g}x)" if bl else "-")
+            rows.append(row)
+        headers = ["case", "median us", "IQR", "min", "n", "floor us", "of floor", "timed outputs"]
+        if any(b.graph_timing for b in r.bench):
+            headers.append("graph us")
+        headers += [f"{n} us (speedup)" for n in names]
+        out.append(table(rows, headers))
+        method = (r.bench[0].timing or {}).get("method")
+        if method == "cpu-wall-clock":
+            out.append("timing: CPU wall-clock per call, new inputs before every call, median of n samples")
+        elif method:
+            out.append(f"timing: {method}, L2 flushed and new inputs before every call, median of n samples")
+        for n, v in r.baselines().items():
+            if v.get("speedup"):
+                out.append(f"speedup over {n}: {v['speedup']:.3g}x ({v['aggregate']})")
+    for f in r.flags:
+        out.append(f"[{f.level}] {f.id}: {f.message}")
+    for n in r.notes:
+        out.append(f"note: {n}")
+    out.append("PASSED" if r.passed else "FAILED")
+    return "\n".join(out)
