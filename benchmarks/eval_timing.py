@@ -1,0 +1,133 @@
+"""Is the harness's timing right? Run on a GPU machine (it refuses without one).
+
+1. Agreement with Nsight Compute: for each case of benchmarks/problems/softmax_large, the harness's median
+   (CUDA events, L2 flushed) against ncu's gpu__time_duration of the same kernel on the same inputs (ncu
+   flushes caches between kernels by default). Target: within 5% for kernels of 20 us or more.
+2. Repeatability: the same candidate benchmarked twice in separate runs; median-to-median difference.
+   Target: under 2%.
+3. Speed: `evaluate` (check on one small case with one seed, then bench it) of one candidate with Triton's
+   cache warm (compile excluded). Target: under 5 s.
+
+Writes benchmarks/results/eval_timing.json (and appends to eval_timing.jsonl).
+Run: python benchmarks/eval_timing.py   (ncu must be on PATH for part 1)
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import write_results  # noqa: E402
+
+from kernelpilot.evaluate.problem import load_problem  # noqa: E402
+from kernelpilot.evaluate.runner import EvalOptions, bench, evaluate  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBLEM = ROOT / "benchmarks" / "problems" / "softmax_large"
+CANDIDATE = ROOT / "examples" / "problems" / "row_softmax" / "candidates" / "triton_softmax.py"
+TIMED_CASES = ["20us", "100us", "400us"]
+
+NCU_DRIVER = r"""
+import sys, torch
+sys.path.insert(0, {src!r})
+from kernelpilot.evaluate.problem import load_problem
+from kernelpilot.evaluate.formats import runtime_for
+from kernelpilot.evaluate.pyload import import_file
+p = load_problem({problem!r})
+rt = runtime_for(p)
+fn = getattr(import_file({candidate!r}), p.entry)
+case = p.case({case!r})
+x = rt.make_inputs(case, 1234, "cuda")
+for _ in range(3):          # compile and warm up outside the profiled range
+    fn(*x)
+torch.cuda.synchronize()
+torch.cuda.cudart().cudaProfilerStart()
+for _ in range({reps}):
+    fn(*x)
+torch.cuda.synchronize()
+torch.cuda.cudart().cudaProfilerStop()
+"""
+
+
+def ncu_times(case: str, reps: int = 20) -> list[float]:
+    """gpu__time_duration (us) of each launch of the candidate's kernel under Nsight Compute."""
+    src = str(ROOT / "src")
+    with tempfile.TemporaryDirectory() as d:
+        driver = Path(d) / "drive.py"
+        driver.write_text(NCU_DRIVER.format(src=src, problem=str(PROBLEM), candidate=str(CANDIDATE), case=case,
+                                            reps=reps))
+        cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--metrics",
+               "gpu__time_duration.sum", "-k", "regex:softmax_kernel", "--csv", sys.executable, str(driver)]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        if p.returncode != 0:
+            raise RuntimeError(f"ncu failed ({p.returncode}): {p.stderr[-2000:]}")
+    lines = [l for l in p.stdout.splitlines() if l.startswith('"')]
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    out = []
+    for r in rows:
+        if r.get("Metric Name") == "gpu__time_duration.sum":
+            v = float(r["Metric Value"].replace(",", ""))
+            unit = r.get("Metric Unit", "")
+            out.append(v / 1000.0 if unit in ("nsecond", "ns") else v * 1000.0 if unit in ("msecond", "ms") else v)
+    return out
+
+
+def main() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        sys.exit("eval_timing.py needs a CUDA GPU")
+    opts = EvalOptions(device="cuda", cases=TIMED_CASES, verify=2, timing={"budget_s": 3.0, "max_n": 500})
+    first = bench(PROBLEM, CANDIDATE, opts)
+    second = bench(PROBLEM, CANDIDATE, opts)
+    rows = []
+    for a, b in zip(first.bench, second.bench):
+        row = {"case": a.case, "params": a.params, "harness_median_us": a.timing["median_us"],
+               "harness_iqr_us": a.timing["iqr_us"], "n": a.timing["n"],
+               "repeat_median_us": b.timing["median_us"],
+               "repeat_diff_pct": round(100 * abs(a.timing["median_us"] - b.timing["median_us"]) / a.timing["median_us"], 3),
+               "floor_us": (a.roofline or {}).get("floor_us"), "timed_outputs_ok": a.check_ok and b.check_ok}
+        if shutil.which("ncu"):
+            try:
+                t = ncu_times(a.case)
+                row["ncu_median_us"] = round(statistics.median(t), 3)
+                row["ncu_n"] = len(t)
+                row["diff_vs_ncu_pct"] = round(100 * (a.timing["median_us"] - row["ncu_median_us"]) / row["ncu_median_us"], 3)
+            except Exception as e:  # record why, keep the rest
+                row["ncu_error"] = str(e)[:500]
+        rows.append(row)
+        print(row, flush=True)
+    # speed of one check + bench of one small case, Triton cache warm
+    small = EvalOptions(device="cuda", cases=["small"], seeds=1, verify=1, timing={"budget_s": 0.5})
+    evaluate(PROBLEM, CANDIDATE, small)                     # warm Triton's cache
+    t0 = time.perf_counter()
+    res = evaluate(PROBLEM, CANDIDATE, small)
+    eval_s = time.perf_counter() - t0
+    agree = [r for r in rows if "diff_vs_ncu_pct" in r and r["harness_median_us"] >= 20]
+    summary = {
+        "ncu_within_5pct": bool(agree) and all(abs(r["diff_vs_ncu_pct"]) <= 5 for r in agree),
+        "repeat_within_2pct": all(r["repeat_diff_pct"] < 2 for r in rows),
+        "check_and_bench_small_case_s": round(eval_s, 3),
+        "check_and_bench_under_5s": eval_s < 5,
+        "small_case_passed": res.passed,
+        "gpu": first.gpu,
+    }
+    print(summary)
+    path = write_results("eval_timing", {"cases": rows, "summary": summary,
+                                         "method": "harness: CUDA events around each call, L2 flushed and new inputs "
+                                                   "before every call, median; ncu: gpu__time_duration.sum per launch "
+                                                   "(--clock-control none, default cache control: flush all)"})
+    print(f"written to {path}")
+
+
+if __name__ == "__main__":
+    main()

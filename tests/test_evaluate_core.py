@@ -1,0 +1,137 @@
+"""The harness's pure parts with real torch: output comparison, cost expressions, the native problem
+format, the roofline floor, timing statistics."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from conftest import EXAMPLES, require_module
+
+from kernelpilot.errors import InputFormatError, UsageError
+from kernelpilot.evaluate.cost import evaluate_cost
+from kernelpilot.evaluate.problem import Tolerance, load_problem
+from kernelpilot.evaluate.roofline import floor, gpu_from_device_name
+from kernelpilot.evaluate.timing import TimingOptions, cpu_sampler, measure, summarize
+
+torch = require_module("torch")
+from kernelpilot.evaluate.compare import compare_outputs  # noqa: E402
+
+TOL = lambda dtype: Tolerance(1e-3, 1e-3)  # noqa: E731
+
+
+def test_identical_outputs_pass():
+    x = torch.randn(64, 32)
+    c = compare_outputs(x, x.clone(), TOL)
+    assert c.ok and c.max_abs_err == 0 and c.rel_err == 0 and c.total == 64 * 32
+
+
+def test_one_wrong_element_is_reported_with_its_index():
+    x = torch.randn(64, 32)
+    y = x.clone()
+    y[5, 7] += 0.5
+    c = compare_outputs(y, x, TOL)
+    assert not c.ok and c.mismatched == 1
+    assert c.worst[0]["index"] == [5, 7] and c.worst[0]["got"] == pytest.approx(float(y[5, 7]))
+
+
+def test_nan_never_passes_and_poison_is_caught():
+    x = torch.randn(100)
+    poisoned = torch.full_like(x, float("nan"))
+    c = compare_outputs(poisoned, x, TOL)
+    assert not c.ok and "NaN" in c.message
+    # NaN where the reference has NaN too is not an error in itself
+    x[3] = float("nan")
+    assert compare_outputs(x.clone(), x, TOL).ok
+
+
+def test_zeros_hiding_inside_atol_fail_on_relative_norm():
+    expected = torch.full((1000,), 5e-4)
+    c = compare_outputs(torch.zeros(1000), expected, TOL)
+    assert c.mismatched == 0          # elementwise it would pass ...
+    assert not c.ok and "relative norm error" in c.message   # ... the norm test does not
+
+
+def test_shape_dtype_structure_and_integers():
+    x = torch.randn(4, 4)
+    assert "shape" in compare_outputs(x[:3], x, TOL).message
+    assert "dtype float16, expected float32" in compare_outputs(x.half(), x, TOL).message
+    assert "structure" in compare_outputs((x,), (x, x), TOL).message
+    ids = torch.tensor([1, 2, 3], dtype=torch.int32)
+    c = compare_outputs((x, ids + torch.tensor([0, 0, 1], dtype=torch.int32)), (x, ids), TOL)
+    assert not c.ok and "exact match" in c.message
+
+
+def test_tensor_subclass_is_rejected():
+    class Lazy(torch.Tensor):
+        pass
+
+    x = torch.randn(3)
+    c = compare_outputs(x.as_subclass(Lazy), x, TOL)
+    assert not c.ok and "subclass" in c.message
+
+
+def test_cost_expressions():
+    p = {"rows": 4, "cols": 8, "dtype": "float16"}
+    assert evaluate_cost("2 * rows * cols * itemsize", p) == 128
+    assert evaluate_cost("max(rows, cols) // 3 + 2 ** 3", p) == 10
+    with pytest.raises(UsageError, match="tokens"):
+        evaluate_cost("tokens * 2", p)
+    with pytest.raises(UsageError, match="not valid"):
+        evaluate_cost("__import__('os')", p)
+
+
+def test_native_problem_loads_with_hidden_variants():
+    p = load_problem(EXAMPLES / "problems" / "row_softmax")
+    assert p.format == "native" and p.entry == "softmax"
+    hidden = [c for c in p.cases if c.hidden]
+    public = [c for c in p.cases if not c.hidden]
+    assert len(public) == 2 and hidden
+    assert all(c.params["rows"] not in (64, 256) for c in hidden)
+    assert p.tolerance_for("torch.float16") == Tolerance(1e-3, 1e-3)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("name = 'x'\n", "missing reference"),
+    ("reference = 'nope.py:f'\nmake_inputs = 'nope.py:g'\n[[cases]]\nn = 1\n", "not in"),
+    ("reference = 'r.py:f'\nmake_inputs = 'r.py:g'\n", "at least one [[cases]]"),
+    ("reference = 'r.py:f'\nmake_inputs = 'r.py:g'\nbogus = 1\n[[cases]]\nn = 1\n", "unknown keys"),
+    ("this is = not toml [", "not valid TOML"),
+    ("reference = 'r.py:f'\nmake_inputs = 'r.py:g'\n[tolerance]\nfloat32 = 3\n[[cases]]\nn = 1\n", "tolerance.float32"),
+])
+def test_malformed_native_problems(tmp_path, text, needle):
+    (tmp_path / "problem.toml").write_text(text)
+    (tmp_path / "r.py").write_text("def f(x): return x\ndef g(case, seed, device): return (1,)\n")
+    with pytest.raises(InputFormatError, match=needle.replace("[", r"\[").replace("]", r"\]")):
+        load_problem(tmp_path)
+
+
+def test_not_a_problem(tmp_path):
+    with pytest.raises(UsageError, match="not a problem"):
+        load_problem(tmp_path)
+    with pytest.raises(UsageError, match="no such problem"):
+        load_problem(tmp_path / "missing")
+
+
+def test_floor_from_arch_data():
+    h200 = gpu_from_device_name("NVIDIA H200")
+    assert h200 is not None and h200.memory_bandwidth_tbps == 4.8
+    f = floor({"bytes": "2 * rows * cols * itemsize"}, {"rows": 1 << 16, "cols": 1 << 10, "dtype": "float32"}, h200)
+    assert f["floor_us"] == pytest.approx(2 * 2**26 * 4 / 4.8e12 * 1e6, rel=1e-4)
+    assert f["bound"] == "memory"
+    assert gpu_from_device_name("NVIDIA H100 80GB HBM3").name.startswith("NVIDIA H100")
+    assert gpu_from_device_name("AMD Instinct MI300X").arch == "gfx942"
+    assert gpu_from_device_name("Some Other GPU") is None
+
+
+def test_timing_statistics_and_options():
+    t = summarize([3.0, 1.0, 2.0, 4.0, 100.0], "x", True)
+    assert (t.median_us, t.min_us, t.max_us, t.n) == (3.0, 1.0, 100.0, 5)
+    assert t.iqr_us == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        TimingOptions(min_n=1)
+    calls = []
+    res = measure(cpu_sampler(lambda: sum(range(1000)), prepare=calls.append), "cpu",
+                  TimingOptions(min_n=5, max_n=50, budget_s=0.5, warmup=2, warmup_s=0.0))
+    assert 5 <= res.n <= 50 and res.median_us > 0 and math.isfinite(res.iqr_us)
+    assert calls[:2] == [-1, -2] and 0 in calls      # warm-up calls, then samples numbered from 0
