@@ -4,12 +4,15 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The CPU build of this release lies on the project's machines; pinning it keeps pip from pulling a CUDA build.
+TORCH_VERSION ?= 2.13.0
 
 .PHONY: demo test bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==$(TORCH_VERSION)
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 

@@ -129,7 +129,13 @@ def check(problem: str | Path | Problem, candidate: str | Path, opts: EvalOption
             ref = _verify(session, prob, device, items, session.dir / "candidate_outputs.pt", opts.timeout)
             result.flags.extend(_flags(ref.get("flags", [])))
             verified = {(r["case"], r["seed"]): r for r in ref["results"]}
-            fallback = sorted(set(res.get("candidate_ops", [])) & set(ref.get("reference_ops", [])))
+            ref_ops = set(ref.get("reference_ops", []))
+            at_import = sorted(set(res.get("import_ops", [])) & ref_ops)
+            if at_import:
+                result.flags.append(Flag("work-at-import", "the candidate runs the reference's computation when it "
+                                         "is imported (answers can be precomputed there, outside every check and "
+                                         "timer): " + ", ".join(at_import), "warning", {"ops": at_import}))
+            fallback = sorted(set(res.get("candidate_ops", [])) & ref_ops)
             if fallback:
                 result.flags.append(Flag("library-fallback", "the candidate runs the reference's own library op(s): "
                                          + ", ".join(fallback), "warning", {"ops": fallback}))

@@ -20,15 +20,12 @@ def _module(name: str):
     return importlib.import_module(f"kernelpilot.evaluate.formats.{name}")
 
 
-def _modules():
-    return {name: _module(name) for name in FORMATS}
-
-
 def detect_and_load(path: Path) -> Problem:
     if not path.exists():
         raise UsageError(f"{path}: no such problem (a folder with problem.toml, a GPU MODE folder with "
                          "reference.py and task.yml, or a KernelBench .py file).")
-    for mod in _modules().values():
+    for name in FORMATS:
+        mod = _module(name)
         if mod.detect(path):
             return mod.load(path)
     raise UsageError(
