@@ -93,152 +93,166 @@ def _cases(problem: Problem, names: list[str] | None, *, bench: bool) -> list[st
     return list(names)
 
 
-def _verify(session: _Session, problem: Problem, device: str, items: list[dict[str, Any]], outputs: Path,
+def _verify(session: _Session, problem: Problem, device: str, items: list[dict[str, Any]], outputs: list[Path],
             timeout: float) -> dict[str, Any]:
     job = session.job(role="reference", mode="verify", problem=problem.to_json(), device=device, items=items,
-                      outputs=str(outputs))
+                      outputs=[str(o) for o in outputs])
     res = run_job(job, timeout=timeout)
     if res.get("fatal"):
         raise KernelpilotError(f"the problem's reference failed, so nothing can be checked: {_fatal_text(res)}")
     return res
 
 
-def check(problem: str | Path | Problem, candidate: str | Path, opts: EvalOptions | None = None) -> EvalResult:
-    """Correctness of ``candidate`` on every case (public and hidden) and several secret seeds."""
+def _candidate_items(res: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"case": e["case"], "seed": e["seed"], "fingerprint": e["fingerprint"], "key": f"{e['case']}|{e['seed']}"}
+            for e in res.get("cases", []) if not e.get("error")]
+
+
+def _bench_items(res: dict[str, Any]) -> list[dict[str, Any]]:
+    return [it for e in res.get("bench", []) for it in e.get("verify", [])]
+
+
+def _merge_check(result: EvalResult, prob: Problem, res: dict[str, Any], ref: dict[str, Any] | None) -> None:
+    """Per-case results from the candidate's worker and the reference's verdicts; the guards' flags."""
+    verified: dict[tuple[str, int], dict[str, Any]] = {}
+    if ref is not None:
+        result.flags.extend(_flags(ref.get("flags", [])))
+        verified = {(r["case"], r["seed"]): r for r in ref["results"] if "|bench|" not in r.get("key", "")}
+        ref_ops = set(ref.get("reference_ops", []))
+        at_import = sorted(set(res.get("import_ops", [])) & ref_ops)
+        if at_import:
+            result.flags.append(Flag("work-at-import", "the candidate runs the reference's computation when it "
+                                     "is imported (answers can be precomputed there, outside every check and "
+                                     "timer): " + ", ".join(at_import), "warning", {"ops": at_import}))
+        fallback = sorted(set(res.get("candidate_ops", [])) & ref_ops)
+        if fallback:
+            result.flags.append(Flag("library-fallback", "the candidate runs the reference's own library op(s): "
+                                     + ", ".join(fallback), "warning", {"ops": fallback}))
+    params = {c.name: c.params for c in prob.cases}
+    for e in res.get("cases", []):
+        r = verified.get((e["case"], e["seed"]), {})
+        msg = e.get("error") or r.get("message", "")
+        ok = not e.get("error") and bool(r.get("ok"))
+        result.cases.append(CaseResult(
+            case=e["case"], seed=e["seed"], ok=ok, message=msg, max_abs_err=r.get("max_abs_err"),
+            rel_err=r.get("rel_err"), hidden=e.get("hidden", False), low_signal=r.get("low_signal"),
+            worst=r.get("worst", []), params=params.get(e["case"], {}),
+        ))
+    hidden_failed = sorted({c.case for c in result.cases if c.hidden and not c.ok})
+    if hidden_failed and all(c.ok for c in result.cases if not c.hidden):
+        result.flags.append(Flag("shape-specialised", "correct on every public case but wrong on shapes it was "
+                                 "not shown: " + ", ".join(hidden_failed), "error", {"cases": hidden_failed}))
+    result.correct = bool(result.cases) and all(c.ok for c in result.cases)
+
+
+def _merge_bench(result: EvalResult, prob: Problem, res: dict[str, Any], ref: dict[str, Any] | None) -> None:
+    """Timings, re-checks of timed outputs, and the roofline floor per case."""
+    checks: dict[str, list[dict[str, Any]]] = {}
+    for r in (ref or {}).get("results", []):
+        if "|bench|" in r.get("key", ""):
+            checks.setdefault(r["case"], []).append(r)
+    gpu = gpu_from_device_name(result.gpu)
+    by_case = {c.name: c for c in prob.cases + prob.benchmark_cases}
+    for entry in res.get("bench", []):
+        name = entry["case"]
+        bc = BenchCase(case=name, params=by_case[name].params, timing=entry.get("timing"),
+                       graph_timing=entry.get("graph_timing"), message=entry.get("error", ""))
+        verdicts = checks.get(name, [])
+        bc.checked = len(verdicts)
+        bad = [v for v in verdicts if not v.get("ok")]
+        if entry.get("error"):
+            bc.check_ok = False
+        if bad:
+            bc.check_ok = False
+            bc.message = bc.message or (f"{len(bad)} of {len(verdicts)} re-checked timed outputs were wrong: "
+                                        f"{bad[0].get('message', '')}")
+            result.flags.append(Flag("timed-output-wrong", f"case {name}: outputs of timed calls were wrong "
+                                     "(cached, replayed or batched results?)", "error", {"case": name}))
+        try:
+            bc.roofline = floor(prob.cost, by_case[name].params, gpu)
+        except KernelpilotError as e:
+            result.notes.append(str(e))
+        if bc.roofline and bc.roofline.get("floor_us") and bc.timing:
+            fl = bc.roofline["floor_us"]
+            bc.roofline["fraction"] = round(fl / bc.timing["median_us"], 4)
+            if bc.timing["median_us"] < fl and result.device.startswith("cuda"):
+                result.flags.append(Flag("impossible-time", f"case {name}: {bc.timing['median_us']:.2f} us is below "
+                                         f"the hardware floor of {fl:.2f} us ({bc.roofline['bound']}-bound)", "error",
+                                         {"case": name, "median_us": bc.timing["median_us"], "floor_us": fl}))
+        result.bench.append(bc)
+
+
+def _run(problem, candidate, opts: EvalOptions, *, do_check: bool, do_bench: bool) -> EvalResult:
     opts = opts or EvalOptions()
     prob, cand = _load(problem, candidate)
     device = opts.device or default_device()
-    result = EvalResult(problem=prob.name, candidate=str(candidate), device=device, correct=False)
-    result.flags.extend(scan_source(cand))
+    if do_bench and not do_check and opts.device is None and device == "cpu":
+        raise UsageError("no CUDA GPU here: kpilot bench times GPU kernels; pass --device cpu to time on the CPU "
+                         "(wall-clock CPU times, not GPU times).")
+    result = EvalResult(problem=prob.name, candidate=str(candidate), device=device,
+                        correct=False if do_check else None)
+    if do_check:
+        result.flags.extend(scan_source(cand))
+    bench_names = _cases(prob, opts.cases, bench=True) if do_bench else []
+    if do_bench and device == "cpu":
+        result.notes.append("times are CPU wall-clock times, not GPU times")
     session = _Session(opts.keep)
     try:
-        job = session.job(role="candidate", mode="check", problem=prob.to_json(), candidate=str(cand),
-                          device=device, cases=_cases(prob, opts.cases, bench=False), seeds=opts.seeds)
+        common = dict(problem=prob.to_json(), candidate=str(cand), device=device, timing=opts.timing,
+                      graphs=opts.graphs, verify=opts.verify)
+        if do_check:
+            mode = "eval" if do_bench else "check"
+            job = session.job(role="candidate", mode=mode, cases=_cases(prob, opts.cases, bench=False),
+                              seeds=opts.seeds, bench_cases=bench_names, **common)
+        else:
+            job = session.job(role="candidate", mode="bench", cases=bench_names, **common)
         res = run_job(job, timeout=opts.timeout)
         result.gpu = res.get("gpu")
         result.flags.extend(_flags(res.get("flags", [])))
         if res.get("fatal"):
             result.error = f"the candidate could not be run: {_fatal_text(res)}"
             return result
-        entries = res["cases"]
-        params = {c.name: c.params for c in prob.cases}
-        items = [{"case": e["case"], "seed": e["seed"], "fingerprint": e["fingerprint"],
-                  "key": f"{e['case']}|{e['seed']}"} for e in entries if not e.get("error")]
-        verified: dict[tuple[str, int], dict[str, Any]] = {}
-        if items:
-            ref = _verify(session, prob, device, items, session.dir / "candidate_outputs.pt", opts.timeout)
-            result.flags.extend(_flags(ref.get("flags", [])))
-            verified = {(r["case"], r["seed"]): r for r in ref["results"]}
-            ref_ops = set(ref.get("reference_ops", []))
-            at_import = sorted(set(res.get("import_ops", [])) & ref_ops)
-            if at_import:
-                result.flags.append(Flag("work-at-import", "the candidate runs the reference's computation when it "
-                                         "is imported (answers can be precomputed there, outside every check and "
-                                         "timer): " + ", ".join(at_import), "warning", {"ops": at_import}))
-            fallback = sorted(set(res.get("candidate_ops", [])) & ref_ops)
-            if fallback:
-                result.flags.append(Flag("library-fallback", "the candidate runs the reference's own library op(s): "
-                                         + ", ".join(fallback), "warning", {"ops": fallback}))
-        for e in entries:
-            r = verified.get((e["case"], e["seed"]), {})
-            msg = e.get("error") or r.get("message", "")
-            ok = not e.get("error") and bool(r.get("ok"))
-            result.cases.append(CaseResult(
-                case=e["case"], seed=e["seed"], ok=ok, message=msg, max_abs_err=r.get("max_abs_err"),
-                rel_err=r.get("rel_err"), hidden=e.get("hidden", False), low_signal=r.get("low_signal"),
-                worst=r.get("worst", []), params=params.get(e["case"], {}),
-            ))
-        hidden_failed = [c.case for c in result.cases if c.hidden and not c.ok]
-        public_ok = all(c.ok for c in result.cases if not c.hidden)
-        if hidden_failed and public_ok:
-            result.flags.append(Flag("shape-specialised", "correct on every public case but wrong on shapes it was "
-                                     "not shown: " + ", ".join(sorted(set(hidden_failed))), "error",
-                                     {"cases": sorted(set(hidden_failed))}))
-        result.correct = bool(result.cases) and all(c.ok for c in result.cases)
+        items = (_candidate_items(res) if do_check else []) + _bench_items(res)
+        outputs = [session.dir / "candidate_outputs.pt", session.dir / f"{job['name']}_bench_outputs.pt"]
+        ref = _verify(session, prob, device, items, outputs, opts.timeout) if items else None
+        if do_check:
+            _merge_check(result, prob, res, ref)
+        if res.get("bench") and (not do_check or result.passed):
+            _merge_bench(result, prob, res, ref)
+            for base in opts.baselines:
+                _add_baseline(session, prob, device, bench_names, opts, base, result)
+        elif do_bench and do_check:
+            result.notes.append("not benchmarked: the candidate failed the check" if not result.correct
+                                else "not benchmarked: the candidate was rejected")
         return result
     finally:
         session.close()
+
+
+def check(problem: str | Path | Problem, candidate: str | Path, opts: EvalOptions | None = None) -> EvalResult:
+    """Correctness of ``candidate`` on every case (public and hidden) and several secret seeds."""
+    return _run(problem, candidate, opts or EvalOptions(), do_check=True, do_bench=False)
 
 
 def bench(problem: str | Path | Problem, candidate: str | Path, opts: EvalOptions | None = None) -> EvalResult:
     """Time ``candidate`` (and each baseline) on the benchmark cases; re-check a random sample of timed outputs."""
-    opts = opts or EvalOptions()
-    prob, cand = _load(problem, candidate)
-    device = opts.device or default_device()
-    if opts.device is None and device == "cpu":
-        raise UsageError("no CUDA GPU here: kpilot bench times GPU kernels; pass --device cpu to time on the CPU "
-                         "(wall-clock CPU times, not GPU times).")
-    result = EvalResult(problem=prob.name, candidate=str(candidate), device=device)
-    if device == "cpu":
-        result.notes.append("times are CPU wall-clock times (--device cpu), not GPU times")
-    names = _cases(prob, opts.cases, bench=True)
-    session = _Session(opts.keep)
-    try:
-        cand_res = _bench_one(session, prob, device, names, opts, candidate=str(cand))
-        result.gpu = cand_res.get("gpu")
-        if cand_res.get("fatal"):
-            result.error = f"the candidate could not be timed: {_fatal_text(cand_res)}"
-            return result
-        result.flags.extend(_flags(cand_res.get("flags", [])))
-        gpu = gpu_from_device_name(result.gpu)
-        checks = _check_timed(session, prob, device, cand_res, opts)
-        by_case = {c.name: c for c in prob.cases + prob.benchmark_cases}
-        for entry in cand_res["bench"]:
-            name = entry["case"]
-            bc = BenchCase(case=name, params=by_case[name].params, timing=entry.get("timing"),
-                           graph_timing=entry.get("graph_timing"), message=entry.get("error", ""))
-            verdicts = checks.get(name, [])
-            bc.checked = len(verdicts)
-            bad = [v for v in verdicts if not v.get("ok")]
-            if bad or entry.get("error"):
-                bc.check_ok = False
-                bc.message = bc.message or f"{len(bad)} of {len(verdicts)} re-checked timed outputs were wrong: " \
-                                           f"{bad[0].get('message', '')}"
-            if bad:
-                result.flags.append(Flag("timed-output-wrong", f"case {name}: outputs of timed calls were wrong "
-                                         "(cached, replayed or batched results?)", "error", {"case": name}))
-            try:
-                bc.roofline = floor(prob.cost, by_case[name].params, gpu)
-            except KernelpilotError as e:
-                result.notes.append(str(e))
-            if bc.roofline and bc.roofline.get("floor_us") and bc.timing:
-                fl = bc.roofline["floor_us"]
-                bc.roofline["fraction"] = round(fl / bc.timing["median_us"], 4)
-                if bc.timing["median_us"] < fl and device.startswith("cuda"):
-                    result.flags.append(Flag("impossible-time", f"case {name}: {bc.timing['median_us']:.2f} us is "
-                                             f"below the hardware floor of {fl:.2f} us ({bc.roofline['bound']}-bound)",
-                                             "error", {"case": name, "median_us": bc.timing["median_us"],
-                                                       "floor_us": fl}))
-            result.bench.append(bc)
-        for base in opts.baselines:
-            _add_baseline(session, prob, device, names, opts, base, result)
-        return result
-    finally:
-        session.close()
+    return _run(problem, candidate, opts or EvalOptions(), do_check=False, do_bench=True)
+
+
+def evaluate(problem: str | Path | Problem, candidate: str | Path, opts: EvalOptions | None = None) -> EvalResult:
+    """Check, then bench when the candidate is correct and no guard rejected it (one worker process for both)."""
+    return _run(problem, candidate, opts or EvalOptions(), do_check=True, do_bench=True)
 
 
 def _bench_one(session: _Session, prob: Problem, device: str, names: list[str], opts: EvalOptions, *,
                candidate: str | None = None, baseline: str | None = None) -> dict[str, Any]:
     role = "candidate" if candidate else "baseline"
     job = session.job(role=role, mode="bench", problem=prob.to_json(), device=device, cases=names,
-                      timing=opts.timing, graphs=opts.graphs, verify=opts.verify,
+                      timing=opts.timing, graphs=opts.graphs, verify=0,
                       **({"candidate": candidate} if candidate else {"baseline": baseline}))
     res = run_job(job, timeout=opts.timeout)
     res["job"] = job["name"]
     return res
-
-
-def _check_timed(session: _Session, prob: Problem, device: str, res: dict[str, Any],
-                 opts: EvalOptions) -> dict[str, list[dict[str, Any]]]:
-    items = [it for e in res["bench"] for it in e.get("verify", [])]
-    if not items:
-        return {}
-    outputs = session.dir / f"{res['job']}_bench_outputs.pt"
-    ref = _verify(session, prob, device, items, outputs, opts.timeout)
-    out: dict[str, list[dict[str, Any]]] = {}
-    for r in ref["results"]:
-        out.setdefault(r["case"], []).append(r)
-    return out
 
 
 def _add_baseline(session: _Session, prob: Problem, device: str, names: list[str], opts: EvalOptions, base: str,
@@ -261,22 +275,3 @@ def _add_baseline(session: _Session, prob: Problem, device: str, names: list[str
         if not t or not bc.timing:
             continue
         bc.baselines[label] = {**t, "speedup": round(t["median_us"] / bc.timing["median_us"], 4)}
-
-
-def evaluate(problem: str | Path | Problem, candidate: str | Path, opts: EvalOptions | None = None) -> EvalResult:
-    """Check, then bench when the candidate is correct and no guard rejected it."""
-    opts = opts or EvalOptions()
-    prob, _ = _load(problem, candidate)
-    res = check(prob, candidate, opts)
-    if not res.passed:
-        res.notes.append("not benchmarked: the candidate failed the check" if res.error is None and not res.correct
-                         else "not benchmarked: the candidate was rejected" if res.rejected
-                         else "not benchmarked")
-        return res
-    b = bench(prob, candidate, opts)
-    res.bench, res.gpu = b.bench, b.gpu or res.gpu
-    res.flags.extend(b.flags)
-    res.notes.extend(b.notes)
-    if b.error:
-        res.error = b.error
-    return res

@@ -142,6 +142,7 @@ class Worker:
         fn, import_probe = probe_call(lambda: self.rt.load_candidate(path, self.device, 0), self.device)
         if fn is None:
             raise RuntimeError("the candidate could not be loaded")
+        self.fn = fn
         # What it computed while being imported or constructed; the parent compares it with the reference's
         # ops (precomputing the answer needs them; initialising weights does not).
         self.result["import_ops"] = sorted(self._significant(import_probe.ops))
@@ -235,7 +236,10 @@ class Worker:
         from kernelpilot.evaluate.guards import fingerprint
         from kernelpilot.evaluate.probe import probe_call
 
-        got_all = torch.load(self.job["outputs"], weights_only=False)
+        got_all: dict[str, Any] = {}
+        for f in self.job["outputs"]:
+            if Path(f).exists():
+                got_all.update(torch.load(f, weights_only=False))
         items = self.job["items"]   # [{"case", "seed", "fingerprint", "key"}]
         results = []
         ref_by_case: dict[str, list[str]] = {}
@@ -244,7 +248,7 @@ class Worker:
             case = self.problem.case(it["case"])
             inputs = self.rt.make_inputs(case, it["seed"], self.device)
             fp = fingerprint(_to(inputs, "cpu"))
-            res = {"case": case.name, "seed": it["seed"]}
+            res = {"case": case.name, "seed": it["seed"], "key": it["key"]}
             results.append(res)
             if fp != it["fingerprint"]:
                 res.update(ok=False, message="the candidate did not receive the inputs the reference used "
@@ -297,7 +301,7 @@ class Worker:
         opts = TimingOptions(**self.job.get("timing", {}))
         role = self.job["role"]
         if role == "candidate":
-            fn = self.rt.load_candidate(Path(self.job["candidate"]), self.device, 0)
+            fn = getattr(self, "fn", None) or self.rt.load_candidate(Path(self.job["candidate"]), self.device, 0)
         else:
             fn = self.rt.baseline(self.job["baseline"])
         rng = random.Random(os.urandom(16))
@@ -383,6 +387,12 @@ class Worker:
         role, mode = self.job["role"], self.job["mode"]
         if role == "candidate" and mode == "check":
             self.candidate_check()
+        elif role == "candidate" and mode == "eval":
+            # check and bench in one process (one start-up); the parent discards the timing if the check fails
+            self.candidate_check()
+            if self.job.get("bench_cases") and not any(c.get("error") for c in self.result["cases"]):
+                self.job["cases"] = self.job["bench_cases"]
+                self.bench()
         elif role == "reference" and mode == "verify":
             self.reference_verify()
         elif mode == "bench":
