@@ -141,7 +141,7 @@ class TimerSnapshot:
         ("torch.cuda.Event", "synchronize"), ("torch.cuda", "current_stream"), ("torch.cuda", "Event"),
         ("time", "perf_counter"), ("time", "perf_counter_ns"), ("time", "time"), ("time", "monotonic"),
         ("torch", "allclose"), ("torch.Tensor", "to"), ("torch.Tensor", "cpu"), ("torch.Tensor", "clone"),
-        ("torch.Tensor", "copy_"), ("torch", "equal"),
+        ("torch.Tensor", "copy_"), ("torch", "equal"), ("os", "urandom"),
     )
 
     def __init__(self) -> None:
@@ -163,6 +163,10 @@ class TimerSnapshot:
             return getattr(mod, attr)
         except Exception:
             return None
+
+    def functions(self) -> dict[str, Any]:
+        """The held originals, for timing code: ``{"torch.cuda.synchronize": fn, ...}``."""
+        return {name: held.obj for name, held in self.held.items()}
 
     def changed(self) -> list[str]:
         out = []

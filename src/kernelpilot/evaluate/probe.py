@@ -46,22 +46,34 @@ def probe_call(fn: Callable[[], Any], device: str, *, settle: Callable[[], None]
     marker = torch.zeros(1, device=device)
     result = None
     probe = Probe()
+    failure: BaseException | None = None
+    ran = False
     try:
         with profile(activities=acts) as prof:
             with torch.profiler.record_function(_MARKER):
                 marker.add_(1)            # a kernel on the timed stream, launched by this thread
-            result = fn()
-            if cuda:
-                torch.cuda.synchronize()
-            if settle is not None:
-                settle()
+            try:
+                result = fn()
+                ran = True
+                if cuda:
+                    torch.cuda.synchronize()
+                if settle is not None:
+                    settle()
+            except BaseException as e:    # the call's own failure: re-raised below, after the profiler closes
+                failure = e
+        if failure is not None:
+            raise failure
         path = tempfile.mktemp(suffix=".json", prefix="kpilot-probe-")
         prof.export_chrome_trace(path)
         with open(path) as f:
             trace = json.load(f)
         os.unlink(path)
-    except Exception as e:  # the profiler is a guard, not a requirement
-        probe.error = f"{type(e).__name__}: {e}"
+    except BaseException as e:
+        if e is failure:
+            raise
+        probe.error = f"{type(e).__name__}: {e}"   # the profiler is a guard, not a requirement
+        if not ran:
+            result = fn()
         return result, probe
     events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
     main_tid = None

@@ -99,7 +99,8 @@ def _verify(session: _Session, problem: Problem, device: str, items: list[dict[s
                       outputs=[str(o) for o in outputs])
     res = run_job(job, timeout=timeout)
     if res.get("fatal"):
-        raise KernelpilotError(f"the problem's reference failed, so nothing can be checked: {_fatal_text(res)}")
+        raise KernelpilotError(f"the problem's reference failed, so nothing can be checked: "
+                               f"{res['fatal'] if res.get('problem_error') else _fatal_text(res)}")
     return res
 
 
@@ -207,6 +208,8 @@ def _run(problem, candidate, opts: EvalOptions, *, do_check: bool, do_bench: boo
         else:
             job = session.job(role="candidate", mode="bench", cases=bench_names, **common)
         res = run_job(job, timeout=opts.timeout)
+        if res.get("problem_error"):
+            raise KernelpilotError(f"the problem's own code failed: {res['fatal']}")
         result.gpu = res.get("gpu")
         result.flags.extend(_flags(res.get("flags", [])))
         if res.get("fatal"):

@@ -47,6 +47,7 @@ class Timing:
     method: str
     converged: bool
     samples_us: list[float] = field(default_factory=list, repr=False)
+    untimed_tail_us: float | None = None    # GPU work still running after the timed stream's end (side streams)
 
     def to_json(self, *, samples: bool = False) -> dict[str, Any]:
         d = asdict(self)
@@ -108,55 +109,98 @@ def l2_flush_buffer(device: str = "cuda"):
     return torch.empty(size // 4, dtype=torch.int32, device=device)
 
 
+@dataclass
+class Tails:
+    """Gaps (us) between the end of the timed stream's work and the moment the whole device was idle."""
+
+    baseline: list[float] = field(default_factory=list)   # with nothing pending
+    samples: list[float] = field(default_factory=list)    # after each timed call
+
+    def excess_us(self) -> float | None:
+        """How much longer than the idle round trip the device stayed busy after the timed work (median)."""
+        if not self.baseline or not self.samples:
+            return None
+        return statistics.median(self.samples) - statistics.median(self.baseline)
+
+
+def _clocked(clock: dict[str, Any] | None, name: str, default):
+    """A timing function as captured before the candidate was imported (``clock``), else the current one."""
+    return (clock or {}).get(name) or default
+
+
 def gpu_sampler(call: Callable[[], Any], *, prepare: Callable[[int], None] | None = None,
                 after: Callable[[int, Any], None] | None = None, flush_l2: bool = True,
-                device: str = "cuda") -> Callable[[int], float]:
+                device: str = "cuda", clock: dict[str, Any] | None = None) -> Callable[[int], float]:
     """One sample: ``prepare(i)``, flush L2, events around ``call()``, device-wide synchronize,
     then ``after(i, output)`` (untimed, e.g. keep the output for checking)."""
     import torch
 
     flush = l2_flush_buffer(device) if flush_l2 else None
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    elapsed = torch.cuda.Event.elapsed_time   # bound before any candidate code can replace it
-    synchronize = torch.cuda.synchronize
+    event = _clocked(clock, "torch.cuda.Event", torch.cuda.Event)
+    start = event(enable_timing=True)
+    end = event(enable_timing=True)
+    elapsed = _clocked(clock, "torch.cuda.Event.elapsed_time", torch.cuda.Event.elapsed_time)
+    synchronize = _clocked(clock, "torch.cuda.synchronize", torch.cuda.synchronize)
+    record = _clocked(clock, "torch.cuda.Event.record", torch.cuda.Event.record)
+
+    post = event(enable_timing=True)
+    sample_tails = Tails()
+
+    def tail() -> float:
+        # After the device-wide synchronize returns, mark the timed stream again: the gap from the end event
+        # is the host's round trip, plus any work that was still running elsewhere (another stream or thread).
+        record(post)
+        synchronize()
+        return elapsed(end, post) * 1000.0
+
+    for _ in range(20):   # the round trip with nothing pending, to compare against
+        record(start)
+        record(end)
+        synchronize()
+        sample_tails.baseline.append(tail())
 
     def sample(i: int) -> float:
         if prepare is not None:
             prepare(i)
         if flush is not None:
             flush.zero_()
-        start.record()
+        record(start)
         out = call()
-        end.record()
+        record(end)
         synchronize()
+        t = elapsed(start, end) * 1000.0
+        if i >= 0:
+            sample_tails.samples.append(tail())
         if after is not None:
             after(i, out)
-        return elapsed(start, end) * 1000.0
+        return t
 
+    sample.tails = sample_tails  # type: ignore[attr-defined]
     return sample
 
 
 def graph_sampler(graph, *, prepare: Callable[[int], None] | None = None,
                   after: Callable[[int], None] | None = None, flush_l2: bool = True,
-                  device: str = "cuda") -> Callable[[int], float]:
+                  device: str = "cuda", clock: dict[str, Any] | None = None) -> Callable[[int], float]:
     """Like ``gpu_sampler`` but replays a captured CUDA graph (launch overhead removed)."""
     import torch
 
     flush = l2_flush_buffer(device) if flush_l2 else None
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    elapsed = torch.cuda.Event.elapsed_time
-    synchronize = torch.cuda.synchronize
+    event = _clocked(clock, "torch.cuda.Event", torch.cuda.Event)
+    start = event(enable_timing=True)
+    end = event(enable_timing=True)
+    elapsed = _clocked(clock, "torch.cuda.Event.elapsed_time", torch.cuda.Event.elapsed_time)
+    synchronize = _clocked(clock, "torch.cuda.synchronize", torch.cuda.synchronize)
+    record = _clocked(clock, "torch.cuda.Event.record", torch.cuda.Event.record)
 
     def sample(i: int) -> float:
         if prepare is not None:
             prepare(i)
         if flush is not None:
             flush.zero_()
-        start.record()
+        record(start)
         graph.replay()
-        end.record()
+        record(end)
         synchronize()
         if after is not None:
             after(i)
@@ -166,9 +210,10 @@ def graph_sampler(graph, *, prepare: Callable[[int], None] | None = None,
 
 
 def cpu_sampler(call: Callable[[], Any], *, prepare: Callable[[int], None] | None = None,
-                after: Callable[[int, Any], None] | None = None) -> Callable[[int], float]:
+                after: Callable[[int, Any], None] | None = None,
+                clock: dict[str, Any] | None = None) -> Callable[[int], float]:
     """Wall-clock time of one call on the CPU (for --device cpu; these are CPU times)."""
-    clock = time.perf_counter
+    clock = _clocked(clock, "time.perf_counter", time.perf_counter)
 
     def sample(i: int) -> float:
         if prepare is not None:

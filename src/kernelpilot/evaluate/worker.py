@@ -25,6 +25,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from kernelpilot.errors import KernelpilotError
+
 __all__ = ["main"]
 
 
@@ -94,6 +96,10 @@ def _err(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:2000] + ("\n" + tail[-1500:] if tail else "")
 
 
+class ProblemError(Exception):
+    """The problem's own code failed (not the candidate's)."""
+
+
 class Worker:
     def __init__(self, job: dict[str, Any]) -> None:
         from kernelpilot.evaluate.formats import runtime_for
@@ -108,7 +114,18 @@ class Worker:
             import torch
 
             self.result["gpu"] = torch.cuda.get_device_name()
-        self.rt = runtime_for(self.problem)
+        try:
+            self.rt = runtime_for(self.problem)
+        except Exception as e:
+            raise ProblemError(str(e) if isinstance(e, KernelpilotError) else _err(e)) from None
+        # Timing and synchronisation functions as they are before any candidate code runs: timing uses these,
+        # and any replacement is reported.
+        import torch  # noqa: F401
+
+        from kernelpilot.evaluate.guards import TimerSnapshot
+
+        self.timers = TimerSnapshot()
+        self.clock = self.timers.functions()
 
     def flag(self, id: str, message: str, level: str = "error", **evidence) -> None:
         self.result["flags"].append({"id": id, "message": message, "level": level, "evidence": evidence})
@@ -121,7 +138,7 @@ class Worker:
     def candidate_check(self) -> None:
         import torch
 
-        from kernelpilot.evaluate.guards import TimerSnapshot, defined_kernels, fingerprint, poison_allocator
+        from kernelpilot.evaluate.guards import defined_kernels, fingerprint, poison_allocator
         from kernelpilot.evaluate.probe import live_threads, probe_call
 
         cases = self.cases(self.job["cases"])
@@ -136,7 +153,6 @@ class Worker:
                 plan.append((case, seed, cpu, fingerprint(cpu)))
                 del inputs
         _sync(self.device)
-        timers = TimerSnapshot()
         threads_before = live_threads()
         path = Path(self.job["candidate"])
         fn, import_probe = probe_call(lambda: self.rt.load_candidate(path, self.device, 0), self.device)
@@ -192,10 +208,7 @@ class Worker:
                 outputs[key] = runs[0]
                 if len(runs) == 2 and fingerprint(runs[0]) != fingerprint(runs[1]):
                     entry["nondeterministic"] = True
-        changed = timers.changed()
-        if changed:
-            self.flag("patched-timer", "the candidate replaced timing or synchronisation functions: " + ", ".join(changed),
-                      functions=changed)
+        self._check_timers()
         new_threads = sorted(live_threads() - threads_before)
         if new_threads:
             self.flag("threads", "threads the candidate started are still running after its calls: "
@@ -206,6 +219,12 @@ class Worker:
                       "warning", cases=sorted(set(nondet)))
         torch.save(outputs, self.out_dir / "candidate_outputs.pt")
         self.result["cases"] = cases_out
+
+    def _check_timers(self) -> None:
+        changed = self.timers.changed()
+        if changed and not any(f["id"] == "patched-timer" for f in self.result["flags"]):
+            self.flag("patched-timer", "the candidate replaced timing or synchronisation functions: "
+                      + ", ".join(changed), functions=changed)
 
     def _significant(self, ops) -> set[str]:
         from kernelpilot.evaluate.guards import significant_ops
@@ -291,8 +310,6 @@ class Worker:
     # -------------------------------------------------------------- timing
 
     def bench(self) -> None:
-        import random
-
         import torch
 
         from kernelpilot.evaluate.guards import fingerprint
@@ -304,14 +321,15 @@ class Worker:
             fn = getattr(self, "fn", None) or self.rt.load_candidate(Path(self.job["candidate"]), self.device, 0)
         else:
             fn = self.rt.baseline(self.job["baseline"])
-        rng = random.Random(os.urandom(16))
         out_cases = []
         kept: dict[str, Any] = {}
+        urandom = self.clock.get("os.urandom") or os.urandom   # as it was before the candidate was imported
         for case in self.cases(self.job["cases"]):
             base = _seed()
             state: dict[str, Any] = {}
             keep_n = int(self.job.get("verify", 3)) if role == "candidate" else 0
-            kept_items: list[dict[str, Any]] = []
+            slots: list[tuple[dict[str, Any], Any]] = []
+            seen = [0]
 
             def prepare(i: int) -> None:
                 seed = (base + 1000003 * (i + 10)) & 0x7FFFFFFF
@@ -319,24 +337,45 @@ class Worker:
                 state["inputs"] = self.rt.make_inputs(case, seed, self.device)
 
             def after(i: int, out: Any) -> None:
-                # Decide after the call, from os.urandom, whether this output is verified: the candidate
-                # cannot know which timed calls are checked.
-                if i < 0 or len(kept_items) >= keep_n:
+                if i >= 0 and "lazy" not in state:
+                    why = _plain_output(out)
+                    if why:
+                        state["lazy"] = why
+                        self.flag("lazy-output", f"a timed output is not a plain tensor: {why}")
+                if i < 0 or keep_n <= 0:
                     return
-                if rng.random() < 0.08 or i == 0:
-                    key = f"{case.name}|bench|{state['seed']}"
-                    kept[key] = _to(out, "cpu")
-                    kept_items.append({"case": case.name, "seed": state["seed"], "key": key,
-                                       "fingerprint": fingerprint(_to(state["inputs"], "cpu"))})
+                # Reservoir sampling with os.urandom, decided after the call returned: every timed call is
+                # equally likely to be re-checked, and nothing in this process tells which will be.
+                t = seen[0]
+                seen[0] += 1
+                j = t if t < keep_n else int.from_bytes(urandom(8), "little") % (t + 1)
+                if j >= keep_n:
+                    return
+                item = {"case": case.name, "seed": state["seed"], "key": f"{case.name}|bench|{state['seed']}",
+                        "fingerprint": fingerprint(_to(state["inputs"], "cpu"))}
+                if j < len(slots):
+                    slots[j] = (item, _to(out, "cpu"))
+                else:
+                    slots.append((item, _to(out, "cpu")))
 
             call = lambda: fn(*state["inputs"])  # noqa: E731
             entry: dict[str, Any] = {"case": case.name}
             try:
                 if self.device.startswith("cuda"):
-                    timing = measure(gpu_sampler(call, prepare=prepare, after=after, flush_l2=opts.flush_l2,
-                                                 device=self.device), "cuda-events", opts)
+                    sampler = gpu_sampler(call, prepare=prepare, after=after, flush_l2=opts.flush_l2,
+                                          device=self.device, clock=self.clock)
+                    timing = measure(sampler, "cuda-events", opts)
+                    tail = sampler.tails.excess_us()
+                    if tail is not None:
+                        timing.untimed_tail_us = round(tail, 3)
+                        if tail > max(10.0, 0.2 * timing.median_us):
+                            self.flag("side-stream", f"case {case.name}: the GPU stayed busy {tail:.1f} us (median) "
+                                      f"after the timed stream finished ({timing.median_us:.1f} us timed): work on "
+                                      "another stream or from another thread is outside the timer",
+                                      case=case.name, untimed_tail_us=round(tail, 3))
                 else:
-                    timing = measure(cpu_sampler(call, prepare=prepare, after=after), "cpu-wall-clock", opts)
+                    timing = measure(cpu_sampler(call, prepare=prepare, after=after, clock=self.clock),
+                                     "cpu-wall-clock", opts)
                 entry["timing"] = timing.to_json()
                 if self.job.get("graphs") and self.device.startswith("cuda"):
                     entry["graph_timing"] = self._graph_timing(fn, state, prepare, opts)
@@ -345,12 +384,15 @@ class Worker:
                 if _cuda_broken(e):
                     out_cases.append(entry)
                     break
-            entry["verify"] = kept_items
+            entry["verify"] = [item for item, _ in slots]
+            for item, out in slots:
+                kept[item["key"]] = out
             out_cases.append(entry)
             state.clear()
         if kept:
             torch.save(kept, self.out_dir / f"{self.job['name']}_bench_outputs.pt")
         self.result["bench"] = out_cases
+        self._check_timers()
 
     def _graph_timing(self, fn, state: dict[str, Any], prepare, opts) -> dict[str, Any]:
         """Time CUDA-graph replays of the call: new inputs are copied into the captured buffers before
@@ -379,7 +421,7 @@ class Worker:
             prepare(i)
             _copy_into(static, state["inputs"])
 
-        t = measure(graph_sampler(graph, prepare=prep, flush_l2=opts.flush_l2, device=self.device),
+        t = measure(graph_sampler(graph, prepare=prep, flush_l2=opts.flush_l2, device=self.device, clock=self.clock),
                     "cuda-graph-replay", opts)
         return t.to_json()
 
@@ -437,6 +479,11 @@ def main(argv: list[str] | None = None) -> int:
         w = Worker(job)
         w.run()
         result = w.result
+    except ProblemError as e:
+        result = {"role": job.get("role"), "mode": job.get("mode"), "fatal": str(e), "problem_error": True,
+                  "flags": []}
+    except KernelpilotError as e:   # a message written for the user: no traceback
+        result = {"role": job.get("role"), "mode": job.get("mode"), "fatal": str(e), "flags": []}
     except Exception as e:
         result = {"role": job.get("role"), "mode": job.get("mode"), "fatal": _err(e), "flags": []}
     result_path.write_text(json.dumps(result, default=str))
