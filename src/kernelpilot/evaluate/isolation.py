@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -65,17 +66,26 @@ def run_job(job: dict[str, Any], *, timeout: float) -> dict[str, Any]:
     job_path.write_text(json.dumps(job))
     stdout, stderr = out / f"{name}.stdout", out / f"{name}.stderr"
     t0 = time.perf_counter()
+    # A journal the worker appends to as it goes (fingerprints of the outputs it keeps): once written, a record
+    # cannot be taken back by code running later in that process, unlike anything held in its memory.
+    jr, jw = os.pipe()
+    env = _env(job["device"])
+    env["KPILOT_JOURNAL_FD"] = str(jw)
     with open(stdout, "wb") as so, open(stderr, "wb") as se:
         proc = subprocess.Popen([sys.executable, "-m", "kernelpilot.evaluate.worker", str(job_path)],
-                                stdin=subprocess.DEVNULL, stdout=so, stderr=se, env=_env(job["device"]),
-                                start_new_session=True)
+                                stdin=subprocess.DEVNULL, stdout=so, stderr=se, env=env,
+                                start_new_session=True, pass_fds=(jw,))
+        os.close(jw)
+        reader = _Drain(jr)
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill(proc)
+            reader.finish()
             return {"fatal": f"did not finish within {timeout:.0f} s (a hang, or a candidate far too slow); "
                              "it was killed", "stderr": _tail(stderr), "seconds": round(time.perf_counter() - t0, 2)}
     _kill(proc)   # anything it left behind in its session
+    journal = reader.finish()
     result_path = out / f"{name}_result.json"
     if rc != 0 or not result_path.exists():
         return {"fatal": f"the worker process {describe_exit(rc)}", "stderr": _tail(stderr),
@@ -85,9 +95,46 @@ def run_job(job: dict[str, Any], *, timeout: float) -> dict[str, Any]:
     except json.JSONDecodeError:
         return {"fatal": "the worker wrote an unreadable result", "stderr": _tail(stderr)}
     result["seconds"] = round(time.perf_counter() - t0, 2)
+    result["journal"] = journal
     if result.get("fatal"):
         result["stderr"] = _tail(stderr)
     return result
+
+
+class _Drain:
+    """Read the journal pipe on a thread (so a full pipe never blocks the worker) into JSON records."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.chunks: list[bytes] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            self.chunks.append(data)
+
+    def finish(self) -> list[dict[str, Any]]:
+        self.thread.join(timeout=5)
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+        records = []
+        for line in b"".join(self.chunks).decode("utf-8", "replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict):
+                records.append(rec)
+        return records
 
 
 def _kill(proc: subprocess.Popen) -> None:

@@ -110,7 +110,19 @@ def _candidate_items(res: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _bench_items(res: dict[str, Any]) -> list[dict[str, Any]]:
-    return [it for e in res.get("bench", []) for it in e.get("verify", [])]
+    """Timed outputs to re-check, each with the fingerprints the worker journaled when it took them (the first
+    record for a key wins: later ones could be forged from inside the candidate's process)."""
+    journal: dict[str, dict[str, Any]] = {}
+    for rec in res.get("journal", []):
+        if isinstance(rec.get("key"), str):
+            journal.setdefault(rec["key"], rec)
+    items = []
+    for e in res.get("bench", []):
+        for it in e.get("verify", []):
+            rec = journal.get(it["key"], {})
+            items.append({**it, "output_fingerprint": rec.get("output") or "missing",
+                          "journal_input": rec.get("input")})
+    return items
 
 
 def _merge_check(result: EvalResult, prob: Problem, res: dict[str, Any], ref: dict[str, Any] | None) -> None:

@@ -48,6 +48,7 @@ class Timing:
     converged: bool
     samples_us: list[float] = field(default_factory=list, repr=False)
     untimed_tail_us: float | None = None    # GPU work still running after the timed stream's end (side streams)
+    host_median_us: float | None = None     # host time of one call (launch overhead), not in median_us
 
     def to_json(self, *, samples: bool = False) -> dict[str, Any]:
         d = asdict(self)
@@ -72,29 +73,50 @@ def summarize(samples: list[float], method: str, converged: bool) -> Timing:
     )
 
 
-def measure(sample: Callable[[int], float], method: str, opts: TimingOptions) -> Timing:
-    """Warm up, then call ``sample(i)`` (returns one time in microseconds) until the median is stable."""
-    t0 = time.perf_counter()
-    i = 0
-    while i < opts.warmup or time.perf_counter() - t0 < opts.warmup_s:
-        sample(-1 - i)
-        i += 1
-        if i >= 1000:
-            break
+def measure(sample: Callable[[int], float], method: str, opts: TimingOptions, *,
+            prepare_batch: Callable[[list[int]], None] | None = None,
+            batch: int | None = None) -> Timing:
+    """Warm up, then call ``sample(i)`` (returns one time in microseconds) until the median is stable.
+
+    ``prepare_batch(indices)`` (untimed) runs before each batch of samples, e.g. to generate every input the
+    batch will use, so that the samples themselves follow each other closely. Between batches the warm-up
+    runs again (``sample`` with negative indices) for at least ``warmup_s``: a GPU left idle while inputs were
+    generated lowers its clocks, and the first kernels after the gap would run slow.
+    """
+    size = max(1, batch or opts.batch)
+
+    def warm() -> None:
+        t0 = time.perf_counter()
+        i = 0
+        while i < opts.warmup or time.perf_counter() - t0 < opts.warmup_s:
+            sample(-1 - i)
+            i += 1
+            if i >= 1000:
+                break
+
     samples: list[float] = []
     start = time.perf_counter()
     converged = False
     prev_median = None
+    first = True
     while len(samples) < opts.max_n:
-        for _ in range(opts.batch):
-            samples.append(sample(len(samples)))
+        ids = list(range(len(samples), len(samples) + size))
+        if prepare_batch is not None:
+            prepare_batch(ids)
+        if first or prepare_batch is not None:
+            warm()
+            first = False
+        for i in ids:
+            samples.append(sample(i))
         med = statistics.median(samples)
         if len(samples) >= opts.min_n and prev_median is not None and med > 0:
             if abs(med - prev_median) / med < opts.rel_tol:
                 converged = True
                 break
         prev_median = med
-        if time.perf_counter() - start > opts.budget_s:
+        if time.perf_counter() - start > opts.budget_s and len(samples) >= opts.min_n:
+            break
+        if time.perf_counter() - start > 4 * opts.budget_s:
             break
     return summarize(samples, method, converged)
 
@@ -107,6 +129,11 @@ def l2_flush_buffer(device: str = "cuda"):
     l2 = int(getattr(props, "L2_cache_size", 0) or 0)
     size = max(2 * l2, 64 << 20)
     return torch.empty(size // 4, dtype=torch.int32, device=device)
+
+
+# torch.cuda._sleep counts GPU cycles; about 2 GHz on current data-center GPUs. Only a lead time: exactness
+# does not matter.
+_SPIN_CYCLES_PER_US = 2000
 
 
 @dataclass
@@ -145,6 +172,12 @@ def gpu_sampler(call: Callable[[], Any], *, prepare: Callable[[int], None] | Non
 
     post = event(enable_timing=True)
     sample_tails = Tails()
+    # The host takes time to launch the candidate's kernels (Python, Triton's launcher). So that the events
+    # time the GPU's work and not the host's, the GPU is kept busy (a spin kernel) while the host records the
+    # start event and launches: the spin lasts about twice the host time the last calls took.
+    spin = getattr(torch.cuda, "_sleep", None)
+    host_us: list[float] = []
+    clock_now = time.perf_counter
 
     def tail() -> float:
         # After the device-wide synchronize returns, mark the timed stream again: the gap from the end event
@@ -164,8 +197,13 @@ def gpu_sampler(call: Callable[[], Any], *, prepare: Callable[[int], None] | Non
             prepare(i)
         if flush is not None:
             flush.zero_()
+        if spin is not None and host_us:
+            lead = min(10_000.0, 2.0 * statistics.median(host_us[-16:]) + 20.0)
+            spin(int(lead * _SPIN_CYCLES_PER_US))
         record(start)
+        h = clock_now()
         out = call()
+        host_us.append((clock_now() - h) * 1e6)
         record(end)
         synchronize()
         t = elapsed(start, end) * 1000.0
@@ -176,6 +214,7 @@ def gpu_sampler(call: Callable[[], Any], *, prepare: Callable[[int], None] | Non
         return t
 
     sample.tails = sample_tails  # type: ignore[attr-defined]
+    sample.host_us = host_us  # type: ignore[attr-defined]
     return sample
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import struct
 import sys
 import threading
@@ -28,6 +29,19 @@ from typing import Any
 from kernelpilot.errors import KernelpilotError
 
 __all__ = ["main"]
+
+# Bound when the worker starts, before any candidate code runs.
+_JOURNAL_FD = int(os.environ.get("KPILOT_JOURNAL_FD", "-1"))
+_write = os.write
+_dumps = json.dumps
+
+
+def _journal(record: dict[str, Any]) -> None:
+    if _JOURNAL_FD >= 0:
+        try:
+            _write(_JOURNAL_FD, (_dumps(record) + "\n").encode())
+        except OSError:
+            pass
 
 
 def _seed() -> int:
@@ -94,6 +108,10 @@ def _err(exc: BaseException) -> str:
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
     tail = "".join(tb[-3:]).strip()
     return f"{type(exc).__name__}: {exc}"[:2000] + ("\n" + tail[-1500:] if tail else "")
+
+
+# Memory for one batch's pre-generated inputs: the batch shrinks for large inputs.
+_POOL_BYTES = 4 << 30
 
 
 class ProblemError(Exception):
@@ -289,6 +307,16 @@ class Worker:
                 res.update(ok=False, message="no output")
                 continue
             got = got_all[it["key"]]
+            if it.get("output_fingerprint") and fingerprint(got) != it["output_fingerprint"]:
+                res.update(ok=False, message="the timed output was changed after it was taken for re-checking")
+                self.flag("timed-output-tampered", f"case {case.name}: a re-checked timed output was edited in the "
+                          "candidate's process after the harness took it", case=case.name)
+                continue
+            if it.get("journal_input") and it["journal_input"] != it["fingerprint"]:
+                res.update(ok=False, message="the inputs recorded for this timed call were changed")
+                self.flag("timed-output-tampered", f"case {case.name}: the record of a timed call's inputs was "
+                          "edited in the candidate's process", case=case.name)
+                continue
             own = self.rt.check(_to(self.rt.make_inputs(case, it["seed"], self.device), self.device),
                                 _to(got, self.device), expected, case)
             if own is not None:
@@ -331,10 +359,27 @@ class Worker:
             slots: list[tuple[dict[str, Any], Any]] = []
             seen = [0]
 
+            # Every timed call gets inputs no call has seen. They are generated a batch at a time before the
+            # batch (untimed), so timed calls follow each other closely and the GPU keeps its clocks; warm-up
+            # calls between batches use an input of their own that is never timed.
+            pool: dict[int, tuple[int, Any]] = {}
+            state["warm_inputs"] = self.rt.make_inputs(case, _seed(), self.device)
+            in_bytes = max(_nbytes(state["warm_inputs"]), 1)
+            batch = max(1, min(opts.batch, _POOL_BYTES // in_bytes))
+
+            def prepare_batch(ids: list[int]) -> None:
+                pool.clear()
+                state.pop("inputs", None)
+                for i in ids:
+                    seed = (base + 1000003 * (i + 10)) & 0x7FFFFFFF
+                    pool[i] = (seed, self.rt.make_inputs(case, seed, self.device))
+                _sync(self.device)
+
             def prepare(i: int) -> None:
-                seed = (base + 1000003 * (i + 10)) & 0x7FFFFFFF
-                state["seed"] = seed
-                state["inputs"] = self.rt.make_inputs(case, seed, self.device)
+                if i < 0:
+                    state["seed"], state["inputs"] = None, state["warm_inputs"]
+                else:
+                    state["seed"], state["inputs"] = pool.pop(i)
 
             def after(i: int, out: Any) -> None:
                 if i >= 0 and "lazy" not in state:
@@ -353,10 +398,13 @@ class Worker:
                     return
                 item = {"case": case.name, "seed": state["seed"], "key": f"{case.name}|bench|{state['seed']}",
                         "fingerprint": fingerprint(_to(state["inputs"], "cpu"))}
+                kept_out = _to(out, "cpu")
+                # Fingerprints go out of the process at once: an output edited while it waits here is caught.
+                _journal({"key": item["key"], "input": item["fingerprint"], "output": fingerprint(kept_out)})
                 if j < len(slots):
-                    slots[j] = (item, _to(out, "cpu"))
+                    slots[j] = (item, kept_out)
                 else:
-                    slots.append((item, _to(out, "cpu")))
+                    slots.append((item, kept_out))
 
             call = lambda: fn(*state["inputs"])  # noqa: E731
             entry: dict[str, Any] = {"case": case.name}
@@ -364,7 +412,9 @@ class Worker:
                 if self.device.startswith("cuda"):
                     sampler = gpu_sampler(call, prepare=prepare, after=after, flush_l2=opts.flush_l2,
                                           device=self.device, clock=self.clock)
-                    timing = measure(sampler, "cuda-events", opts)
+                    timing = measure(sampler, "cuda-events", opts, prepare_batch=prepare_batch, batch=batch)
+                    if sampler.host_us:
+                        timing.host_median_us = round(statistics.median(sampler.host_us), 3)
                     tail = sampler.tails.excess_us()
                     if tail is not None:
                         timing.untimed_tail_us = round(tail, 3)
@@ -375,10 +425,10 @@ class Worker:
                                       case=case.name, untimed_tail_us=round(tail, 3))
                 else:
                     timing = measure(cpu_sampler(call, prepare=prepare, after=after, clock=self.clock),
-                                     "cpu-wall-clock", opts)
+                                     "cpu-wall-clock", opts, prepare_batch=prepare_batch, batch=batch)
                 entry["timing"] = timing.to_json()
                 if self.job.get("graphs") and self.device.startswith("cuda"):
-                    entry["graph_timing"] = self._graph_timing(fn, state, prepare, opts)
+                    entry["graph_timing"] = self._graph_timing(fn, state, prepare, opts, prepare_batch, batch)
             except Exception as e:
                 entry["error"] = _err(e)
                 if _cuda_broken(e):
@@ -394,15 +444,14 @@ class Worker:
         self.result["bench"] = out_cases
         self._check_timers()
 
-    def _graph_timing(self, fn, state: dict[str, Any], prepare, opts) -> dict[str, Any]:
+    def _graph_timing(self, fn, state: dict[str, Any], prepare, opts, prepare_batch, batch: int) -> dict[str, Any]:
         """Time CUDA-graph replays of the call: new inputs are copied into the captured buffers before
         each replay (untimed), so only the kernels are timed, without launch overhead."""
         import torch
 
         from kernelpilot.evaluate.timing import graph_sampler, measure
 
-        prepare(0)
-        static = _to(state["inputs"], self.device)
+        static = _to(state["warm_inputs"], self.device)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -422,7 +471,7 @@ class Worker:
             _copy_into(static, state["inputs"])
 
         t = measure(graph_sampler(graph, prepare=prep, flush_l2=opts.flush_l2, device=self.device, clock=self.clock),
-                    "cuda-graph-replay", opts)
+                    "cuda-graph-replay", opts, prepare_batch=prepare_batch, batch=batch)
         return t.to_json()
 
     def run(self) -> None:
