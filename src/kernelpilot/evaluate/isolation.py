@@ -72,9 +72,14 @@ def run_job(job: dict[str, Any], *, timeout: float) -> dict[str, Any]:
     env = _env(job["device"])
     env["KPILOT_JOURNAL_FD"] = str(jw)
     with open(stdout, "wb") as so, open(stderr, "wb") as se:
-        proc = subprocess.Popen([sys.executable, "-m", "kernelpilot.evaluate.worker", str(job_path)],
-                                stdin=subprocess.DEVNULL, stdout=so, stderr=se, env=env,
-                                start_new_session=True, pass_fds=(jw,))
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "kernelpilot.evaluate.worker", str(job_path)],
+                                    stdin=subprocess.DEVNULL, stdout=so, stderr=se, env=env,
+                                    start_new_session=True, pass_fds=(jw,))
+        except OSError as e:
+            os.close(jw)
+            os.close(jr)
+            return {"fatal": f"the worker process could not be started: {e.strerror or e}", "stderr": ""}
         os.close(jw)
         reader = _Drain(jr)
         try:

@@ -146,6 +146,8 @@ class Worker:
         self.clock = self.timers.functions()
 
     def flag(self, id: str, message: str, level: str = "error", **evidence) -> None:
+        if any(f["id"] == id and f["message"] == message for f in self.result["flags"]):
+            return   # once per distinct finding (a case runs several seeds)
         self.result["flags"].append({"id": id, "message": message, "level": level, "evidence": evidence})
 
     def cases(self, names: list[str]):
