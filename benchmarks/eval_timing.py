@@ -119,6 +119,8 @@ def main() -> None:
         "check_and_bench_small_case_s": round(eval_s, 3),
         "check_and_bench_under_5s": eval_s < 5,
         "small_case_passed": res.passed,
+        "small_case_flags": [f"{f.level} {f.id}: {f.message}" for f in res.flags if f.level != "info"],
+        "small_case_failures": [c.message for c in res.cases if not c.ok][:3] + ([res.error] if res.error else []),
         "gpu": first.gpu,
     }
     print(summary)
