@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_job", "describe_exit"]
+__all__ = ["run_job", "WorkerProcess", "describe_exit"]
 
 _SIGNALS = {
     signal.SIGSEGV: "crashed with a segmentation fault (SIGSEGV)",
@@ -57,53 +57,85 @@ def _env(device: str) -> dict[str, str]:
     return env
 
 
-def run_job(job: dict[str, Any], *, timeout: float) -> dict[str, Any]:
-    """Run ``job`` (see worker.py) and return its result dict; on a crash or timeout, a dict with
-    ``fatal`` (what happened) and ``stderr`` (its last lines)."""
-    out = Path(job["out_dir"])
-    name = job["name"]
-    job_path = out / f"{name}_job.json"
-    job_path.write_text(json.dumps(job))
-    stdout, stderr = out / f"{name}.stdout", out / f"{name}.stderr"
-    t0 = time.perf_counter()
-    # A journal the worker appends to as it goes (fingerprints of the outputs it keeps): once written, a record
-    # cannot be taken back by code running later in that process, unlike anything held in its memory.
-    jr, jw = os.pipe()
-    env = _env(job["device"])
-    env["KPILOT_JOURNAL_FD"] = str(jw)
-    with open(stdout, "wb") as so, open(stderr, "wb") as se:
-        try:
-            proc = subprocess.Popen([sys.executable, "-m", "kernelpilot.evaluate.worker", str(job_path)],
-                                    stdin=subprocess.DEVNULL, stdout=so, stderr=se, env=env,
-                                    start_new_session=True, pass_fds=(jw,))
-        except OSError as e:
-            os.close(jw)
-            os.close(jr)
-            return {"fatal": f"the worker process could not be started: {e.strerror or e}", "stderr": ""}
+class WorkerProcess:
+    """A worker started ahead of its job: it imports torch and the harness while the caller is busy (e.g. the
+    reference's worker while the candidate runs), then waits for the job on its standard input."""
+
+    def __init__(self, out_dir: Path, name: str, device: str) -> None:
+        self.out = Path(out_dir)
+        self.name = name
+        self.stdout, self.stderr = self.out / f"{name}.stdout", self.out / f"{name}.stderr"
+        self.t0 = time.perf_counter()
+        self.proc: subprocess.Popen | None = None
+        self.error: str | None = None
+        # A journal the worker appends to as it goes (fingerprints of the outputs it keeps): once written, a
+        # record cannot be taken back by code running later in that process, unlike anything in its memory.
+        jr, jw = os.pipe()
+        env = _env(device)
+        env["KPILOT_JOURNAL_FD"] = str(jw)
+        with open(self.stdout, "wb") as so, open(self.stderr, "wb") as se:
+            try:
+                self.proc = subprocess.Popen([sys.executable, "-m", "kernelpilot.evaluate.worker", "--stdin"],
+                                             stdin=subprocess.PIPE, stdout=so, stderr=se, env=env,
+                                             start_new_session=True, pass_fds=(jw,))
+            except OSError as e:
+                self.error = f"the worker process could not be started: {e.strerror or e}"
         os.close(jw)
-        reader = _Drain(jr)
+        if self.proc is None:
+            os.close(jr)
+            self.reader = None
+        else:
+            self.reader = _Drain(jr)
+
+    def run(self, job: dict[str, Any], *, timeout: float) -> dict[str, Any]:
+        """Hand the worker ``job`` and wait for its result (see ``run_job``)."""
+        if self.proc is None or self.reader is None:
+            return {"fatal": self.error or "the worker process could not be started", "stderr": ""}
+        job = {**job, "name": self.name}
+        (self.out / f"{self.name}_job.json").write_text(json.dumps(job))
         try:
-            rc = proc.wait(timeout=timeout)
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps(job).encode())
+            self.proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass   # it died before reading: reported below from its exit status
+        t_job = time.perf_counter()
+        try:
+            rc = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill(proc)
-            reader.finish()
+            self.close()
             return {"fatal": f"did not finish within {timeout:.0f} s (a hang, or a candidate far too slow); "
-                             "it was killed", "stderr": _tail(stderr), "seconds": round(time.perf_counter() - t0, 2)}
-    _kill(proc)   # anything it left behind in its session
-    journal = reader.finish()
-    result_path = out / f"{name}_result.json"
-    if rc != 0 or not result_path.exists():
-        return {"fatal": f"the worker process {describe_exit(rc)}", "stderr": _tail(stderr),
-                "seconds": round(time.perf_counter() - t0, 2)}
-    try:
-        result = json.loads(result_path.read_text())
-    except json.JSONDecodeError:
-        return {"fatal": "the worker wrote an unreadable result", "stderr": _tail(stderr)}
-    result["seconds"] = round(time.perf_counter() - t0, 2)
-    result["journal"] = journal
-    if result.get("fatal"):
-        result["stderr"] = _tail(stderr)
-    return result
+                             "it was killed", "stderr": _tail(self.stderr),
+                    "seconds": round(time.perf_counter() - t_job, 2)}
+        _kill(self.proc)   # anything it left behind in its session
+        journal = self.reader.finish()
+        result_path = self.out / f"{self.name}_result.json"
+        if rc != 0 or not result_path.exists():
+            return {"fatal": f"the worker process {describe_exit(rc)}", "stderr": _tail(self.stderr),
+                    "seconds": round(time.perf_counter() - t_job, 2)}
+        try:
+            result = json.loads(result_path.read_text())
+        except json.JSONDecodeError:
+            return {"fatal": "the worker wrote an unreadable result", "stderr": _tail(self.stderr)}
+        result["seconds"] = round(time.perf_counter() - t_job, 2)
+        result["journal"] = journal
+        if result.get("fatal"):
+            result["stderr"] = _tail(self.stderr)
+        return result
+
+    def close(self) -> None:
+        """Stop a worker that will not be given a job (or whose job is over)."""
+        if self.proc is not None:
+            _kill(self.proc)
+        if self.reader is not None:
+            self.reader.finish()
+            self.reader = None
+
+
+def run_job(job: dict[str, Any], *, timeout: float) -> dict[str, Any]:
+    """Run ``job`` (see worker.py) in a new process and return its result dict; on a crash or timeout, a
+    dict with ``fatal`` (what happened) and ``stderr`` (its last lines)."""
+    return WorkerProcess(Path(job["out_dir"]), job["name"], job["device"]).run(job, timeout=timeout)
 
 
 class _Drain:

@@ -11,7 +11,7 @@ from typing import Any
 
 from kernelpilot.errors import KernelpilotError, UsageError
 from kernelpilot.evaluate.guards import scan_source
-from kernelpilot.evaluate.isolation import run_job
+from kernelpilot.evaluate.isolation import WorkerProcess, run_job
 from kernelpilot.evaluate.problem import Problem, load_problem
 from kernelpilot.evaluate.result import BenchCase, CaseResult, EvalResult, Flag
 from kernelpilot.evaluate.roofline import floor, gpu_from_device_name
@@ -94,10 +94,10 @@ def _cases(problem: Problem, names: list[str] | None, *, bench: bool) -> list[st
 
 
 def _verify(session: _Session, problem: Problem, device: str, items: list[dict[str, Any]], outputs: list[Path],
-            timeout: float) -> dict[str, Any]:
+            timeout: float, worker: WorkerProcess | None = None) -> dict[str, Any]:
     job = session.job(role="reference", mode="verify", problem=problem.to_json(), device=device, items=items,
                       outputs=[str(o) for o in outputs])
-    res = run_job(job, timeout=timeout)
+    res = worker.run(job, timeout=timeout) if worker is not None else run_job(job, timeout=timeout)
     if res.get("fatal"):
         raise KernelpilotError(f"the problem's reference failed, so nothing can be checked: "
                                f"{res['fatal'] if res.get('problem_error') else _fatal_text(res)}")
@@ -219,17 +219,22 @@ def _run(problem, candidate, opts: EvalOptions, *, do_check: bool, do_bench: boo
                               seeds=opts.seeds, bench_cases=bench_names, **common)
         else:
             job = session.job(role="candidate", mode="bench", cases=bench_names, **common)
-        res = run_job(job, timeout=opts.timeout)
-        if res.get("problem_error"):
-            raise KernelpilotError(f"the problem's own code failed: {res['fatal']}")
-        result.gpu = res.get("gpu")
-        result.flags.extend(_flags(res.get("flags", [])))
-        if res.get("fatal"):
-            result.error = f"the candidate could not be run: {_fatal_text(res)}"
-            return result
-        items = (_candidate_items(res) if do_check else []) + _bench_items(res)
-        outputs = [session.dir / "candidate_outputs.pt", session.dir / f"{job['name']}_bench_outputs.pt"]
-        ref = _verify(session, prob, device, items, outputs, opts.timeout) if items else None
+        # The reference's worker starts now and imports while the candidate runs; it gets its job afterwards.
+        ref_worker = WorkerProcess(session.dir, f"{session.n:02d}_reference_verify", device)
+        try:
+            res = run_job(job, timeout=opts.timeout)
+            if res.get("problem_error"):
+                raise KernelpilotError(f"the problem's own code failed: {res['fatal']}")
+            result.gpu = res.get("gpu")
+            result.flags.extend(_flags(res.get("flags", [])))
+            if res.get("fatal"):
+                result.error = f"the candidate could not be run: {_fatal_text(res)}"
+                return result
+            items = (_candidate_items(res) if do_check else []) + _bench_items(res)
+            outputs = [session.dir / "candidate_outputs.pt", session.dir / f"{job['name']}_bench_outputs.pt"]
+            ref = _verify(session, prob, device, items, outputs, opts.timeout, ref_worker) if items else None
+        finally:
+            ref_worker.close()
         if do_check:
             _merge_check(result, prob, res, ref)
         if res.get("bench") and (not do_check or result.passed):

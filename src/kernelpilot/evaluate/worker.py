@@ -524,7 +524,16 @@ def _low_signal(expected: Any, problem) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    job = json.loads(Path(args[0]).read_text())
+    if args and args[0] == "--stdin":
+        # Started ahead of its job: do the slow imports now, then wait for the job.
+        import torch  # noqa: F401
+
+        import kernelpilot.evaluate.compare  # noqa: F401
+        import kernelpilot.evaluate.formats  # noqa: F401
+
+        job = json.loads(sys.stdin.read())
+    else:
+        job = json.loads(Path(args[0]).read_text())
     result_path = Path(job["out_dir"]) / f"{job['name']}_result.json"
     try:
         w = Worker(job)
