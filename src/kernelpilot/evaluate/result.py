@@ -75,7 +75,9 @@ class EvalResult:
 
     @property
     def passed(self) -> bool:
-        return bool(self.correct) and not self.rejected and self.error is None and all(b.check_ok for b in self.bench)
+        # bench alone (correct is None) passes on its re-checked timed outputs and the guards
+        checked = self.correct if self.correct is not None else bool(self.bench)
+        return bool(checked) and not self.rejected and self.error is None and all(b.check_ok for b in self.bench)
 
     def timing(self) -> dict[str, Any] | None:
         ts = [b.timing for b in self.bench if b.timing]
