@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 import click
@@ -59,7 +58,3 @@ def _is_num(s: str) -> bool:
         return True
     except ValueError:
         return False
-
-
-def is_tty() -> bool:
-    return sys.stdout.isatty()

@@ -155,6 +155,19 @@ def _clocked(clock: dict[str, Any] | None, name: str, default):
     return (clock or {}).get(name) or default
 
 
+def _event_tools(clock: dict[str, Any] | None):
+    """The event constructor, ``record``, device-wide ``synchronize`` and ``elapsed_time`` to time with: those
+    captured before the candidate was imported where ``clock`` has them."""
+    import torch
+
+    return (
+        _clocked(clock, "torch.cuda.Event", torch.cuda.Event),
+        _clocked(clock, "torch.cuda.Event.record", torch.cuda.Event.record),
+        _clocked(clock, "torch.cuda.synchronize", torch.cuda.synchronize),
+        _clocked(clock, "torch.cuda.Event.elapsed_time", torch.cuda.Event.elapsed_time),
+    )
+
+
 def gpu_sampler(call: Callable[[], Any], *, prepare: Callable[[int], None] | None = None,
                 after: Callable[[int, Any], None] | None = None, flush_l2: bool = True,
                 device: str = "cuda", clock: dict[str, Any] | None = None) -> Callable[[int], float]:
@@ -163,12 +176,9 @@ def gpu_sampler(call: Callable[[], Any], *, prepare: Callable[[int], None] | Non
     import torch
 
     flush = l2_flush_buffer(device) if flush_l2 else None
-    event = _clocked(clock, "torch.cuda.Event", torch.cuda.Event)
+    event, record, synchronize, elapsed = _event_tools(clock)
     start = event(enable_timing=True)
     end = event(enable_timing=True)
-    elapsed = _clocked(clock, "torch.cuda.Event.elapsed_time", torch.cuda.Event.elapsed_time)
-    synchronize = _clocked(clock, "torch.cuda.synchronize", torch.cuda.synchronize)
-    record = _clocked(clock, "torch.cuda.Event.record", torch.cuda.Event.record)
 
     post = event(enable_timing=True)
     sample_tails = Tails()
@@ -222,15 +232,10 @@ def graph_sampler(graph, *, prepare: Callable[[int], None] | None = None,
                   after: Callable[[int], None] | None = None, flush_l2: bool = True,
                   device: str = "cuda", clock: dict[str, Any] | None = None) -> Callable[[int], float]:
     """Like ``gpu_sampler`` but replays a captured CUDA graph (launch overhead removed)."""
-    import torch
-
     flush = l2_flush_buffer(device) if flush_l2 else None
-    event = _clocked(clock, "torch.cuda.Event", torch.cuda.Event)
+    event, record, synchronize, elapsed = _event_tools(clock)
     start = event(enable_timing=True)
     end = event(enable_timing=True)
-    elapsed = _clocked(clock, "torch.cuda.Event.elapsed_time", torch.cuda.Event.elapsed_time)
-    synchronize = _clocked(clock, "torch.cuda.synchronize", torch.cuda.synchronize)
-    record = _clocked(clock, "torch.cuda.Event.record", torch.cuda.Event.record)
 
     def sample(i: int) -> float:
         if prepare is not None:

@@ -21,7 +21,6 @@ import os
 import statistics
 import struct
 import sys
-import threading
 import traceback
 from pathlib import Path
 from typing import Any

@@ -189,7 +189,7 @@ def analyze_kernel(isa: KernelISA, *, block_size: int | None = None) -> KernelRe
     for f in fams_of:
         fam_counts.update(set(f))
     opcodes = Counter(i.opcode for i in ins)
-    loops = find_loops(ins, vendor, stall_of=lambda x: stall_cycles(x, vendor))
+    loops = find_loops(ins, vendor, stall_of=lambda x: stall_cycles(x, vendor), families=fams_of)
     depth = loop_depths(len(ins), loops)
     stalls = estimate_stalls(ins, vendor, loops)
     occ = _occupancy(isa, spec, block_size)

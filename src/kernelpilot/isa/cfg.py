@@ -1,4 +1,4 @@
-"""Control flow: basic blocks from branches, and loops from back edges.
+"""Control flow: loops from back edges.
 
 Loops are natural loops approximated by the address range of each back edge (target..branch): compilers
 lay loop bodies out contiguously, so the range is the loop for the code nvcc, clang and Triton emit.
@@ -8,12 +8,11 @@ Back edges to the same header are merged; nesting depth is the number of loop ra
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 
 from kernelpilot.isa.families import classify, is_branch
-from kernelpilot.isa.model import BasicBlock, Instruction, Loop
+from kernelpilot.isa.model import Instruction, Loop
 
-__all__ = ["basic_blocks", "back_edges", "find_loops", "loop_depths"]
+__all__ = ["back_edges", "find_loops", "loop_depths"]
 
 
 def _ends_block(ins: Instruction, vendor: str) -> bool:
@@ -22,41 +21,6 @@ def _ends_block(ins: Instruction, vendor: str) -> bool:
     if vendor == "nvidia":
         return ins.base in ("EXIT", "RET") and not ins.predicate
     return ins.opcode in ("s_endpgm", "s_setpc_b64")
-
-
-def _unconditional(ins: Instruction, vendor: str) -> bool:
-    if vendor == "nvidia":
-        return not ins.predicate or ins.predicate in ("@PT",)
-    return ins.opcode in ("s_branch", "s_endpgm", "s_setpc_b64")
-
-
-def basic_blocks(instructions: list[Instruction], vendor: str) -> list[BasicBlock]:
-    n = len(instructions)
-    if n == 0:
-        return []
-    leaders = {0}
-    for ins in instructions:
-        if ins.target is not None and 0 <= ins.target < n:
-            leaders.add(ins.target)
-        if _ends_block(ins, vendor) and ins.index + 1 < n:
-            leaders.add(ins.index + 1)
-    starts = sorted(leaders)
-    block_of = {}
-    blocks: list[BasicBlock] = []
-    for bi, s in enumerate(starts):
-        e = (starts[bi + 1] - 1) if bi + 1 < len(starts) else n - 1
-        blocks.append(BasicBlock(start=s, end=e))
-        block_of[s] = bi
-    for bi, b in enumerate(blocks):
-        last = instructions[b.end]
-        succ = []
-        if last.target is not None and last.target in block_of:
-            succ.append(block_of[last.target])
-        terminal = _ends_block(last, vendor) and _unconditional(last, vendor)
-        if not terminal and bi + 1 < len(blocks):
-            succ.append(bi + 1)
-        b.successors = succ
-    return blocks
 
 
 def back_edges(instructions: list[Instruction], vendor: str) -> list[tuple[int, int]]:
@@ -76,8 +40,11 @@ def back_edges(instructions: list[Instruction], vendor: str) -> list[tuple[int, 
     return edges
 
 
-def find_loops(instructions: list[Instruction], vendor: str, *, stall_of=None) -> list[Loop]:
-    """Loops as instruction ranges with their own opcode and family counts, outermost first."""
+def find_loops(instructions: list[Instruction], vendor: str, *, stall_of=None,
+               families: list[tuple[str, ...]] | None = None) -> list[Loop]:
+    """Loops as instruction ranges with their own opcode and family counts, outermost first.
+
+    ``families`` (each instruction's, by index) saves classifying again when the caller has them."""
     spans: dict[int, int] = {}
     for header, br in back_edges(instructions, vendor):
         spans[header] = max(spans.get(header, header), br)
@@ -91,7 +58,7 @@ def find_loops(instructions: list[Instruction], vendor: str, *, stall_of=None) -
         stall = 0 if stall_of is not None else None
         for ins in body:
             ops[ins.opcode] += 1
-            fam.update(set(classify(ins, vendor)))
+            fam.update(set(families[ins.index] if families is not None else classify(ins, vendor)))
             if stall_of is not None:
                 stall += stall_of(ins)
         loops.append(

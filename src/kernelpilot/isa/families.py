@@ -8,13 +8,11 @@ so both vendor tables are plain dict lookups plus a few string tests.
 from __future__ import annotations
 
 import re
-from collections import Counter
 from functools import lru_cache
-from typing import Iterable
 
 from kernelpilot.isa.model import Instruction
 
-__all__ = ["classify", "count_families", "DPP_MODIFIERS", "dpp_modifier", "load_width_bits", "is_branch"]
+__all__ = ["classify", "dpp_modifier", "is_branch"]
 
 # ---------------------------------------------------------------- NVIDIA SASS
 
@@ -117,11 +115,6 @@ def _nv_classify(opcode: str) -> tuple[str, ...]:
 
 # ---------------------------------------------------------------- AMD GCN/CDNA
 
-DPP_MODIFIERS = (
-    "quad_perm", "row_shl", "row_shr", "row_ror", "row_mirror", "row_half_mirror",
-    "row_bcast:15", "row_bcast:31", "wave_shl", "wave_shr", "wave_rol", "wave_ror",
-    "row_share", "row_xmask", "row_newbcast",
-)
 _DPP_RE = re.compile(
     r"\b(quad_perm|row_shl|row_shr|row_ror|row_half_mirror|row_mirror|row_bcast:(?:15|31)|row_bcast"
     r"|wave_shl|wave_shr|wave_rol|wave_ror|row_share|row_xmask|row_newbcast)\b"
@@ -240,23 +233,6 @@ def classify(ins: Instruction, vendor: str) -> tuple[str, ...]:
         if "lgkmcnt(0)" in ops:
             fams = fams + ("sync.wait.lgkmcnt0",)
     return fams
-
-
-def count_families(instructions: Iterable[Instruction], vendor: str) -> dict[str, int]:
-    c: Counter[str] = Counter()
-    for ins in instructions:
-        fams = classify(ins, vendor)
-        if fams:
-            c.update(set(fams))
-    return dict(sorted(c.items()))
-
-
-def load_width_bits(family: str) -> int | None:
-    """``global.load.b128`` -> 128."""
-    tail = family.rsplit(".", 1)[-1]
-    if tail.startswith("b") and tail[1:].isdigit():
-        return int(tail[1:])
-    return None
 
 
 _NV_BRANCH = {"BRA", "BRX", "JMP", "JMX"}

@@ -12,7 +12,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable
 
-from kernelpilot.isa.families import classify
 from kernelpilot.isa.model import AmdResources, Finding, Instruction, KernelISA, Loop, NvidiaResources, Occupancy
 
 __all__ = ["Context", "RULES", "run_rules"]
@@ -421,7 +420,3 @@ def run_rules(ctx: Context) -> list[Finding]:
         out.extend(rule(ctx))
     out.sort(key=lambda f: _SEV[f.severity])
     return out
-
-
-def families_per_instruction(instructions: list[Instruction], vendor: str) -> list[tuple[str, ...]]:
-    return [classify(ins, vendor) for ins in instructions]

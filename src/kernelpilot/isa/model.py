@@ -20,7 +20,6 @@ __all__ = [
     "AmdResources",
     "KernelISA",
     "Occupancy",
-    "BasicBlock",
     "Loop",
     "StallEstimate",
     "Finding",
@@ -123,13 +122,6 @@ class KernelISA:
     compiler_occupancy: int | None = None   # AMD `; Occupancy:` (waves per SIMD)
     labels: dict[str, int] = field(default_factory=dict)   # label -> instruction index
     metadata: dict[str, Any] = field(default_factory=dict)  # anything else the parser found worth keeping
-
-
-@dataclass
-class BasicBlock:
-    start: int   # first instruction index
-    end: int     # last instruction index (inclusive)
-    successors: list[int] = field(default_factory=list)  # indices of successor blocks
 
 
 @dataclass
