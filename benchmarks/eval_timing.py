@@ -89,19 +89,27 @@ def main() -> None:
     opts = EvalOptions(device="cuda", cases=TIMED_CASES, verify=2, timing={"budget_s": 3.0, "max_n": 500})
     first = bench(PROBLEM, CANDIDATE, opts)
     second = bench(PROBLEM, CANDIDATE, opts)
+    # the flush most harnesses use (zeroing a buffer leaves L2 full of dirty lines), for comparison
+    dirty = bench(PROBLEM, CANDIDATE, EvalOptions(device="cuda", cases=TIMED_CASES, verify=0,
+                                                  timing={**opts.timing, "flush_mode": "write"}))
     rows = []
-    for a, b in zip(first.bench, second.bench):
+    for a, b, w in zip(first.bench, second.bench, dirty.bench):
         row = {"case": a.case, "params": a.params, "harness_median_us": a.timing["median_us"],
                "harness_iqr_us": a.timing["iqr_us"], "n": a.timing["n"],
                "repeat_median_us": b.timing["median_us"],
                "repeat_diff_pct": round(100 * abs(a.timing["median_us"] - b.timing["median_us"]) / a.timing["median_us"], 3),
-               "floor_us": (a.roofline or {}).get("floor_us"), "timed_outputs_ok": a.check_ok and b.check_ok}
+               "floor_us": (a.roofline or {}).get("floor_us"), "timed_outputs_ok": a.check_ok and b.check_ok,
+               "prepare_s": a.timing.get("prepare_s"), "converged": a.timing.get("converged"),
+               "write_flush_median_us": (w.timing or {}).get("median_us")}
         if shutil.which("ncu"):
             try:
                 t = ncu_times(a.case)
                 row["ncu_median_us"] = round(statistics.median(t), 3)
                 row["ncu_n"] = len(t)
                 row["diff_vs_ncu_pct"] = round(100 * (a.timing["median_us"] - row["ncu_median_us"]) / row["ncu_median_us"], 3)
+                if row["write_flush_median_us"]:
+                    row["write_flush_diff_vs_ncu_pct"] = round(
+                        100 * (row["write_flush_median_us"] - row["ncu_median_us"]) / row["ncu_median_us"], 3)
             except Exception as e:  # record why, keep the rest
                 row["ncu_error"] = str(e)[:500]
         rows.append(row)
@@ -121,12 +129,14 @@ def main() -> None:
         "small_case_passed": res.passed,
         "small_case_flags": [f"{f.level} {f.id}: {f.message}" for f in res.flags if f.level != "info"],
         "small_case_failures": [c.message for c in res.cases if not c.ok][:3] + ([res.error] if res.error else []),
+        "small_case_elapsed_s": res.elapsed_s,
         "gpu": first.gpu,
     }
     print(summary)
     path = write_results("eval_timing", {"cases": rows, "summary": summary,
-                                         "method": "harness: CUDA events around each call, L2 flushed and new inputs "
-                                                   "before every call, median; ncu: gpu__time_duration.sum per launch "
+                                         "method": "harness: CUDA events around each call, L2 flushed (read pass; "
+                                                   "write_flush: zeroing pass) and new inputs before every call, "
+                                                   "median; ncu: gpu__time_duration.sum per launch "
                                                    "(--clock-control none, default cache control: flush all)"})
     print(f"written to {path}")
 

@@ -68,6 +68,7 @@ class EvalResult:
     gpu: str | None = None
     error: str | None = None                  # the candidate could not be evaluated at all (crash, hang, import)
     notes: list[str] = field(default_factory=list)
+    elapsed_s: dict[str, Any] = field(default_factory=dict)   # where the evaluation's wall time went
 
     @property
     def rejected(self) -> bool:
@@ -124,4 +125,5 @@ class EvalResult:
             "bench": [b.to_json() for b in self.bench],
             "flags": [f.to_json() for f in self.flags],
             "notes": list(self.notes),
+            "elapsed_s": dict(self.elapsed_s),
         }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -196,6 +197,21 @@ def _merge_bench(result: EvalResult, prob: Problem, res: dict[str, Any], ref: di
 
 
 def _run(problem, candidate, opts: EvalOptions, *, do_check: bool, do_bench: bool) -> EvalResult:
+    t0 = time.perf_counter()
+    result = _run_timed(problem, candidate, opts, do_check=do_check, do_bench=do_bench)
+    result.elapsed_s["total"] = round(time.perf_counter() - t0, 3)
+    return result
+
+
+def _elapsed(result: EvalResult, label: str, res: dict[str, Any] | None) -> None:
+    """A worker's wall time (from its job to its result) and its phases, into the result."""
+    if res and res.get("seconds") is not None:
+        result.elapsed_s[label] = res["seconds"]
+        for k, v in (res.get("phases_s") or {}).items():
+            result.elapsed_s[f"{label}.{k}"] = v
+
+
+def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_bench: bool) -> EvalResult:
     opts = opts or EvalOptions()
     prob, cand = _load(problem, candidate)
     device = opts.device or default_device()
@@ -223,6 +239,7 @@ def _run(problem, candidate, opts: EvalOptions, *, do_check: bool, do_bench: boo
         ref_worker = WorkerProcess(session.dir, f"{session.n:02d}_reference_verify", device)
         try:
             res = run_job(job, timeout=opts.timeout)
+            _elapsed(result, "candidate", res)
             if res.get("problem_error"):
                 raise KernelpilotError(f"the problem's own code failed: {res['fatal']}")
             result.gpu = res.get("gpu")
@@ -233,6 +250,7 @@ def _run(problem, candidate, opts: EvalOptions, *, do_check: bool, do_bench: boo
             items = (_candidate_items(res) if do_check else []) + _bench_items(res)
             outputs = [session.dir / "candidate_outputs.pt", session.dir / f"{job['name']}_bench_outputs.pt"]
             ref = _verify(session, prob, device, items, outputs, opts.timeout, ref_worker) if items else None
+            _elapsed(result, "reference", ref)
         finally:
             ref_worker.close()
         if do_check:
@@ -286,6 +304,7 @@ def _add_baseline(session: _Session, prob: Problem, device: str, names: list[str
             raise UsageError(f"--baseline {base}: not eager, compile, or a candidate file.")
         res = _bench_one(session, prob, device, names, opts, candidate=str(path.resolve()))
         label = path.name
+    _elapsed(result, f"baseline {label}", res)
     if res.get("fatal"):
         result.notes.append(f"baseline {label} could not be timed: {res['fatal']}")
         return

@@ -1,7 +1,8 @@
 """Timing that a careful engineer would do by hand, and one typed result.
 
-Every sample: new inputs prepared (untimed), L2 flushed by overwriting a buffer larger than the cache,
-then CUDA events recorded on the current stream around the call, and a device-wide synchronize before the
+Every sample: new inputs prepared (untimed), L2 flushed by reading a buffer twice its size (which writes back
+whatever the cache held dirty and leaves it holding clean lines, as after Nsight Compute's cache flush), then
+CUDA events recorded on the current stream around the call, and a device-wide synchronize before the
 next sample. Warm-up first; then samples in batches until the median is stable (it moves by less than
 ``rel_tol`` when a batch is added) or the time budget or ``max_n`` is reached. Work the candidate puts on
 other streams is not inside these events: the worker's guard call finds it (``side-stream`` flag).
@@ -17,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 __all__ = ["TimingOptions", "Timing", "summarize", "measure", "gpu_sampler", "graph_sampler", "cpu_sampler",
-           "l2_flush_buffer"]
+           "l2_flush_buffer", "l2_flusher"]
 
 
 @dataclass(frozen=True)
@@ -30,10 +31,13 @@ class TimingOptions:
     batch: int = 10
     rel_tol: float = 0.005          # stop when the median moves by less than this fraction
     flush_l2: bool = True
+    flush_mode: str = "read"        # "read": leaves L2 clean; "write": zeroes the buffer (leaves L2 dirty)
 
     def __post_init__(self) -> None:
         if self.min_n < 3 or self.max_n < self.min_n or self.batch < 1 or self.budget_s <= 0 or self.rel_tol <= 0:
             raise ValueError(f"invalid timing options: {self}")
+        if self.flush_mode not in ("read", "write"):
+            raise ValueError(f"flush_mode must be 'read' or 'write', not {self.flush_mode!r}")
 
 
 @dataclass
@@ -49,6 +53,7 @@ class Timing:
     samples_us: list[float] = field(default_factory=list, repr=False)
     untimed_tail_us: float | None = None    # GPU work still running after the timed stream's end (side streams)
     host_median_us: float | None = None     # host time of one call (launch overhead), not in median_us
+    prepare_s: float | None = None          # seconds spent generating inputs and keeping outputs (untimed)
 
     def to_json(self, *, samples: bool = False) -> dict[str, Any]:
         d = asdict(self)
@@ -75,13 +80,18 @@ def summarize(samples: list[float], method: str, converged: bool) -> Timing:
 
 def measure(sample: Callable[[int], float], method: str, opts: TimingOptions, *,
             prepare_batch: Callable[[list[int]], None] | None = None,
+            finish_batch: Callable[[], None] | None = None,
             batch: int | None = None) -> Timing:
     """Warm up, then call ``sample(i)`` (returns one time in microseconds) until the median is stable.
 
     ``prepare_batch(indices)`` (untimed) runs before each batch of samples, e.g. to generate every input the
-    batch will use, so that the samples themselves follow each other closely. Between batches the warm-up
-    runs again (``sample`` with negative indices) for at least ``warmup_s``: a GPU left idle while inputs were
+    batch will use, so that the samples themselves follow each other closely; ``finish_batch()`` (untimed)
+    after each batch, for slow bookkeeping that must not sit between samples. Between batches the warm-up runs
+    again (``sample`` with negative indices) for at least ``warmup_s``: a GPU left idle while inputs were
     generated lowers its clocks, and the first kernels after the gap would run slow.
+
+    ``budget_s`` counts the warm-up and the samples, not the preparation; the whole, preparation included,
+    stops at four times the budget (slow input generators get fewer samples, never an endless run).
     """
     size = max(1, batch or opts.batch)
 
@@ -96,39 +106,66 @@ def measure(sample: Callable[[int], float], method: str, opts: TimingOptions, *,
 
     samples: list[float] = []
     start = time.perf_counter()
+    untimed = 0.0
     converged = False
     prev_median = None
     first = True
     while len(samples) < opts.max_n:
         ids = list(range(len(samples), len(samples) + size))
         if prepare_batch is not None:
+            t0 = time.perf_counter()
             prepare_batch(ids)
+            untimed += time.perf_counter() - t0
         if first or prepare_batch is not None:
             warm()
             first = False
         for i in ids:
             samples.append(sample(i))
+        if finish_batch is not None:
+            t0 = time.perf_counter()
+            finish_batch()
+            untimed += time.perf_counter() - t0
         med = statistics.median(samples)
         if len(samples) >= opts.min_n and prev_median is not None and med > 0:
             if abs(med - prev_median) / med < opts.rel_tol:
                 converged = True
                 break
         prev_median = med
-        if time.perf_counter() - start > opts.budget_s and len(samples) >= opts.min_n:
+        elapsed = time.perf_counter() - start
+        if elapsed - untimed > opts.budget_s and len(samples) >= opts.min_n:
             break
-        if time.perf_counter() - start > 4 * opts.budget_s:
+        if elapsed > 4 * opts.budget_s:
             break
-    return summarize(samples, method, converged)
+    t = summarize(samples, method, converged)
+    if prepare_batch is not None or finish_batch is not None:
+        t.prepare_s = round(untimed, 3)
+    return t
 
 
 def l2_flush_buffer(device: str = "cuda"):
-    """A buffer twice the L2 size (at least 64 MiB): zeroing it evicts whatever the L2 held."""
+    """A buffer twice the L2 size (at least 64 MiB): passing over it evicts whatever the L2 held."""
     import torch
 
     props = torch.cuda.get_device_properties(torch.device(device))
     l2 = int(getattr(props, "L2_cache_size", 0) or 0)
     size = max(2 * l2, 64 << 20)
-    return torch.empty(size // 4, dtype=torch.int32, device=device)
+    return torch.zeros(size // 4, dtype=torch.int32, device=device)
+
+
+def l2_flusher(device: str = "cuda", mode: str = "read") -> Callable[[], None]:
+    """A function that empties the L2 of useful data before a timed call.
+
+    ``read`` (default) reads the buffer: lines the last call left dirty are written back now, outside the
+    timer, and the cache ends up holding clean lines that cost nothing to evict (Nsight Compute's flush
+    leaves it clean too). ``write`` zeroes the buffer, as many harnesses do: the cache is left full of dirty
+    lines that the timed kernel then pays to write back."""
+    import torch
+
+    buf = l2_flush_buffer(device)
+    if mode == "write":
+        return buf.zero_
+    out = torch.empty((), dtype=torch.int32, device=device)
+    return lambda: torch.amax(buf, dim=0, out=out)
 
 
 # torch.cuda._sleep counts GPU cycles; about 2 GHz on current data-center GPUs. Only a lead time: exactness
@@ -169,13 +206,13 @@ def _event_tools(clock: dict[str, Any] | None):
 
 
 def gpu_sampler(call: Callable[[], Any], *, prepare: Callable[[int], None] | None = None,
-                after: Callable[[int, Any], None] | None = None, flush_l2: bool = True,
+                after: Callable[[int, Any], None] | None = None, flush_l2: bool = True, flush_mode: str = "read",
                 device: str = "cuda", clock: dict[str, Any] | None = None) -> Callable[[int], float]:
     """One sample: ``prepare(i)``, flush L2, events around ``call()``, device-wide synchronize,
     then ``after(i, output)`` (untimed, e.g. keep the output for checking)."""
     import torch
 
-    flush = l2_flush_buffer(device) if flush_l2 else None
+    flush = l2_flusher(device, flush_mode) if flush_l2 else None
     event, record, synchronize, elapsed = _event_tools(clock)
     start = event(enable_timing=True)
     end = event(enable_timing=True)
@@ -206,7 +243,7 @@ def gpu_sampler(call: Callable[[], Any], *, prepare: Callable[[int], None] | Non
         if prepare is not None:
             prepare(i)
         if flush is not None:
-            flush.zero_()
+            flush()
         if spin is not None and host_us:
             lead = min(10_000.0, 2.0 * statistics.median(host_us[-16:]) + 20.0)
             spin(int(lead * _SPIN_CYCLES_PER_US))
@@ -229,10 +266,10 @@ def gpu_sampler(call: Callable[[], Any], *, prepare: Callable[[int], None] | Non
 
 
 def graph_sampler(graph, *, prepare: Callable[[int], None] | None = None,
-                  after: Callable[[int], None] | None = None, flush_l2: bool = True,
+                  after: Callable[[int], None] | None = None, flush_l2: bool = True, flush_mode: str = "read",
                   device: str = "cuda", clock: dict[str, Any] | None = None) -> Callable[[int], float]:
     """Like ``gpu_sampler`` but replays a captured CUDA graph (launch overhead removed)."""
-    flush = l2_flush_buffer(device) if flush_l2 else None
+    flush = l2_flusher(device, flush_mode) if flush_l2 else None
     event, record, synchronize, elapsed = _event_tools(clock)
     start = event(enable_timing=True)
     end = event(enable_timing=True)
@@ -241,7 +278,7 @@ def graph_sampler(graph, *, prepare: Callable[[int], None] | None = None,
         if prepare is not None:
             prepare(i)
         if flush is not None:
-            flush.zero_()
+            flush()
         record(start)
         graph.replay()
         record(end)

@@ -21,7 +21,9 @@ import os
 import statistics
 import struct
 import sys
+import time
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,7 @@ def _seed() -> int:
 
 
 def _to(obj: Any, device: str):
+    """A copy of every tensor in a nested value on ``device`` (a private copy even on the same device)."""
     import torch
 
     if isinstance(obj, torch.Tensor):
@@ -144,6 +147,16 @@ class Worker:
         self.timers = TimerSnapshot()
         self.clock = self.timers.functions()
 
+    @contextmanager
+    def phase(self, name: str):
+        """Add the wall time of the block to ``phases_s[name]`` (where an evaluation's seconds go)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            phases = self.result.setdefault("phases_s", {})
+            phases[name] = round(phases.get(name, 0.0) + time.perf_counter() - t0, 3)
+
     def flag(self, id: str, message: str, level: str = "error", **evidence) -> None:
         if any(f["id"] == id and f["message"] == message for f in self.result["flags"]):
             return   # once per distinct finding (a case runs several seeds)
@@ -157,24 +170,14 @@ class Worker:
     def candidate_check(self) -> None:
         import torch
 
-        from kernelpilot.evaluate.guards import defined_kernels, fingerprint, poison_allocator
         from kernelpilot.evaluate.probe import live_threads, probe_call
 
-        cases = self.cases(self.job["cases"])
-        n_seeds = int(self.job.get("seeds", 3))
-        fixed = self.job.get("fixed_seeds")
-        plan = []   # (case, seed, cpu inputs, fingerprint)
-        for case in cases:
-            seeds = list(fixed) if fixed else [_seed() for _ in range(n_seeds)]
-            for seed in seeds:
-                inputs = self.rt.make_inputs(case, seed, self.device)
-                cpu = _to(inputs, "cpu")
-                plan.append((case, seed, cpu, fingerprint(cpu)))
-                del inputs
-        _sync(self.device)
+        with self.phase("inputs"):
+            plan = self._plan(self.cases(self.job["cases"]), int(self.job.get("seeds", 3)), self.job.get("fixed_seeds"))
         threads_before = live_threads()
         path = Path(self.job["candidate"])
-        fn, import_probe = probe_call(lambda: self.rt.load_candidate(path, self.device, 0), self.device)
+        with self.phase("import"):
+            fn, import_probe = probe_call(lambda: self.rt.load_candidate(path, self.device, 0), self.device)
         if fn is None:
             raise RuntimeError("the candidate could not be loaded")
         self.fn = fn
@@ -182,9 +185,29 @@ class Worker:
         # ops (precomputing the answer needs them; initialising weights does not).
         self.result["import_ops"] = sorted(self._significant(import_probe.ops))
         self.result["import_kernels"] = import_probe.kernels[:20]
+        with self.phase("calls"):
+            outputs, cases_out = self._check_calls(fn, path, plan)
+        self._check_timers()
+        new_threads = sorted(live_threads() - threads_before)
+        if new_threads:
+            self.flag("threads", "threads the candidate started are still running after its calls: "
+                      + ", ".join(new_threads[:5]), "warning", threads=new_threads)
+        nondet = [c["case"] for c in cases_out if c.get("nondeterministic")]
+        if nondet:
+            self.flag("nondeterministic", f"two runs on the same inputs gave different outputs: {', '.join(sorted(set(nondet)))}",
+                      "warning", cases=sorted(set(nondet)))
+        torch.save(outputs, self.out_dir / "candidate_outputs.pt")
+        self.result["cases"] = cases_out
+
+    def _check_calls(self, fn, path: Path, plan) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Each planned case twice, on fresh device copies with the allocator poisoned; the first call profiled.
+        Returns the outputs (host, by case|seed) and one entry per case and seed."""
+        from kernelpilot.evaluate.guards import defined_kernels, fingerprint, poison_allocator
+        from kernelpilot.evaluate.probe import probe_call
+
         writable = bool(self.problem.options.get("writable_inputs"))
         outputs: dict[str, Any] = {}
-        cases_out = []
+        cases_out: list[dict[str, Any]] = []
         probe_done = False
         broken = None
         for case, seed, cpu, fp in plan:
@@ -196,7 +219,7 @@ class Worker:
                 continue
             runs = []
             try:
-                for r in range(2):
+                for _ in range(2):
                     dev = _to(cpu, self.device)
                     poison_allocator(self.device, 2 * _nbytes(cpu))
                     if not probe_done:
@@ -227,17 +250,20 @@ class Worker:
                 outputs[key] = runs[0]
                 if len(runs) == 2 and fingerprint(runs[0]) != fingerprint(runs[1]):
                     entry["nondeterministic"] = True
-        self._check_timers()
-        new_threads = sorted(live_threads() - threads_before)
-        if new_threads:
-            self.flag("threads", "threads the candidate started are still running after its calls: "
-                      + ", ".join(new_threads[:5]), "warning", threads=new_threads)
-        nondet = [c["case"] for c in cases_out if c.get("nondeterministic")]
-        if nondet:
-            self.flag("nondeterministic", f"two runs on the same inputs gave different outputs: {', '.join(sorted(set(nondet)))}",
-                      "warning", cases=sorted(set(nondet)))
-        torch.save(outputs, self.out_dir / "candidate_outputs.pt")
-        self.result["cases"] = cases_out
+        return outputs, cases_out
+
+    def _plan(self, cases, n_seeds: int, fixed: list[int] | None) -> list[tuple[Any, int, Any, str]]:
+        """Each case's inputs for each secret seed, on the host, with their fingerprints: made before the
+        candidate is imported."""
+        from kernelpilot.evaluate.guards import fingerprint
+
+        plan = []
+        for case in cases:
+            for seed in (list(fixed) if fixed else [_seed() for _ in range(n_seeds)]):
+                cpu = _to(self.rt.make_inputs(case, seed, self.device), "cpu")
+                plan.append((case, seed, cpu, fingerprint(cpu)))
+        _sync(self.device)
+        return plan
 
     def _check_timers(self) -> None:
         changed = self.timers.changed()
@@ -382,6 +408,8 @@ class Worker:
                 else:
                     state["seed"], state["inputs"] = pool.pop(i)
 
+            pending: list[tuple[int, dict[str, Any], Any, Any]] = []
+
             def after(i: int, out: Any) -> None:
                 if i >= 0 and "lazy" not in state:
                     why = _plain_output(out)
@@ -397,23 +425,31 @@ class Worker:
                 j = t if t < keep_n else int.from_bytes(urandom(8), "little") % (t + 1)
                 if j >= keep_n:
                     return
-                item = {"case": case.name, "seed": state["seed"], "key": f"{case.name}|bench|{state['seed']}",
-                        "fingerprint": fingerprint(_to(state["inputs"], "cpu"))}
-                kept_out = _to(out, "cpu")
-                # Fingerprints go out of the process at once: an output edited while it waits here is caught.
-                _journal({"key": item["key"], "input": item["fingerprint"], "output": fingerprint(kept_out)})
-                if j < len(slots):
-                    slots[j] = (item, kept_out)
-                else:
-                    slots.append((item, kept_out))
+                item = {"case": case.name, "seed": state["seed"], "key": f"{case.name}|bench|{state['seed']}"}
+                # Private copies on the device now (fast); moving them to the host and hashing them waits for
+                # the end of the batch, so that no slow host work sits between timed calls.
+                pending.append((j, item, _to(state["inputs"], self.device), _to(out, self.device)))
+
+            def finish_batch() -> None:
+                for j, item, inputs, out in pending:
+                    item["fingerprint"] = fingerprint(_to(inputs, "cpu"))
+                    kept_out = _to(out, "cpu")
+                    # Fingerprints go out of the process at once: an output edited while it waits is caught.
+                    _journal({"key": item["key"], "input": item["fingerprint"], "output": fingerprint(kept_out)})
+                    if j < len(slots):
+                        slots[j] = (item, kept_out)
+                    else:
+                        slots.append((item, kept_out))
+                pending.clear()
 
             call = lambda: fn(*state["inputs"])  # noqa: E731
             entry: dict[str, Any] = {"case": case.name}
             try:
                 if self.device.startswith("cuda"):
                     sampler = gpu_sampler(call, prepare=prepare, after=after, flush_l2=opts.flush_l2,
-                                          device=self.device, clock=self.clock)
-                    timing = measure(sampler, "cuda-events", opts, prepare_batch=prepare_batch, batch=batch)
+                                          flush_mode=opts.flush_mode, device=self.device, clock=self.clock)
+                    timing = measure(sampler, "cuda-events", opts, prepare_batch=prepare_batch,
+                                     finish_batch=finish_batch, batch=batch)
                     if sampler.host_us:
                         timing.host_median_us = round(statistics.median(sampler.host_us), 3)
                     tail = sampler.tails.excess_us()
@@ -426,7 +462,8 @@ class Worker:
                                       case=case.name, untimed_tail_us=round(tail, 3))
                 else:
                     timing = measure(cpu_sampler(call, prepare=prepare, after=after, clock=self.clock),
-                                     "cpu-wall-clock", opts, prepare_batch=prepare_batch, batch=batch)
+                                     "cpu-wall-clock", opts, prepare_batch=prepare_batch, finish_batch=finish_batch,
+                                     batch=batch)
                 entry["timing"] = timing.to_json()
                 if self.job.get("graphs") and self.device.startswith("cuda"):
                     entry["graph_timing"] = self._graph_timing(fn, state, prepare, opts, prepare_batch, batch)
@@ -471,7 +508,8 @@ class Worker:
             prepare(i)
             _copy_into(static, state["inputs"])
 
-        t = measure(graph_sampler(graph, prepare=prep, flush_l2=opts.flush_l2, device=self.device, clock=self.clock),
+        t = measure(graph_sampler(graph, prepare=prep, flush_l2=opts.flush_l2, flush_mode=opts.flush_mode,
+                                  device=self.device, clock=self.clock),
                     "cuda-graph-replay", opts, prepare_batch=prepare_batch, batch=batch)
         return t.to_json()
 
@@ -484,11 +522,14 @@ class Worker:
             self.candidate_check()
             if self.job.get("bench_cases") and not any(c.get("error") for c in self.result["cases"]):
                 self.job["cases"] = self.job["bench_cases"]
-                self.bench()
+                with self.phase("bench"):
+                    self.bench()
         elif role == "reference" and mode == "verify":
-            self.reference_verify()
+            with self.phase("reference"):
+                self.reference_verify()
         elif mode == "bench":
-            self.bench()
+            with self.phase("bench"):
+                self.bench()
         else:
             raise ValueError(f"unknown job {role}/{mode}")
 
