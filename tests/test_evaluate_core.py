@@ -135,3 +135,39 @@ def test_timing_statistics_and_options():
                   TimingOptions(min_n=5, max_n=50, budget_s=0.5, warmup=2, warmup_s=0.0))
     assert 5 <= res.n <= 50 and res.median_us > 0 and math.isfinite(res.iqr_us)
     assert calls[:2] == [-1, -2] and 0 in calls      # warm-up calls, then samples numbered from 0
+
+
+def _digest_samples():
+    from kernelpilot.evaluate import guards
+
+    n = guards._DIGEST_WORDS * 2 + 3        # three chunks, the last partial, and a few tail bytes
+    return [torch.arange(n * 2, dtype=torch.int32).view(-1, 2), torch.randn(1000, 37).to(torch.bfloat16),
+            torch.arange(13, dtype=torch.uint8), torch.tensor(True), torch.randn(5, 7).t()]
+
+
+def test_fingerprint_sees_every_word_and_only_the_contents():
+    from kernelpilot.evaluate import guards
+    from kernelpilot.evaluate.guards import fingerprint
+
+    big = _digest_samples()[0]
+    fp = fingerprint(big)
+    assert fingerprint(big.clone()) == fp
+    flat = big.view(-1)
+    for pos in (0, 1, guards._DIGEST_WORDS * 2 - 1, guards._DIGEST_WORDS * 2, flat.numel() - 1):
+        changed = big.clone()
+        changed.view(-1)[pos] ^= 1 << 30    # one bit, in the first, a boundary, or the last word
+        assert fingerprint(changed) != fp, pos
+    swapped = big.clone().view(-1)
+    swapped[[0, 1]] = swapped[[1, 0]]
+    assert fingerprint(swapped.view_as(big)) != fp          # position matters, not just the multiset
+    assert fingerprint(torch.zeros(4)) != fingerprint(torch.zeros(4, dtype=torch.int32))   # dtype counts
+    assert fingerprint(torch.zeros(4)) != fingerprint(torch.zeros(2, 2))                   # shape counts
+    assert fingerprint(torch.zeros(4)) != fingerprint(torch.tensor([0.0, -0.0, 0.0, 0.0]))  # bits, not values
+
+
+@pytest.mark.gpu
+def test_fingerprint_is_the_same_on_cpu_and_gpu():
+    from kernelpilot.evaluate.guards import fingerprint
+
+    for t in _digest_samples():
+        assert fingerprint(t) == fingerprint(t.cuda()), (t.dtype, tuple(t.shape))

@@ -59,9 +59,11 @@ def _env(device: str) -> dict[str, str]:
 
 class WorkerProcess:
     """A worker started ahead of its job: it imports torch and the harness while the caller is busy (e.g. the
-    reference's worker while the candidate runs), then waits for the job on its standard input."""
+    reference's worker while the candidate runs), then waits for the job on its standard input. With
+    ``warm``, on a GPU it also creates its CUDA context and starts the profiler once (jobs that profile a
+    call pay that start-up, seconds, before their job arrives)."""
 
-    def __init__(self, out_dir: Path, name: str, device: str) -> None:
+    def __init__(self, out_dir: Path, name: str, device: str, *, warm: bool = False) -> None:
         self.out = Path(out_dir)
         self.name = name
         self.stdout, self.stderr = self.out / f"{name}.stdout", self.out / f"{name}.stderr"
@@ -75,7 +77,10 @@ class WorkerProcess:
         env["KPILOT_JOURNAL_FD"] = str(jw)
         with open(self.stdout, "wb") as so, open(self.stderr, "wb") as se:
             try:
-                self.proc = subprocess.Popen([sys.executable, "-m", "kernelpilot.evaluate.worker", "--stdin"],
+                cmd = [sys.executable, "-m", "kernelpilot.evaluate.worker", "--stdin"]
+                if warm and device.startswith("cuda"):
+                    cmd += ["--warm", device]
+                self.proc = subprocess.Popen(cmd,
                                              stdin=subprocess.PIPE, stdout=so, stderr=se, env=env,
                                              start_new_session=True, pass_fds=(jw,))
             except OSError as e:
@@ -135,7 +140,8 @@ class WorkerProcess:
 def run_job(job: dict[str, Any], *, timeout: float) -> dict[str, Any]:
     """Run ``job`` (see worker.py) in a new process and return its result dict; on a crash or timeout, a
     dict with ``fatal`` (what happened) and ``stderr`` (its last lines)."""
-    return WorkerProcess(Path(job["out_dir"]), job["name"], job["device"]).run(job, timeout=timeout)
+    profiles = job.get("mode") in ("check", "eval", "verify")   # these jobs profile one call (probe.py)
+    return WorkerProcess(Path(job["out_dir"]), job["name"], job["device"], warm=profiles).run(job, timeout=timeout)
 
 
 class _Drain:

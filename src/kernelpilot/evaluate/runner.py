@@ -236,7 +236,7 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
         else:
             job = session.job(role="candidate", mode="bench", cases=bench_names, **common)
         # The reference's worker starts now and imports while the candidate runs; it gets its job afterwards.
-        ref_worker = WorkerProcess(session.dir, f"{session.n:02d}_reference_verify", device)
+        ref_worker = WorkerProcess(session.dir, f"{session.n:02d}_reference_verify", device, warm=True)
         try:
             res = run_job(job, timeout=opts.timeout)
             _elapsed(result, "candidate", res)

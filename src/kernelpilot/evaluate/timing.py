@@ -53,7 +53,7 @@ class Timing:
     samples_us: list[float] = field(default_factory=list, repr=False)
     untimed_tail_us: float | None = None    # GPU work still running after the timed stream's end (side streams)
     host_median_us: float | None = None     # host time of one call (launch overhead), not in median_us
-    prepare_s: float | None = None          # seconds spent generating inputs and keeping outputs (untimed)
+    prepare_s: float | None = None          # seconds spent generating inputs (untimed)
 
     def to_json(self, *, samples: bool = False) -> dict[str, Any]:
         d = asdict(self)
@@ -80,13 +80,11 @@ def summarize(samples: list[float], method: str, converged: bool) -> Timing:
 
 def measure(sample: Callable[[int], float], method: str, opts: TimingOptions, *,
             prepare_batch: Callable[[list[int]], None] | None = None,
-            finish_batch: Callable[[], None] | None = None,
             batch: int | None = None) -> Timing:
     """Warm up, then call ``sample(i)`` (returns one time in microseconds) until the median is stable.
 
     ``prepare_batch(indices)`` (untimed) runs before each batch of samples, e.g. to generate every input the
-    batch will use, so that the samples themselves follow each other closely; ``finish_batch()`` (untimed)
-    after each batch, for slow bookkeeping that must not sit between samples. Between batches the warm-up runs
+    batch will use, so that the samples themselves follow each other closely. Between batches the warm-up runs
     again (``sample`` with negative indices) for at least ``warmup_s``: a GPU left idle while inputs were
     generated lowers its clocks, and the first kernels after the gap would run slow.
 
@@ -121,10 +119,6 @@ def measure(sample: Callable[[int], float], method: str, opts: TimingOptions, *,
             first = False
         for i in ids:
             samples.append(sample(i))
-        if finish_batch is not None:
-            t0 = time.perf_counter()
-            finish_batch()
-            untimed += time.perf_counter() - t0
         med = statistics.median(samples)
         if len(samples) >= opts.min_n and prev_median is not None and med > 0:
             if abs(med - prev_median) / med < opts.rel_tol:
@@ -137,7 +131,7 @@ def measure(sample: Callable[[int], float], method: str, opts: TimingOptions, *,
         if elapsed > 4 * opts.budget_s:
             break
     t = summarize(samples, method, converged)
-    if prepare_batch is not None or finish_batch is not None:
+    if prepare_batch is not None:
         t.prepare_s = round(untimed, 3)
     return t
 

@@ -311,7 +311,7 @@ class Worker:
         for it in items:
             case = self.problem.case(it["case"])
             inputs = self.rt.make_inputs(case, it["seed"], self.device)
-            fp = fingerprint(_to(inputs, "cpu"))
+            fp = fingerprint(inputs)
             res = {"case": case.name, "seed": it["seed"], "key": it["key"]}
             results.append(res)
             if fp != it["fingerprint"]:
@@ -408,8 +408,6 @@ class Worker:
                 else:
                     state["seed"], state["inputs"] = pool.pop(i)
 
-            pending: list[tuple[int, dict[str, Any], Any, Any]] = []
-
             def after(i: int, out: Any) -> None:
                 if i >= 0 and "lazy" not in state:
                     why = _plain_output(out)
@@ -425,22 +423,16 @@ class Worker:
                 j = t if t < keep_n else int.from_bytes(urandom(8), "little") % (t + 1)
                 if j >= keep_n:
                     return
-                item = {"case": case.name, "seed": state["seed"], "key": f"{case.name}|bench|{state['seed']}"}
-                # Private copies on the device now (fast); moving them to the host and hashing them waits for
-                # the end of the batch, so that no slow host work sits between timed calls.
-                pending.append((j, item, _to(state["inputs"], self.device), _to(out, self.device)))
-
-            def finish_batch() -> None:
-                for j, item, inputs, out in pending:
-                    item["fingerprint"] = fingerprint(_to(inputs, "cpu"))
-                    kept_out = _to(out, "cpu")
-                    # Fingerprints go out of the process at once: an output edited while it waits is caught.
-                    _journal({"key": item["key"], "input": item["fingerprint"], "output": fingerprint(kept_out)})
-                    if j < len(slots):
-                        slots[j] = (item, kept_out)
-                    else:
-                        slots.append((item, kept_out))
-                pending.clear()
+                # A private copy on the device, and fingerprints (computed on the device: no slow host work
+                # between timed calls) out of the process at once: an output edited later is caught.
+                item = {"case": case.name, "seed": state["seed"], "key": f"{case.name}|bench|{state['seed']}",
+                        "fingerprint": fingerprint(state["inputs"])}
+                kept_out = _to(out, self.device)
+                _journal({"key": item["key"], "input": item["fingerprint"], "output": fingerprint(kept_out)})
+                if j < len(slots):
+                    slots[j] = (item, kept_out)
+                else:
+                    slots.append((item, kept_out))
 
             call = lambda: fn(*state["inputs"])  # noqa: E731
             entry: dict[str, Any] = {"case": case.name}
@@ -448,8 +440,7 @@ class Worker:
                 if self.device.startswith("cuda"):
                     sampler = gpu_sampler(call, prepare=prepare, after=after, flush_l2=opts.flush_l2,
                                           flush_mode=opts.flush_mode, device=self.device, clock=self.clock)
-                    timing = measure(sampler, "cuda-events", opts, prepare_batch=prepare_batch,
-                                     finish_batch=finish_batch, batch=batch)
+                    timing = measure(sampler, "cuda-events", opts, prepare_batch=prepare_batch, batch=batch)
                     if sampler.host_us:
                         timing.host_median_us = round(statistics.median(sampler.host_us), 3)
                     tail = sampler.tails.excess_us()
@@ -462,8 +453,7 @@ class Worker:
                                       case=case.name, untimed_tail_us=round(tail, 3))
                 else:
                     timing = measure(cpu_sampler(call, prepare=prepare, after=after, clock=self.clock),
-                                     "cpu-wall-clock", opts, prepare_batch=prepare_batch, finish_batch=finish_batch,
-                                     batch=batch)
+                                     "cpu-wall-clock", opts, prepare_batch=prepare_batch, batch=batch)
                 entry["timing"] = timing.to_json()
                 if self.job.get("graphs") and self.device.startswith("cuda"):
                     entry["graph_timing"] = self._graph_timing(fn, state, prepare, opts, prepare_batch, batch)
@@ -474,7 +464,7 @@ class Worker:
                     break
             entry["verify"] = [item for item, _ in slots]
             for item, out in slots:
-                kept[item["key"]] = out
+                kept[item["key"]] = _to(out, "cpu")
             out_cases.append(entry)
             state.clear()
         if kept:
@@ -562,6 +552,19 @@ def _low_signal(expected: Any, problem) -> str | None:
     return "the reference output is within 10x atol of zero: an all-zero answer would pass the elementwise test"
 
 
+def _warm_up(device: str) -> None:
+    """Create the CUDA context and start the profiler once, before the job (and any candidate code)."""
+    try:
+        import torch
+
+        from kernelpilot.evaluate.probe import probe_call
+
+        x = torch.zeros(16, device=device)
+        probe_call(lambda: x.add_(1), device)
+    except Exception:
+        pass   # the job meets the same failure and reports it
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] == "--stdin":
@@ -571,6 +574,8 @@ def main(argv: list[str] | None = None) -> int:
         import kernelpilot.evaluate.compare  # noqa: F401
         import kernelpilot.evaluate.formats  # noqa: F401
 
+        if "--warm" in args:
+            _warm_up(args[args.index("--warm") + 1])
         job = json.loads(sys.stdin.read())
     else:
         job = json.loads(Path(args[0]).read_text())

@@ -1,0 +1,81 @@
+"""Where the seconds of a small evaluation go, stage by stage, in a fresh process (run on a GPU machine).
+
+Stages, in the order a candidate worker meets them: interpreter and kernelpilot imports, `import torch`,
+CUDA context, `import triton`, the first profiled call (PyTorch profiler start-up), loading the example
+Triton candidate (its compiled kernel from Triton's cache), its first call, and a second profiled call.
+Then `kpilot eval` of one small case end to end with its own phase breakdown (elapsed_s).
+
+Writes benchmarks/results/eval_startup.json.   Run: python benchmarks/eval_startup.py
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import write_results  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBLEM = ROOT / "benchmarks" / "problems" / "softmax_large"
+CANDIDATE = ROOT / "examples" / "problems" / "row_softmax" / "candidates" / "triton_softmax.py"
+
+STAGES = r"""
+import json, sys, time
+t = {"start": time.perf_counter()}
+def mark(name):
+    t[name] = time.perf_counter()
+sys.path.insert(0, %(src)r)
+import kernelpilot.evaluate.worker
+mark("kernelpilot")
+import torch
+mark("import torch")
+torch.cuda.init(); torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+mark("cuda context")
+import triton
+mark("import triton")
+from kernelpilot.evaluate.probe import probe_call
+probe_call(lambda: torch.ones(4, device="cuda") * 2, "cuda")
+mark("first profiled call")
+from kernelpilot.evaluate.pyload import import_file
+fn = getattr(import_file(%(cand)r), "softmax")
+mark("load candidate")
+x = torch.randn(64, 1024, device="cuda", dtype=torch.float16)
+fn(x); torch.cuda.synchronize()
+mark("first call (kernel from cache)")
+probe_call(lambda: fn(x), "cuda")
+mark("second profiled call")
+names = list(t)
+print(json.dumps({b: round(t[b] - t[a], 3) for a, b in zip(names, names[1:])}))
+"""
+
+
+def main() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        sys.exit("eval_startup.py needs a CUDA GPU")
+    code = STAGES % {"src": str(ROOT / "src"), "cand": str(CANDIDATE)}
+    runs = []
+    for _ in range(2):   # the first run may fill Triton's cache; the second is what a user sees
+        t0 = time.perf_counter()
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        if p.returncode:
+            sys.exit(p.stderr[-3000:])
+        runs.append({"stages_s": json.loads(p.stdout.strip().splitlines()[-1]),
+                     "process_s": round(time.perf_counter() - t0, 3)})
+    from kernelpilot.evaluate.runner import EvalOptions, evaluate
+
+    small = EvalOptions(device="cuda", cases=["small"], seeds=1, verify=1, timing={"budget_s": 0.5})
+    res = evaluate(PROBLEM, CANDIDATE, small)
+    out = {"process_stages": runs[-1], "first_process_stages": runs[0],
+           "eval_small_case": {"passed": res.passed, "elapsed_s": res.elapsed_s}}
+    print(json.dumps(out, indent=1))
+    print(f"written to {write_results('eval_startup', out)}")
+
+
+if __name__ == "__main__":
+    main()
