@@ -3,7 +3,7 @@
 Stages, in the order a candidate worker meets them: interpreter and kernelpilot imports, `import torch`,
 CUDA context, `import triton`, the first profiled call (PyTorch profiler start-up), loading the example
 Triton candidate (its compiled kernel from Triton's cache), its first call, and a second profiled call.
-Then `kpilot eval` of one small case end to end with its own phase breakdown (elapsed_s).
+(The whole evaluation of a small case, cold and with workers started ahead: eval_timing.py --only speed.)
 
 Writes benchmarks/results/eval_startup.json.   Run: python benchmarks/eval_startup.py
 """
@@ -20,7 +20,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-PROBLEM = ROOT / "benchmarks" / "problems" / "softmax_large"
 CANDIDATE = ROOT / "examples" / "problems" / "row_softmax" / "candidates" / "triton_softmax.py"
 
 STAGES = r"""
@@ -67,12 +66,7 @@ def main() -> None:
             sys.exit(p.stderr[-3000:])
         runs.append({"stages_s": json.loads(p.stdout.strip().splitlines()[-1]),
                      "process_s": round(time.perf_counter() - t0, 3)})
-    from kernelpilot.evaluate.runner import EvalOptions, evaluate
-
-    small = EvalOptions(device="cuda", cases=["small"], seeds=1, verify=1, timing={"budget_s": 0.5})
-    res = evaluate(PROBLEM, CANDIDATE, small)
-    out = {"process_stages": runs[-1], "first_process_stages": runs[0],
-           "eval_small_case": {"passed": res.passed, "elapsed_s": res.elapsed_s}}
+    out = {"process_stages": runs[-1], "first_process_stages": runs[0]}
     print(json.dumps(out, indent=1))
     print(f"written to {write_results('eval_startup', out)}")
 

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_job", "WorkerProcess", "describe_exit"]
+__all__ = ["run_job", "WorkerProcess", "WorkerPool", "describe_exit"]
 
 _SIGNALS = {
     signal.SIGSEGV: "crashed with a segmentation fault (SIGSEGV)",
@@ -63,10 +65,10 @@ class WorkerProcess:
     ``warm``, on a GPU it also creates its CUDA context and starts the profiler once (jobs that profile a
     call pay that start-up, seconds, before their job arrives)."""
 
-    def __init__(self, out_dir: Path, name: str, device: str, *, warm: bool = False) -> None:
-        self.out = Path(out_dir)
+    def __init__(self, log_dir: Path, name: str, device: str, *, warm: bool = False) -> None:
         self.name = name
-        self.stdout, self.stderr = self.out / f"{name}.stdout", self.out / f"{name}.stderr"
+        self.device, self.warm = device, warm
+        self.stdout, self.stderr = Path(log_dir) / f"{name}.stdout", Path(log_dir) / f"{name}.stderr"
         self.t0 = time.perf_counter()
         self.proc: subprocess.Popen | None = None
         self.error: str | None = None
@@ -92,12 +94,20 @@ class WorkerProcess:
         else:
             self.reader = _Drain(jr)
 
+    def alive(self) -> bool:
+        return self.proc is not None and self.reader is not None and self.proc.poll() is None
+
+    def ready(self) -> bool:
+        """Whether it has finished starting up (imports, and with ``warm`` the CUDA context and profiler)."""
+        return self.reader is not None and self.reader.ready
+
     def run(self, job: dict[str, Any], *, timeout: float) -> dict[str, Any]:
-        """Hand the worker ``job`` and wait for its result (see ``run_job``)."""
+        """Hand the worker ``job`` and wait for its result (see ``run_job``). The result is read from
+        ``OUT_DIR/NAME_result.json`` (the job's ``out_dir`` and ``name``)."""
         if self.proc is None or self.reader is None:
             return {"fatal": self.error or "the worker process could not be started", "stderr": ""}
-        job = {**job, "name": self.name}
-        (self.out / f"{self.name}_job.json").write_text(json.dumps(job))
+        out = Path(job["out_dir"])
+        (out / f"{job['name']}_job.json").write_text(json.dumps(job))
         try:
             assert self.proc.stdin is not None
             self.proc.stdin.write(json.dumps(job).encode())
@@ -114,7 +124,7 @@ class WorkerProcess:
                     "seconds": round(time.perf_counter() - t_job, 2)}
         _kill(self.proc)   # anything it left behind in its session
         journal = self.reader.finish()
-        result_path = self.out / f"{self.name}_result.json"
+        result_path = out / f"{job['name']}_result.json"
         if rc != 0 or not result_path.exists():
             return {"fatal": f"the worker process {describe_exit(rc)}", "stderr": _tail(self.stderr),
                     "seconds": round(time.perf_counter() - t_job, 2)}
@@ -137,11 +147,72 @@ class WorkerProcess:
             self.reader = None
 
 
-def run_job(job: dict[str, Any], *, timeout: float) -> dict[str, Any]:
-    """Run ``job`` (see worker.py) in a new process and return its result dict; on a crash or timeout, a
-    dict with ``fatal`` (what happened) and ``stderr`` (its last lines)."""
-    profiles = job.get("mode") in ("check", "eval", "verify")   # these jobs profile one call (probe.py)
-    return WorkerProcess(Path(job["out_dir"]), job["name"], job["device"], warm=profiles).run(job, timeout=timeout)
+def profiles(job: dict[str, Any]) -> bool:
+    """Whether the job profiles a call (probe.py), so that its worker is best started ``warm``."""
+    return job.get("mode") in ("check", "eval", "verify")
+
+
+def run_job(job: dict[str, Any], *, timeout: float, pool: WorkerPool | None = None) -> dict[str, Any]:
+    """Run ``job`` (see worker.py) in a new process (one of ``pool``'s, already started, where given) and
+    return its result dict; on a crash or timeout, a dict with ``fatal`` (what happened) and ``stderr``."""
+    warm = profiles(job)
+    worker = (pool.take(job["device"], warm=warm) if pool is not None
+              else WorkerProcess(Path(job["out_dir"]), job["name"], job["device"], warm=warm))
+    return worker.run(job, timeout=timeout)
+
+
+class WorkerPool:
+    """Worker processes started ahead of the jobs that will need them. ``take`` hands out a started worker
+    and starts its replacement, so a caller that evaluates candidate after candidate (the optimization loop,
+    an agent's server) finds the interpreter, torch, the CUDA context and the profiler already up while
+    every job still gets a process of its own. Use as a context manager, or call ``close``."""
+
+    def __init__(self, spares: int = 2) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="kpilot-workers-"))
+        os.chmod(self.dir, 0o700)
+        self.spares = max(1, spares)     # kept ready per kind (a check needs two: candidate and reference)
+        self.idle: dict[tuple[str, bool], list[WorkerProcess]] = {}
+        self.n = 0
+
+    def _start(self, device: str, warm: bool) -> WorkerProcess:
+        self.n += 1
+        return WorkerProcess(self.dir, f"w{self.n:04d}", device, warm=warm)
+
+    def prestart(self, device: str, *, warm: bool = True) -> None:
+        """Start workers of this kind now, up to ``spares``."""
+        ready = self.idle.setdefault((device, warm), [])
+        ready[:] = [w for w in ready if w.alive()]
+        while len(ready) < self.spares:
+            ready.append(self._start(device, warm))
+
+    def take(self, device: str, *, warm: bool) -> WorkerProcess:
+        ready = [w for w in self.idle.get((device, warm), []) if w.alive()]
+        worker = ready.pop(0) if ready else self._start(device, warm)
+        self.idle[(device, warm)] = ready
+        self.prestart(device, warm=warm)
+        return worker
+
+    def wait_ready(self, timeout: float = 120.0) -> bool:
+        """Wait until every idle worker has started up; False if some had not within ``timeout`` seconds."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if all(w.ready() or not w.alive() for ws in self.idle.values() for w in ws):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def close(self) -> None:
+        for ws in self.idle.values():
+            for w in ws:
+                w.close()
+        self.idle.clear()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 class _Drain:
@@ -150,6 +221,7 @@ class _Drain:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.chunks: list[bytes] = []
+        self.ready = False
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -162,6 +234,7 @@ class _Drain:
             if not data:
                 break
             self.chunks.append(data)
+            self.ready = True    # the worker's first record is written once it has started up
 
     def finish(self) -> list[dict[str, Any]]:
         self.thread.join(timeout=5)

@@ -12,7 +12,7 @@ from typing import Any
 
 from kernelpilot.errors import KernelpilotError, UsageError
 from kernelpilot.evaluate.guards import scan_source
-from kernelpilot.evaluate.isolation import WorkerProcess, run_job
+from kernelpilot.evaluate.isolation import WorkerPool, WorkerProcess, run_job
 from kernelpilot.evaluate.problem import Problem, load_problem
 from kernelpilot.evaluate.result import BenchCase, CaseResult, EvalResult, Flag
 from kernelpilot.evaluate.roofline import floor, gpu_from_device_name
@@ -31,6 +31,7 @@ class EvalOptions:
     verify: int = 3                      # timed outputs re-checked per case
     timing: dict[str, Any] = field(default_factory=dict)   # TimingOptions fields
     keep: Path | None = None             # keep the workers' files here
+    pool: WorkerPool | None = None       # take worker processes from here (started ahead); else start each
 
 
 def default_device() -> str:
@@ -95,10 +96,10 @@ def _cases(problem: Problem, names: list[str] | None, *, bench: bool) -> list[st
 
 
 def _verify(session: _Session, problem: Problem, device: str, items: list[dict[str, Any]], outputs: list[Path],
-            timeout: float, worker: WorkerProcess | None = None) -> dict[str, Any]:
+            timeout: float, worker: WorkerProcess) -> dict[str, Any]:
     job = session.job(role="reference", mode="verify", problem=problem.to_json(), device=device, items=items,
                       outputs=[str(o) for o in outputs])
-    res = worker.run(job, timeout=timeout) if worker is not None else run_job(job, timeout=timeout)
+    res = worker.run(job, timeout=timeout)
     if res.get("fatal"):
         raise KernelpilotError(f"the problem's reference failed, so nothing can be checked: "
                                f"{res['fatal'] if res.get('problem_error') else _fatal_text(res)}")
@@ -236,9 +237,10 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
         else:
             job = session.job(role="candidate", mode="bench", cases=bench_names, **common)
         # The reference's worker starts now and imports while the candidate runs; it gets its job afterwards.
-        ref_worker = WorkerProcess(session.dir, f"{session.n:02d}_reference_verify", device, warm=True)
+        ref_worker = (opts.pool.take(device, warm=True) if opts.pool is not None
+                      else WorkerProcess(session.dir, f"{session.n + 1:02d}_reference_verify", device, warm=True))
         try:
-            res = run_job(job, timeout=opts.timeout)
+            res = run_job(job, timeout=opts.timeout, pool=opts.pool)
             _elapsed(result, "candidate", res)
             if res.get("problem_error"):
                 raise KernelpilotError(f"the problem's own code failed: {res['fatal']}")
@@ -288,7 +290,7 @@ def _bench_one(session: _Session, prob: Problem, device: str, names: list[str], 
     job = session.job(role=role, mode="bench", problem=prob.to_json(), device=device, cases=names,
                       timing=opts.timing, graphs=opts.graphs, verify=0,
                       **({"candidate": candidate} if candidate else {"baseline": baseline}))
-    res = run_job(job, timeout=opts.timeout)
+    res = run_job(job, timeout=opts.timeout, pool=opts.pool)
     res["job"] = job["name"]
     return res
 

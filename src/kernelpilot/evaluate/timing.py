@@ -171,7 +171,7 @@ _SPIN_CYCLES_PER_US = 2000
 class Tails:
     """Gaps (us) between the end of the timed stream's work and the moment the whole device was idle."""
 
-    baseline: list[float] = field(default_factory=list)   # with nothing pending
+    baseline: list[float] = field(default_factory=list)   # control rounds: only the timed stream's own work
     samples: list[float] = field(default_factory=list)    # after each timed call
 
     def excess_us(self) -> float | None:
@@ -227,29 +227,35 @@ def gpu_sampler(call: Callable[[], Any], *, prepare: Callable[[int], None] | Non
         synchronize()
         return elapsed(end, post) * 1000.0
 
-    for _ in range(20):   # the round trip with nothing pending, to compare against
-        record(start)
+    def control(wait_us: float) -> float:
+        # The same round trip with nothing but the timed stream's own spin pending, the host waiting about as
+        # long as it waited for the call (how long it waits changes how fast it wakes up).
+        if spin is not None and wait_us > 0:
+            spin(int(wait_us * _SPIN_CYCLES_PER_US))
         record(end)
         synchronize()
-        sample_tails.baseline.append(tail())
+        return tail()
 
     def sample(i: int) -> float:
         if prepare is not None:
             prepare(i)
         if flush is not None:
             flush()
+        lead = 0.0
         if spin is not None and host_us:
             lead = min(10_000.0, 2.0 * statistics.median(host_us[-16:]) + 20.0)
             spin(int(lead * _SPIN_CYCLES_PER_US))
         record(start)
         h = clock_now()
         out = call()
-        host_us.append((clock_now() - h) * 1e6)
+        host = (clock_now() - h) * 1e6
+        host_us.append(host)
         record(end)
         synchronize()
         t = elapsed(start, end) * 1000.0
         if i >= 0:
             sample_tails.samples.append(tail())
+            sample_tails.baseline.append(control(max(lead - host, 0.0) + t))
         if after is not None:
             after(i, out)
         return t

@@ -389,7 +389,7 @@ class Worker:
             # Every timed call gets inputs no call has seen. They are generated a batch at a time before the
             # batch (untimed), so timed calls follow each other closely and the GPU keeps its clocks; warm-up
             # calls between batches use an input of their own that is never timed.
-            pool: dict[int, tuple[int, Any]] = {}
+            pool: dict[int, tuple[int, Any, str | None]] = {}
             state["warm_inputs"] = self.rt.make_inputs(case, _seed(), self.device)
             in_bytes = max(_nbytes(state["warm_inputs"]), 1)
             batch = max(1, min(opts.batch, _POOL_BYTES // in_bytes))
@@ -399,14 +399,16 @@ class Worker:
                 state.pop("inputs", None)
                 for i in ids:
                     seed = (base + 1000003 * (i + 10)) & 0x7FFFFFFF
-                    pool[i] = (seed, self.rt.make_inputs(case, seed, self.device))
+                    inputs = self.rt.make_inputs(case, seed, self.device)
+                    # fingerprinted as made: the reference regenerates them from the seed, before any call
+                    pool[i] = (seed, inputs, fingerprint(inputs) if keep_n > 0 else None)
                 _sync(self.device)
 
             def prepare(i: int) -> None:
                 if i < 0:
-                    state["seed"], state["inputs"] = None, state["warm_inputs"]
+                    state["seed"], state["inputs"], state["fp"] = None, state["warm_inputs"], None
                 else:
-                    state["seed"], state["inputs"] = pool.pop(i)
+                    state["seed"], state["inputs"], state["fp"] = pool.pop(i)
 
             def after(i: int, out: Any) -> None:
                 if i >= 0 and "lazy" not in state:
@@ -426,7 +428,7 @@ class Worker:
                 # A private copy on the device, and fingerprints (computed on the device: no slow host work
                 # between timed calls) out of the process at once: an output edited later is caught.
                 item = {"case": case.name, "seed": state["seed"], "key": f"{case.name}|bench|{state['seed']}",
-                        "fingerprint": fingerprint(state["inputs"])}
+                        "fingerprint": state["fp"]}
                 kept_out = _to(out, self.device)
                 _journal({"key": item["key"], "input": item["fingerprint"], "output": fingerprint(kept_out)})
                 if j < len(slots):
@@ -576,6 +578,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if "--warm" in args:
             _warm_up(args[args.index("--warm") + 1])
+        _journal({"ready": True})   # started up (a pool waiting for its workers reads this)
         job = json.loads(sys.stdin.read())
     else:
         job = json.loads(Path(args[0]).read_text())
