@@ -44,11 +44,16 @@ def environment() -> dict:
 
 
 def _git_rev() -> str | None:
+    """The commit measured, with "+changes" when the source differs from it (results files aside)."""
+    here = Path(__file__).parent
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent).stdout.strip() or None
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             cwd=here).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--", "src", "benchmarks", ":!benchmarks/results"],
+                                 capture_output=True, text=True, cwd=here.parent).stdout.strip()
     except OSError:
         return None
+    return (rev + ("+changes" if changed else "")) or None
 
 
 def write_results(name: str, payload: dict) -> Path:

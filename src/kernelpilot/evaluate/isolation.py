@@ -167,10 +167,11 @@ class WorkerPool:
     an agent's server) finds the interpreter, torch, the CUDA context and the profiler already up while
     every job still gets a process of its own. Use as a context manager, or call ``close``."""
 
-    def __init__(self, spares: int = 2) -> None:
+    def __init__(self, spares: int = 2, *, refill: bool = True) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="kpilot-workers-"))
         os.chmod(self.dir, 0o700)
         self.spares = max(1, spares)     # kept ready per kind (a check needs two: candidate and reference)
+        self.refill = refill             # start a replacement for each worker taken
         self.idle: dict[tuple[str, bool], list[WorkerProcess]] = {}
         self.n = 0
 
@@ -189,7 +190,8 @@ class WorkerPool:
         ready = [w for w in self.idle.get((device, warm), []) if w.alive()]
         worker = ready.pop(0) if ready else self._start(device, warm)
         self.idle[(device, warm)] = ready
-        self.prestart(device, warm=warm)
+        if self.refill:
+            self.prestart(device, warm=warm)
         return worker
 
     def wait_ready(self, timeout: float = 120.0) -> bool:

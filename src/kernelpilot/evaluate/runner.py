@@ -227,6 +227,11 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
     if do_bench and device == "cpu":
         result.notes.append("times are CPU wall-clock times, not GPU times")
     session = _Session(opts.keep)
+    # Baselines' workers start now too, importing while the candidate runs (none left over afterwards).
+    base_pool = opts.pool
+    if base_pool is None and do_bench and opts.baselines:
+        base_pool = WorkerPool(spares=len(opts.baselines), refill=False)
+        base_pool.prestart(device, warm=False)
     try:
         common = dict(problem=prob.to_json(), candidate=str(cand), device=device, timing=opts.timing,
                       graphs=opts.graphs, verify=opts.verify)
@@ -260,13 +265,15 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
         if res.get("bench") and (not do_check or result.passed):
             _merge_bench(result, prob, res, ref)
             for base in opts.baselines:
-                _add_baseline(session, prob, device, bench_names, opts, base, result)
+                _add_baseline(session, prob, device, bench_names, opts, base, result, base_pool)
         elif do_bench and do_check:
             result.notes.append("not benchmarked: the candidate failed the check" if not result.correct
                                 else "not benchmarked: the candidate was rejected")
         return result
     finally:
         session.close()
+        if base_pool is not None and base_pool is not opts.pool:
+            base_pool.close()
 
 
 def check(problem: str | Path | Problem, candidate: str | Path, opts: EvalOptions | None = None) -> EvalResult:
@@ -284,27 +291,27 @@ def evaluate(problem: str | Path | Problem, candidate: str | Path, opts: EvalOpt
     return _run(problem, candidate, opts or EvalOptions(), do_check=True, do_bench=True)
 
 
-def _bench_one(session: _Session, prob: Problem, device: str, names: list[str], opts: EvalOptions, *,
-               candidate: str | None = None, baseline: str | None = None) -> dict[str, Any]:
+def _bench_one(session: _Session, prob: Problem, device: str, names: list[str], opts: EvalOptions,
+               pool: WorkerPool | None, *, candidate: str | None = None, baseline: str | None = None) -> dict[str, Any]:
     role = "candidate" if candidate else "baseline"
     job = session.job(role=role, mode="bench", problem=prob.to_json(), device=device, cases=names,
                       timing=opts.timing, graphs=opts.graphs, verify=0,
                       **({"candidate": candidate} if candidate else {"baseline": baseline}))
-    res = run_job(job, timeout=opts.timeout, pool=opts.pool)
+    res = run_job(job, timeout=opts.timeout, pool=pool)
     res["job"] = job["name"]
     return res
 
 
 def _add_baseline(session: _Session, prob: Problem, device: str, names: list[str], opts: EvalOptions, base: str,
-                  result: EvalResult) -> None:
+                  result: EvalResult, pool: WorkerPool | None) -> None:
     if base in ("eager", "compile"):
-        res = _bench_one(session, prob, device, names, opts, baseline=base)
+        res = _bench_one(session, prob, device, names, opts, pool, baseline=base)
         label = base
     else:
         path = Path(base)
         if not path.is_file():
             raise UsageError(f"--baseline {base}: not eager, compile, or a candidate file.")
-        res = _bench_one(session, prob, device, names, opts, candidate=str(path.resolve()))
+        res = _bench_one(session, prob, device, names, opts, pool, candidate=str(path.resolve()))
         label = path.name
     _elapsed(result, f"baseline {label}", res)
     if res.get("fatal"):
