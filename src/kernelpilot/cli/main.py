@@ -27,6 +27,7 @@ def _register() -> None:
     from kernelpilot.cli import doctor as doctor_cmd
     from kernelpilot.cli import eval as eval_cmd
     from kernelpilot.cli import isa as isa_cmd
+    from kernelpilot.cli import profile as profile_cmd
 
     cli.add_command(arch_cmd.arch)
     cli.add_command(isa_cmd.isa)
@@ -34,6 +35,7 @@ def _register() -> None:
     cli.add_command(eval_cmd.check_cmd)
     cli.add_command(eval_cmd.bench_cmd)
     cli.add_command(eval_cmd.eval_cmd)
+    cli.add_command(profile_cmd.profile_cmd)
 
 
 def main(argv: list[str] | None = None) -> None:

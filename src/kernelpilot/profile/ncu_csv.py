@@ -12,6 +12,7 @@ import csv
 import io
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 from kernelpilot.errors import InputFormatError
 
@@ -63,9 +64,9 @@ def _number(text: str) -> float | None:
         return None
 
 
-def read_raw_csv(text: str, source: str = "<csv>") -> list[RawLaunch]:
-    """Every launch in an ncu raw-page CSV. Lines that are not CSV (ncu's ``==PROF==`` chatter) are skipped.
-    Raises InputFormatError when the text is not such a CSV."""
+def read_raw_csv(text: str, source: str = "<csv>", *, keep: Callable[[str], bool] | None = None) -> list[RawLaunch]:
+    """Every launch in an ncu raw-page CSV (only the metrics ``keep`` accepts, when given). Lines that are not
+    CSV (ncu's ``==PROF==`` chatter) are skipped. Raises InputFormatError when the text is not such a CSV."""
     lines = [line for line in text.splitlines() if line.startswith('"')]
     if not lines:
         raise InputFormatError(source, "not an Nsight Compute CSV (no quoted CSV rows; expected the output of "
@@ -80,21 +81,40 @@ def read_raw_csv(text: str, source: str = "<csv>") -> list[RawLaunch]:
     if body and not body[0][header.index("ID")].strip():
         units = body[0] + [""] * (len(header) - len(body[0]))
         body = body[1:]
+    # per column: a text column, or a metric with its factor to the base unit (worked out once)
+    columns = []
+    for name, unit in zip(header, units):
+        if name in _TEXT_COLUMNS:
+            columns.append((name, None, 1.0, ""))
+        elif keep is not None and not keep(name):
+            columns.append((name, False, 1.0, ""))
+        else:
+            factor, base = to_base(1.0, unit)
+            columns.append((name, True, factor, base))
     out = []
     for row in body:
         if len(row) < len(header):
             row = row + [""] * (len(header) - len(row))
         launch = RawLaunch(info={})
-        for name, unit, cell in zip(header, units, row):
-            if name in _TEXT_COLUMNS:
-                launch.info[name] = cell
+        metrics, text, units_out, info = launch.metrics, launch.text, launch.units, launch.info
+        for (name, metric, factor, base), cell in zip(columns, row):
+            if metric is None:
+                info[name] = cell
                 continue
-            v = _number(cell)
-            if v is None:
-                if cell.strip():
-                    launch.text[name] = cell.strip()
+            if metric is False:
                 continue
-            launch.metrics[name], launch.units[name] = to_base(v, unit)
+            try:
+                v = float(cell)
+            except ValueError:
+                v = _number(cell)
+                if v is None:
+                    if cell.strip():
+                        text[name] = cell.strip()
+                    continue
+            if v != v:      # NaN: not measured
+                continue
+            metrics[name] = v * factor
+            units_out[name] = base
         out.append(launch)
     if not out:
         raise InputFormatError(source, "an Nsight Compute CSV with no kernel launches in it.")

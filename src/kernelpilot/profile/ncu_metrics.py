@@ -12,13 +12,35 @@ from kernelpilot.arch.registry import GPUSpec
 from kernelpilot.profile.model import KernelLaunch, Stall
 from kernelpilot.profile.ncu_csv import RawLaunch
 
-__all__ = ["launch_from_ncu", "short_name", "STALL_PREFIX"]
+__all__ = ["launch_from_ncu", "short_name", "STALL_PREFIX", "used_metric"]
 
 STALL_PREFIX = "smsp__average_warps_issue_stalled_"
 _STALL_SUFFIX = "_per_issue_active.ratio"
 _LIMITS = {"launch__occupancy_limit_registers": "registers", "launch__occupancy_limit_shared_mem": "shared_memory",
            "launch__occupancy_limit_warps": "warps", "launch__occupancy_limit_blocks": "blocks",
            "launch__occupancy_limit_barriers": "barriers"}
+
+
+# Every metric read here or in diagnose.py: a report's other columns are converted only when asked for.
+_USED = {
+    "gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+    "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "l1tex__throughput.avg.pct_of_peak_sustained_active",
+    "lts__throughput.avg.pct_of_peak_sustained_elapsed", "dram__bytes_read.sum", "dram__bytes_write.sum",
+    "dram__bytes.sum.per_second", "l1tex__t_sector_hit_rate.pct", "lts__t_sector_hit_rate.pct",
+    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed", "sm__maximum_warps_per_active_cycle_pct",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "derived__memory_l2_theoretical_sectors_global_excessive", "derived__memory_l1_wavefronts_shared_excessive",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum", "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum",
+    "device__attribute_display_name",
+}
+
+
+def used_metric(name: str) -> bool:
+    """Whether kernelpilot reads this metric (launch__* and stall reasons included)."""
+    return name in _USED or name.startswith("launch__") or (name.startswith(STALL_PREFIX) and name.endswith(_STALL_SUFFIX))
 
 
 def short_name(full: str) -> str:

@@ -94,6 +94,9 @@ TOOLS: dict[str, ToolSpec] = {
         "LLVM 17 or newer: on Debian `apt-get install llvm-19`, or ROCm",
         ("rocm",),
     ),
+    "ncu": ToolSpec("ncu", ("ncu",), "Nsight Compute (in the CUDA toolkit, or NVIDIA's nsight-compute package)",
+                    ("cuda",)),
+    "rocprofv3": ToolSpec("rocprofv3", ("rocprofv3",), "ROCm's rocprofiler-sdk (rocprofv3)", ("rocm",)),
     "llvm-readelf": ToolSpec(
         "llvm-readelf",
         tuple(f"llvm-readelf-{v}" for v in _LLVM_VERSIONS) + ("llvm-readelf",),

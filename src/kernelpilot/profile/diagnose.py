@@ -1,0 +1,230 @@
+"""What limits a kernel launch, and what to do about it: a bottleneck class with the numbers that decide it,
+and diagnoses, each with its evidence and one concrete suggestion, most important first.
+
+Pure functions over ``KernelLaunch`` (and the arch data for the occupancy step). A diagnosis fires only on
+metrics the profile holds; thresholds are named constants below.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kernelpilot.arch.occupancy import nvidia_occupancy
+from kernelpilot.arch.registry import ArchSpec
+from kernelpilot.profile.model import Finding, KernelLaunch, Profile
+
+__all__ = ["classify", "diagnose", "diagnose_profile"]
+
+BUSY_PCT = 60.0            # a unit at this share of its peak or more is what bounds the kernel
+TINY_US = 10.0             # shorter launches with every unit under IDLE_PCT are launch-bound
+IDLE_PCT = 20.0
+ACHIEVED_FRACTION = 0.6    # achieved occupancy below this share of theoretical is reported
+LONG_SCOREBOARD_PCT = 40.0
+EXCESS_SECTORS = 0.2       # share of global sectors that coalesced access would not need
+BANK_CONFLICTS = 0.1       # extra shared-memory wavefronts per wavefront
+DRAM_LOW = 0.7             # a DRAM-bound kernel below this share of peak bandwidth
+TAIL_IDLE = 0.1            # the last partial wave leaves this share of the launch's SM time idle
+
+
+def classify(k: KernelLaunch) -> tuple[str | None, dict[str, Any]]:
+    """``launch``, ``latency``, ``memory`` or ``compute``, with the numbers that decided it."""
+    sm, mem = k.throughput.get("sm_pct"), k.throughput.get("memory_pct")
+    if sm is None or mem is None:
+        return None, {}
+    ev: dict[str, Any] = {"sm_pct": sm, "memory_pct": mem}
+    if k.duration_us is not None:
+        ev["duration_us"] = k.duration_us
+    if k.waves_per_sm is not None:
+        ev["waves_per_sm"] = k.waves_per_sm
+    if k.duration_us is not None and k.duration_us < TINY_US and max(sm, mem) < IDLE_PCT:
+        ev["rule"] = f"under {TINY_US:g} us with every unit under {IDLE_PCT:g}% of peak"
+        return "launch", ev
+    if max(sm, mem) < BUSY_PCT:
+        ev["rule"] = f"neither compute nor memory reaches {BUSY_PCT:g}% of peak"
+        return "latency", ev
+    if mem >= sm:
+        ev["rule"] = f"memory throughput {mem:g}% of peak, at least compute's {sm:g}%"
+        return "memory", ev
+    ev["rule"] = f"compute throughput {sm:g}% of peak, above memory's {mem:g}%"
+    return "compute", ev
+
+
+def _underfill(k: KernelLaunch) -> tuple[float, Finding] | None:
+    waves, blocks, sms = k.waves_per_sm, k.blocks, k.sm_count
+    if waves is None or blocks is None or not sms or waves >= 1:
+        return None
+    per_sm = k.occupancy.get("blocks_per_sm")
+    full = f"{sms * per_sm:,}" if per_sm else f"{sms}+"
+    few = blocks < sms
+    title = f"{blocks:,} blocks on {sms} SMs, {waves:g} waves per SM"
+    if few:
+        title += f": {sms - blocks} SMs get no block"
+    return 100.0 * (1 - waves), Finding(
+        id="launch.underfill", severity="high" if few or waves < 0.5 else "medium", title=title,
+        evidence={"blocks": blocks, "sm_count": sms, "waves_per_sm": waves, "blocks_per_sm_possible": per_sm,
+                  "threads_per_block": k.threads_per_block},
+        suggestion=f"split the work over more blocks ({full} fill one wave at this occupancy; several waves hide "
+                   f"latency better) or use a persistent grid of {full} blocks that loops over the work")
+
+
+def _tail(k: KernelLaunch) -> tuple[float, Finding] | None:
+    waves = k.waves_per_sm
+    if waves is None or waves < 1 or waves > 8:
+        return None
+    whole = math.ceil(waves - 1e-9)
+    part = waves - math.floor(waves)
+    if part <= 0 or part > 0.5:
+        return None
+    idle = (1 - part) / whole
+    if idle < TAIL_IDLE:
+        return None
+    per_sm = k.occupancy.get("blocks_per_sm")
+    wave_blocks = f"{k.sm_count * per_sm:,}" if k.sm_count and per_sm else "one wave of"
+    return 30.0 + 50 * idle, Finding(
+        id="launch.tail", severity="medium" if idle >= 0.2 else "low",
+        title=f"{waves:g} waves: the last wave keeps {100 * part:.0f}% of the GPU busy, about {100 * idle:.0f}% "
+              f"of the launch's SM time idle",
+        evidence={"waves_per_sm": waves, "blocks": k.blocks, "blocks_per_wave": per_sm and k.sm_count and
+                  per_sm * k.sm_count, "idle_share": round(idle, 3)},
+        suggestion=f"make the grid a whole number of waves ({wave_blocks} blocks each), e.g. by changing the "
+                   "work per block, or use a persistent grid")
+
+
+def _achieved(k: KernelLaunch) -> tuple[float, Finding] | None:
+    th, ach = k.occupancy.get("theoretical_pct"), k.occupancy.get("achieved_pct")
+    if th is None or ach is None or th <= 0 or (k.waves_per_sm is not None and k.waves_per_sm < 1):
+        return None
+    if ach >= ACHIEVED_FRACTION * th:
+        return None
+    return 40.0 + 20 * (1 - ach / th), Finding(
+        id="occupancy.achieved-low", severity="medium",
+        title=f"achieved occupancy {ach:g}% of a theoretical {th:g}%",
+        evidence={"achieved_pct": ach, "theoretical_pct": th, "waves_per_sm": k.waves_per_sm},
+        suggestion="warps finish unevenly: balance the work per block (no block much longer than the rest), "
+                   "avoid a partial last wave, and check that blocks do not wait at barriers for a few warps")
+
+
+def _limit(k: KernelLaunch, spec: ArchSpec | None) -> tuple[float, Finding] | None:
+    limiter, th = k.occupancy.get("limiter"), k.occupancy.get("theoretical_pct")
+    if limiter not in ("registers", "shared_memory") or th is None or th >= 100:
+        return None
+    if k.bound == "compute":
+        return None     # a compute-bound kernel needs no more warps
+    ev: dict[str, Any] = {"theoretical_pct": th, "limiter": limiter, "limits": k.occupancy.get("limits"),
+                          "registers_per_thread": k.registers_per_thread,
+                          "shared_bytes_per_block": k.shared_bytes_per_block, "threads_per_block": k.threads_per_block}
+    step = None
+    if spec is not None and k.registers_per_thread and k.threads_per_block:
+        try:
+            occ = nvidia_occupancy(spec, registers=k.registers_per_thread, shared_bytes=k.shared_bytes_per_block or 0,
+                                   block_size=k.threads_per_block)
+            step = occ.next_step
+            ev["calculated_pct"] = occ.percent
+        except Exception:
+            step = None
+    what = (f"{k.registers_per_thread} registers per thread" if limiter == "registers"
+            else f"{k.shared_bytes_per_block:,} bytes of shared memory per block")
+    if step:
+        suggestion = f"{step}"
+    elif limiter == "registers":
+        suggestion = "use fewer registers per thread (__launch_bounds__, -maxrregcount, smaller tiles per thread)"
+    else:
+        suggestion = "use less shared memory per block (smaller tiles, fewer pipeline stages)"
+    suggestion += "; the kernel waits on latency, so more resident warps should hide more of it"
+    return 70.0 + (100 - th) / 10, Finding(
+        id=f"occupancy.{'registers' if limiter == 'registers' else 'shared'}", severity="high" if th <= 25 else "medium",
+        title=f"occupancy limited to {th:g}% by {what}", evidence=ev, suggestion=suggestion)
+
+
+def _long_scoreboard(k: KernelLaunch) -> tuple[float, Finding] | None:
+    top = next((s for s in k.stalls if s.reason == "long_scoreboard"), None)
+    if top is None or top.pct < LONG_SCOREBOARD_PCT:
+        return None
+    return 50.0 + top.pct / 10, Finding(
+        id="stall.long-scoreboard", severity="high" if top.pct >= 60 else "medium",
+        title=f"warps spend {top.pct:g}% of their cycles waiting on global or local memory (long scoreboard)",
+        evidence={"long_scoreboard_pct": top.pct, "top_stalls": [(s.reason, s.pct) for s in k.stalls[:3]],
+                  "achieved_occupancy_pct": k.occupancy.get("achieved_pct")},
+        suggestion="keep more bytes in flight per warp: wider loads (128-bit), several independent loads per "
+                   "thread before their first use, more resident warps; stage reused data through shared memory "
+                   "(cp.async or TMA)")
+
+
+def _uncoalesced(k: KernelLaunch) -> tuple[float, Finding] | None:
+    m = k.metrics
+    excess = m.get("derived__memory_l2_theoretical_sectors_global_excessive")
+    sectors = sum(m.get(f"l1tex__t_sectors_pipe_lsu_mem_global_op_{op}.sum") or 0 for op in ("ld", "st"))
+    if excess is None or sectors <= 0 or excess / sectors < EXCESS_SECTORS:
+        return None
+    share = excess / sectors
+    ev: dict[str, Any] = {"excessive_sectors": int(excess), "global_sectors": int(sectors),
+                          "excess_share": round(share, 3)}
+    for op in ("ld", "st"):
+        req = m.get(f"l1tex__t_requests_pipe_lsu_mem_global_op_{op}.sum")
+        sec = m.get(f"l1tex__t_sectors_pipe_lsu_mem_global_op_{op}.sum")
+        if req and sec is not None:
+            ev[f"sectors_per_request_{op}"] = round(sec / req, 2)
+    return 80.0 + 10 * share, Finding(
+        id="memory.uncoalesced", severity="high" if share >= 0.5 else "medium",
+        title=f"{100 * share:.0f}% of global-memory sectors moved are not needed by coalesced access",
+        evidence=ev,
+        suggestion="make neighbouring threads of a warp access neighbouring addresses (index the fastest-varying "
+                   "dimension by threadIdx.x, or transpose through shared memory), so each request uses whole "
+                   "32-byte sectors")
+
+
+def _bank_conflicts(k: KernelLaunch) -> tuple[float, Finding] | None:
+    m = k.metrics
+    waves = m.get("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum")
+    extra = m.get("derived__memory_l1_wavefronts_shared_excessive")
+    if extra is None:
+        extra = m.get("l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum")
+    if not waves or extra is None or extra / waves < BANK_CONFLICTS:
+        return None
+    share = extra / waves
+    return 70.0 + 10 * min(share, 1.0), Finding(
+        id="memory.bank-conflicts", severity="high" if share >= 0.5 else "medium",
+        title=f"shared-memory bank conflicts: {100 * share:.0f}% of shared-memory wavefronts are extra",
+        evidence={"extra_wavefronts": int(extra), "shared_wavefronts": int(waves), "share": round(share, 3)},
+        suggestion="pad shared arrays (e.g. [32][33] instead of [32][32]) or swizzle the index so a warp's "
+                   "threads hit 32 different banks")
+
+
+def _dram_low(k: KernelLaunch) -> tuple[float, Finding] | None:
+    dram, mem = k.throughput.get("dram_pct"), k.throughput.get("memory_pct")
+    if k.bound != "memory" or dram is None or mem is None or dram < 0.8 * mem:
+        return None     # not bound by DRAM (L1 or L2 bound instead)
+    bw, peak = k.dram_bandwidth_gbps, k.peak_bandwidth_gbps
+    if bw is None or not peak or bw >= DRAM_LOW * peak:
+        return None
+    return 45.0, Finding(
+        id="memory.dram-bandwidth-low", severity="medium",
+        title=f"memory-bound at {bw / 1000:.2f} TB/s, {100 * bw / peak:.0f}% of the {peak / 1000:g} TB/s peak",
+        evidence={"dram_bandwidth_gbps": bw, "peak_bandwidth_gbps": peak, "dram_pct": dram,
+                  "dram_bytes": k.dram_bytes},
+        suggestion="raise the bytes in flight: 128-bit loads and stores, more independent accesses per thread, "
+                   "enough resident warps; and move fewer bytes (fuse with neighbouring kernels, narrower dtypes)")
+
+
+_RULES = (_underfill, _uncoalesced, _bank_conflicts, _long_scoreboard, _dram_low, _achieved, _tail)
+
+
+def diagnose(k: KernelLaunch, spec: ArchSpec | None = None) -> KernelLaunch:
+    """Set ``k.bound`` and ``k.diagnoses`` (most important first); returns ``k``."""
+    k.bound, k.bound_evidence = classify(k)
+    found = [r for r in (rule(k) for rule in _RULES) if r is not None]
+    lim = _limit(k, spec)
+    if lim is not None:
+        found.append(lim)
+    found.sort(key=lambda pf: -pf[0])
+    k.diagnoses = [f for _, f in found]
+    # whole-kernel estimates first, then those of a part ("Est. Local Speedup"), each largest first
+    k.tool_rules.sort(key=lambda r: (r.local, -(r.est_speedup_pct or 0)))
+    return k
+
+
+def diagnose_profile(p: Profile, spec: ArchSpec | None = None) -> Profile:
+    for k in p.kernels:
+        diagnose(k, spec)
+    return p

@@ -1,0 +1,66 @@
+"""Compare two profiles of the same program (``kernelpilot.profile/1`` dicts): per kernel launch, matched by
+name and by order among launches of that name, the change in time and in the numbers that decide the next
+step, and the diagnoses resolved and new."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["diff_profiles"]
+
+_FIELDS = (("duration_us", ("duration_us",)), ("waves_per_sm", ("waves_per_sm",)),
+           ("registers_per_thread", ("registers_per_thread",)),
+           ("achieved_occupancy_pct", ("occupancy", "achieved_pct")),
+           ("theoretical_occupancy_pct", ("occupancy", "theoretical_pct")),
+           ("sm_pct", ("throughput", "sm_pct")), ("memory_pct", ("throughput", "memory_pct")),
+           ("dram_pct", ("throughput", "dram_pct")), ("dram_bandwidth_gbps", ("dram_bandwidth_gbps",)))
+
+
+def _get(d: dict[str, Any], path: tuple[str, ...]) -> Any:
+    for p in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(p)
+    return d
+
+
+def _keyed(profile: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+    seen: dict[str, int] = {}
+    out = {}
+    for k in profile.get("kernels", []):
+        n = seen.get(k["name"], 0)
+        seen[k["name"]] = n + 1
+        out[(k["name"], n)] = k
+    return out
+
+
+def diff_profiles(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    ka, kb = _keyed(a), _keyed(b)
+    rows = []
+    for key in [k for k in ka if k in kb]:
+        x, y = ka[key], kb[key]
+        row: dict[str, Any] = {"name": key[0], "launch": key[1], "changes": {}}
+        for label, path in _FIELDS:
+            va, vb = _get(x, path), _get(y, path)
+            if va is not None or vb is not None:
+                row["changes"][label] = {"a": va, "b": vb}
+        da, db = x.get("duration_us"), y.get("duration_us")
+        if da and db:
+            row["speedup"] = round(da / db, 4)
+        row["bound"] = {"a": x.get("bound"), "b": y.get("bound")}
+        ids_a = {d["id"] for d in x.get("diagnoses", [])}
+        ids_b = {d["id"] for d in y.get("diagnoses", [])}
+        row["diagnoses_resolved"] = sorted(ids_a - ids_b)
+        row["diagnoses_new"] = sorted(ids_b - ids_a)
+        rows.append(row)
+    total_a = sum(k.get("duration_us") or 0 for k in a.get("kernels", []))
+    total_b = sum(k.get("duration_us") or 0 for k in b.get("kernels", []))
+    return {
+        "schema": "kernelpilot.profile-diff/1",
+        "a": a.get("source"), "b": b.get("source"),
+        "total_us": {"a": round(total_a, 3), "b": round(total_b, 3)},
+        "speedup": round(total_a / total_b, 4) if total_a and total_b else None,
+        "kernels": rows,
+        "only_in_a": [f"{n} #{i}" for (n, i) in ka if (n, i) not in kb],
+        "only_in_b": [f"{n} #{i}" for (n, i) in kb if (n, i) not in ka],
+    }

@@ -1,0 +1,181 @@
+"""`kpilot profile` on real Nsight Compute output from an H200 (../shared/fixtures/ncu-h200: one vector add
+launched with 64 blocks, then with 65,536), and its errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from kernelpilot.errors import InputFormatError
+from kernelpilot.profile.diff import diff_profiles
+from kernelpilot.profile.load import from_ncu_pages, load_profile
+from kernelpilot.profile.ncu_csv import read_raw_csv, to_base
+from kernelpilot.profile.ncu_details import read_rules
+from kernelpilot.profile.ncu_metrics import short_name
+
+
+@pytest.fixture(scope="module")
+def fx(shared_dir):
+    return shared_dir / "fixtures" / "ncu-h200"
+
+
+@pytest.fixture(scope="module")
+def prof(fx):
+    return load_profile(fx / "ncu_raw.csv", details=fx / "ncu_details.txt")
+
+
+def kp(*args, env=None):
+    e = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "kernelpilot", *args], capture_output=True, text=True, env=e,
+                          timeout=120)
+
+
+def test_both_launches_parse_with_their_numbers(prof):
+    small, full = prof.kernels
+    assert (small.name, small.full_name) == ("add", "add(float *, const float *, int)")
+    assert small.grid == (64, 1, 1) and full.grid == (65536, 1, 1) and small.block == (256, 1, 1)
+    assert small.duration_us == pytest.approx(2.432) and full.duration_us == pytest.approx(57.632)
+    assert small.waves_per_sm == pytest.approx(0.06) and full.waves_per_sm == pytest.approx(62.06)
+    assert small.registers_per_thread == 16 and small.sm_count == 132 and small.device == "NVIDIA H200"
+    assert small.occupancy["theoretical_pct"] == 100 and small.occupancy["achieved_pct"] == pytest.approx(11.7, abs=0.01)
+    assert small.occupancy["limiter"] == "warps" and small.occupancy["blocks_per_sm"] == 8
+    assert full.throughput["memory_pct"] == pytest.approx(66.12, abs=0.01)
+    assert full.dram_bytes == pytest.approx(134.224896e6 + 49.044224e6)      # Mbyte in the CSV, bytes here
+    assert full.dram_bandwidth_gbps == pytest.approx(3179.99, abs=0.01)     # Tbyte/s in the CSV
+    assert full.peak_bandwidth_gbps == 4800.0                                # arch data for the H200
+    assert full.stalls[0].reason == "long_scoreboard" and full.stalls[0].pct > 80
+    assert sum(s.pct for s in full.stalls) < 100                             # "selected" is not a stall
+
+
+def test_the_small_grid_is_diagnosed_underfilled_first_and_the_full_one_is_not(prof):
+    small, full = prof.kernels
+    first = small.diagnoses[0]
+    assert first.id == "launch.underfill" and first.severity == "high"
+    assert first.evidence["blocks"] == 64 and first.evidence["sm_count"] == 132
+    assert "64 blocks on 132 SMs, 0.06 waves" in first.title and "persistent grid" in first.suggestion
+    assert small.bound == "launch"
+    assert "launch.underfill" not in {d.id for d in full.diagnoses}
+    assert full.bound == "memory" and full.bound_evidence["memory_pct"] > full.bound_evidence["sm_pct"]
+    assert full.diagnoses[0].id == "stall.long-scoreboard"
+    assert "memory.dram-bandwidth-low" in {d.id for d in full.diagnoses}
+
+
+def test_ncu_rule_messages_with_estimated_speedups(prof):
+    small = prof.kernels[0]
+    kinds = {r.kind for r in small.tool_rules}
+    assert kinds == {"OPT", "INF", "WRN"}
+    launch = next(r for r in small.tool_rules if r.section == "Launch Statistics")
+    assert launch.est_speedup_pct == pytest.approx(51.52) and "only 64 blocks" in launch.message
+    assert not launch.message.startswith("Est.")
+    local = [r for r in small.tool_rules if r.local]
+    assert local and all(r.est_speedup_pct for r in local)
+    ranked = [r for r in small.tool_rules if not r.local and r.est_speedup_pct]
+    assert [r.est_speedup_pct for r in ranked] == sorted((r.est_speedup_pct for r in ranked), reverse=True)
+
+
+def test_json_has_the_design_names(fx):
+    r = kp("profile", "--import", str(fx / "ncu_raw.csv"), "--details", str(fx / "ncu_details.txt"), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["schema"] == "kernelpilot.profile/1" and d["tool"] == "ncu"
+    k = d["kernels"][0]
+    for key in ("name", "duration_us", "grid", "block", "registers_per_thread", "waves_per_sm", "occupancy",
+                "throughput", "stalls", "bound", "diagnoses", "tool_rules"):
+        assert key in k, key
+    assert set(k["occupancy"]) >= {"theoretical_pct", "achieved_pct", "limiter"}
+    assert set(k["throughput"]) >= {"sm_pct", "memory_pct", "dram_pct"}
+    assert set(k["diagnoses"][0]) == {"id", "severity", "title", "evidence", "suggestion"}
+    assert "metrics" not in k
+    assert d["totals"][0]["name"] == "add" and d["totals"][0]["launches"] == 2
+
+
+def test_text_report(fx):
+    r = kp("profile", "--import", str(fx / "ncu_raw.csv"))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert out.index("1. [high] launch.underfill") < out.index("#1 add")
+    assert "bound: memory" in out and "3.18 TB/s of 4.8" in out
+
+
+def test_all_metrics_on_request(fx):
+    few = load_profile(fx / "ncu_raw.csv")
+    every = load_profile(fx / "ncu_raw.csv", all_metrics=True)
+    assert len(every.kernels[0].metrics) > 2000 > 200 > len(few.kernels[0].metrics) > 50
+
+
+def test_units_become_base_units():
+    assert to_base(1.5, "Mbyte") == (1.5e6, "byte") and to_base(2.0, "Tbyte/s") == (2e12, "byte/s")
+    assert to_base(3.0, "ms") == (3000.0, "us") and to_base(800.0, "nsecond") == pytest.approx((0.8, "us"))
+    assert to_base(1.98, "Ghz") == (1.98e9, "hz") and to_base(1.024, "Kbyte/block") == (1024.0, "byte/block")
+    assert to_base(7.0, "%") == (7.0, "%")
+
+
+def test_kernel_names_shorten():
+    assert short_name("add(float *, const float *, int)") == "add"
+    assert short_name("void ns::gemm<128, (int)2>(float *, int)") == "ns::gemm<128, (int)2>"
+    assert short_name("softmax_kernel") == "softmax_kernel"
+
+
+def test_diff_matches_launches_by_name_and_order(fx):
+    text = (fx / "ncu_raw.csv").read_text().splitlines()
+    header, units, first, second = text[0], text[1], text[2], text[3]
+    a = from_ncu_pages("\n".join([header, units, first]), None, source="a").to_json()
+    b = from_ncu_pages("\n".join([header, units, second]), None, source="b").to_json()
+    d = diff_profiles(a, b)
+    (row,) = d["kernels"]
+    assert row["name"] == "add" and row["speedup"] == pytest.approx(2.432 / 57.632, rel=1e-3)
+    assert "launch.underfill" in row["diagnoses_resolved"] and row["bound"] == {"a": "launch", "b": "memory"}
+    assert row["changes"]["waves_per_sm"] == {"a": 0.06, "b": 62.06}
+
+
+def test_diff_cli_on_json(tmp_path, fx):
+    r = kp("profile", "--import", str(fx / "ncu_raw.csv"), "--json")
+    (tmp_path / "a.json").write_text(r.stdout)
+    r = kp("profile", "diff", str(tmp_path / "a.json"), str(tmp_path / "a.json"))
+    assert r.returncode == 0, r.stderr
+    assert "1x" in r.stdout and "add #0" in r.stdout and "add #1" in r.stdout
+
+
+@pytest.mark.parametrize("case", ["not-csv", "details-only", "binary", "missing", "other-csv", "empty-csv",
+                                  "no-command", "both", "diff-args", "diff-not-profile"])
+def test_bad_input_is_one_line(tmp_path, fx, case):
+    args = {
+        "not-csv": ["--import", str(fx / "k.cu")],
+        "details-only": ["--import", str(fx / "ncu_details.txt")],
+        "binary": ["--import", str(tmp_path / "x.bin")],
+        "missing": ["--import", str(tmp_path / "nope.csv")],
+        "other-csv": ["--import", str(tmp_path / "other.csv")],
+        "empty-csv": ["--import", str(tmp_path / "empty.csv")],
+        "no-command": [],
+        "both": ["--import", str(fx / "ncu_raw.csv"), "--", "./app"],
+        "diff-args": ["diff", str(fx / "ncu_raw.csv")],
+        "diff-not-profile": ["diff", str(tmp_path / "other.json"), str(tmp_path / "other.json")],
+    }[case]
+    (tmp_path / "x.bin").write_bytes(b"\x7fELF\0\0\0binary")
+    (tmp_path / "other.csv").write_text('"a","b"\n"1","2"\n')
+    (tmp_path / "other.json").write_text('{"schema": "kernelpilot.isa/1"}')
+    header = (fx / "ncu_raw.csv").read_text().splitlines()[:2]
+    (tmp_path / "empty.csv").write_text("\n".join(header) + "\n")
+    r = kp("profile", *args)
+    assert r.returncode in (1, 2), (r.returncode, r.stdout)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in r.stderr, r.stderr
+
+
+def test_ncu_missing_is_one_line(tmp_path, fx):
+    # KPILOT_NCU names the binary to use: one that does not exist is what a machine without ncu looks like
+    for args in (["--", "true"], ["--import", str(fx / "k.ncu-rep")]):
+        r = kp("profile", *args, env={"KPILOT_NCU": str(tmp_path / "no-ncu"), "PATH": "/usr/bin:/bin"})
+        assert r.returncode == 1, r.stderr
+        assert r.stderr.startswith("error: ncu") and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_reader_errors_name_the_file():
+    with pytest.raises(InputFormatError, match="x.csv"):
+        read_raw_csv("hello\n", "x.csv")
+    assert read_rules("nothing here\n") == []
