@@ -109,8 +109,8 @@ def _limit(k: KernelLaunch, spec: ArchSpec | None) -> tuple[float, Finding] | No
     limiter, th = k.occupancy.get("limiter"), k.occupancy.get("theoretical_pct")
     if limiter not in ("registers", "shared_memory") or th is None or th >= 100:
         return None
-    if k.bound == "compute":
-        return None     # a compute-bound kernel needs no more warps
+    if k.bound == "compute" or (k.bound == "memory" and (k.throughput.get("dram_pct") or 0) >= 80):
+        return None     # busy compute units or DRAM near its peak: more resident warps would not help
     ev: dict[str, Any] = {"theoretical_pct": th, "limiter": limiter, "limits": k.occupancy.get("limits"),
                           "registers_per_thread": k.registers_per_thread,
                           "shared_bytes_per_block": k.shared_bytes_per_block, "threads_per_block": k.threads_per_block}
