@@ -179,3 +179,36 @@ def test_reader_errors_name_the_file():
     with pytest.raises(InputFormatError, match="x.csv"):
         read_raw_csv("hello\n", "x.csv")
     assert read_rules("nothing here\n") == []
+
+
+def test_timing_without_ncu_needs_a_python_command(tmp_path):
+    r = kp("profile", "--tool", "torch", "--out", str(tmp_path), "--", "./app")
+    assert r.returncode == 1 and r.stderr.startswith("error: kernel timing without ncu needs a Python command")
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+UNDERFILL = ["python3", str(ROOT / "examples" / "profile" / "triton_underfill.py")]
+
+
+@pytest.mark.gpu
+def test_live_ncu_profile_of_the_underfilled_triton_kernel(tmp_path):
+    r = kp("profile", "--kernel", "underfill_sum", "--launch-count", "1", "--out", str(tmp_path), "--json", "--",
+           *UNDERFILL)
+    assert r.returncode == 0, r.stderr
+    (k,) = json.loads(r.stdout)["kernels"]
+    assert k["name"] == "underfill_sum" and k["grid"] == [8, 1, 1]
+    assert k["diagnoses"][0]["id"] == "launch.underfill"
+    assert (tmp_path / "profile.ncu-rep").is_file()
+
+
+@pytest.mark.gpu
+def test_kernel_times_from_the_pytorch_profiler(tmp_path):
+    r = kp("profile", "--tool", "torch", "--kernel", "underfill_sum", "--bytes", str(4 << 26), "--out",
+           str(tmp_path), "--json", "--", *UNDERFILL)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["tool"] == "torch-profiler" and len(d["kernels"]) == 3     # the script calls it three times
+    k = d["kernels"][0]
+    assert k["grid"] == [8, 1, 1] and k["duration_us"] > 0 and k["dram_bandwidth_gbps"] > 0
+    assert k["registers_per_thread"] and k["occupancy"]["theoretical_pct"] > 0
+    assert k["diagnoses"][0]["id"] == "launch.underfill"

@@ -29,11 +29,13 @@ __all__ = ["profile_cmd"]
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True, help="Where to keep the .ncu-rep.")
 @click.option("--name", default="profile", show_default=True, help="The report's file name (NAME.ncu-rep).")
 @click.option("--gpu", help="The GPU to take peaks and limits from, when the report's device is not known.")
+@click.option("--tool", type=click.Choice(["ncu", "torch"]), default="ncu", show_default=True, help="torch: kernel times from the PyTorch profiler (Python commands; no counters needed).")
+@click.option("--bytes", "bytes_per_launch", type=float, help="Bytes each profiled launch moves, for bandwidth without counters.")
 @click.option("--metrics", "with_metrics", is_flag=True, help="With --json: every raw metric of each launch.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (kernelpilot.profile/1).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def profile_cmd(import_path, details, full, kernel, launch_count, source, out, name, gpu, with_metrics, as_json,
-                command) -> None:
+def profile_cmd(import_path, details, full, kernel, launch_count, source, out, name, gpu, tool, bytes_per_launch,
+                with_metrics, as_json, command) -> None:
     """Profile COMMAND's kernels and diagnose each: bottleneck class, occupancy, throughput, stalls.
 
     \b
@@ -41,6 +43,7 @@ def profile_cmd(import_path, details, full, kernel, launch_count, source, out, n
       kpilot profile -- ./app --size 4096
       kpilot profile --kernel softmax -- python bench.py
       kpilot profile --import run.ncu-rep --json
+      kpilot profile --tool torch --bytes 2.1e9 -- python bench.py
       kpilot profile diff before.json after.json
     """
     from kernelpilot.profile.load import ProfileOptions, load_profile, run_profile
@@ -55,9 +58,9 @@ def profile_cmd(import_path, details, full, kernel, launch_count, source, out, n
         if not command:
             raise UsageError("nothing to profile: put the command after `--` (kpilot profile -- ./app), or "
                              "read a report with --import.")
-        prof = run_profile(list(command), ProfileOptions(full=full, kernel=kernel, launch_count=launch_count,
-                                                         source=source, out_dir=out, name=name), gpu=gpu,
-                           all_metrics=with_metrics)
+        opts = ProfileOptions(full=full, kernel=kernel, launch_count=launch_count, source=source, out_dir=out,
+                              name=name, tool=tool, bytes_per_launch=bytes_per_launch)
+        prof = run_profile(list(command), opts, gpu=gpu, all_metrics=with_metrics)
     if as_json:
         emit_json(prof.to_json(metrics=with_metrics))
         return

@@ -13,8 +13,9 @@ from kernelpilot.profile.model import Profile
 from kernelpilot.profile.ncu_csv import read_raw_csv
 from kernelpilot.profile.ncu_details import read_rules
 from kernelpilot.profile.ncu_metrics import launch_from_ncu, used_metric
+from kernelpilot.profile.torch_timing import python_script
 
-__all__ = ["ProfileOptions", "from_ncu_pages", "load_profile", "run_profile", "device_specs"]
+__all__ = ["ProfileOptions", "from_ncu_pages", "load_profile", "run_profile", "run_torch_profile", "device_specs"]
 
 
 @dataclass
@@ -23,9 +24,11 @@ class ProfileOptions:
     kernel: str | None = None           # regex on kernel names
     launch_count: int | None = None
     source: bool = False                # per-line hotspots (needs line info: -lineinfo)
-    out_dir: Path = Path(".")           # where the .ncu-rep is kept
+    out_dir: Path = Path(".")           # where the .ncu-rep (or the fallback's trace) is kept
     name: str = "profile"
     timeout: float = 3600.0
+    tool: str = "ncu"                   # "ncu", or "torch" (kernel times only, no counters needed)
+    bytes_per_launch: float | None = None   # declared bytes each launch moves (bandwidth without counters)
 
 
 def device_specs(device_name: str | None, override: str | None = None) -> tuple[GPUSpec | None, ArchSpec | None]:
@@ -92,15 +95,66 @@ def load_profile(path: str | Path, *, details: str | Path | None = None, gpu: st
 
 def run_profile(command: list[str], opts: ProfileOptions, *, gpu: str | None = None,
                 all_metrics: bool = False) -> Profile:
-    """Profile ``command`` under ncu now; the report is kept in ``opts.out_dir``."""
-    from kernelpilot.toolchain.ncu import export_pages, profile_command
+    """Profile ``command`` now, under ncu (the report kept in ``opts.out_dir``); where ncu may not read the
+    GPU's counters and the command is a Python program, its kernels are timed with the PyTorch profiler
+    instead, and the profile says why in its notes."""
+    from kernelpilot.toolchain.ncu import CounterPermissionError, export_pages, profile_command
 
     opts.out_dir.mkdir(parents=True, exist_ok=True)
-    run = profile_command(command, opts.out_dir / f"{opts.name}.ncu-rep", full=opts.full, kernel=opts.kernel,
-                          launch_count=opts.launch_count, source=opts.source, timeout=opts.timeout)
+    if opts.tool == "torch":
+        return run_torch_profile(command, opts, gpu=gpu)
+    try:
+        run = profile_command(command, opts.out_dir / f"{opts.name}.ncu-rep", full=opts.full, kernel=opts.kernel,
+                              launch_count=opts.launch_count, source=opts.source, timeout=opts.timeout)
+    except CounterPermissionError as e:
+        if python_script(command) is None:
+            raise KernelpilotError(f"{e.message}; the fallback (kernel times from the PyTorch profiler) needs a "
+                                   "Python command (python script.py ...).", hint=e.hint) from None
+        prof = run_torch_profile(command, opts, gpu=gpu)
+        prof.notes.insert(0, f"{e.message}: timed with the PyTorch profiler instead")
+        return prof
     raw, det = export_pages(run.report)
     prof = from_ncu_pages(raw, det, source=" ".join(command), gpu=gpu, report=str(run.report),
                           all_metrics=all_metrics)
     if run.app_exit_code:
         prof.notes.append(f"the profiled command exited with status {run.app_exit_code}")
     return prof
+
+
+def run_torch_profile(command: list[str], opts: ProfileOptions, *, gpu: str | None = None) -> Profile:
+    """Time every kernel of a Python command with the PyTorch profiler (no counters); the trace is kept."""
+    import os
+    import subprocess
+    import sys
+
+    from kernelpilot.profile.torch_timing import profile_from_trace, trace_device
+
+    found = python_script(command)
+    if found is None:
+        raise KernelpilotError("kernel timing without ncu needs a Python command (python script.py ...), not "
+                               f"{command[0]!r}.")
+    script, args = found
+    if not Path(script).is_file():
+        raise KernelpilotError(f"{script}: no such file.")
+    opts.out_dir.mkdir(parents=True, exist_ok=True)
+    trace = opts.out_dir / f"{opts.name}.trace.json"
+    src = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = src + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    try:
+        p = subprocess.run([sys.executable, "-m", "kernelpilot.profile.torch_timing", str(trace), script, *args],
+                           capture_output=True, text=True, env=env, timeout=opts.timeout)
+    except subprocess.TimeoutExpired:
+        raise KernelpilotError(f"the command did not finish within {opts.timeout:.0f} s.") from None
+    if not trace.exists():
+        last = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        raise KernelpilotError(f"the command failed under the PyTorch profiler (exit {p.returncode}): {last}")
+    gspec, aspec = device_specs(trace_device(trace), gpu)
+    prof = profile_from_trace(trace, source=" ".join(command), kernel=opts.kernel, gpu=gspec, arch=aspec,
+                              bytes_per_launch=opts.bytes_per_launch)
+    if not prof.kernels:
+        raise KernelpilotError("the command ran no GPU kernel" + (f" matching {opts.kernel!r}" if opts.kernel else "")
+                               + " (under the PyTorch profiler).")
+    if p.returncode:
+        prof.notes.append(f"the profiled command exited with status {p.returncode}")
+    return diagnose_profile(prof, aspec)
