@@ -39,3 +39,14 @@ def test_pool_serves_candidate_after_candidate(device):
     assert crash.error and "segmentation fault" in crash.error and not crash.passed
     assert not first_pids & later_pids          # the workers that ran jobs are gone; fresh ones wait
     assert not pool_dir.exists()                # closing the pool removes its folder
+
+
+@pytest.mark.gpu
+def test_default_device_asks_the_driver_without_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from kernelpilot.evaluate.runner import default_device, _nvidia_device_count; "
+            "print(default_device(), _nvidia_device_count(), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout.split()
+    assert out[0] == "cuda" and int(out[1]) >= 1 and out[2] == "False"

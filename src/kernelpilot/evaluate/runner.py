@@ -35,12 +35,34 @@ class EvalOptions:
 
 
 def default_device() -> str:
+    """``cuda`` when a GPU is usable here, else ``cpu``. Asks the NVIDIA driver directly (milliseconds), so the
+    parent need not import torch (seconds) before it starts the workers; torch decides where there is no
+    NVIDIA driver (a ROCm build also answers to "cuda")."""
+    count = _nvidia_device_count()
+    if count is not None:
+        return "cuda" if count > 0 else "cpu"
     try:
         import torch
 
         return "cuda" if torch.cuda.is_available() else "cpu"
     except ImportError:
         return "cpu"
+
+
+def _nvidia_device_count() -> int | None:
+    """GPUs the NVIDIA driver shows this process (CUDA_VISIBLE_DEVICES applies), or None without a driver."""
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    count = ctypes.c_int(0)
+    if cuda.cuInit(0) != 0:
+        return 0
+    if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
 
 
 class _Session:
