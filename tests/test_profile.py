@@ -212,3 +212,18 @@ def test_kernel_times_from_the_pytorch_profiler(tmp_path):
     assert k["grid"] == [8, 1, 1] and k["duration_us"] > 0 and k["dram_bandwidth_gbps"] > 0
     assert k["registers_per_thread"] and k["occupancy"]["theoretical_pct"] > 0
     assert k["diagnoses"][0]["id"] == "launch.underfill"
+
+
+def test_rocprofv3_output_imports_through_the_cli():
+    r = kp("profile", "--import", str(ROOT / "tests" / "data" / "rocprofv3"), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["tool"] == "rocprofv3" and d["kernels"]
+    under = [k for k in d["kernels"] if k["grid"] == [16, 1, 1]]
+    assert under and under[0]["diagnoses"][0]["id"] == "launch.underfill" and "CUs" in under[0]["diagnoses"][0]["title"]
+
+
+def test_rocprofv3_missing_is_one_line(tmp_path):
+    r = kp("profile", "--tool", "rocprofv3", "--out", str(tmp_path), "--", "./app",
+           env={"KPILOT_ROCPROFV3": str(tmp_path / "none")})
+    assert r.returncode == 1 and r.stderr.startswith("error: rocprofv3") and len(r.stderr.strip().splitlines()) == 1

@@ -20,7 +20,7 @@ __all__ = ["profile_cmd"]
 
 
 @click.command("profile", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--import", "import_path", type=click.Path(), help="Read this report instead of running: .ncu-rep, or ncu's raw page as CSV.")
+@click.option("--import", "import_path", type=click.Path(), help="Read this report instead of running: .ncu-rep, ncu's raw page as CSV, or rocprofv3's CSV folder.")
 @click.option("--details", type=click.Path(exists=True, dir_okay=False), help="With a CSV: ncu's details page (text) for its rule messages.")
 @click.option("--full", is_flag=True, help="Collect every section (ncu --set full); slower.")
 @click.option("--kernel", "-k", help="Only kernels whose name matches this regular expression.")
@@ -29,13 +29,14 @@ __all__ = ["profile_cmd"]
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True, help="Where to keep the .ncu-rep.")
 @click.option("--name", default="profile", show_default=True, help="The report's file name (NAME.ncu-rep).")
 @click.option("--gpu", help="The GPU to take peaks and limits from, when the report's device is not known.")
-@click.option("--tool", type=click.Choice(["ncu", "torch"]), default="ncu", show_default=True, help="torch: kernel times from the PyTorch profiler (Python commands; no counters needed).")
+@click.option("--tool", type=click.Choice(["ncu", "rocprofv3", "torch"]), default="ncu", show_default=True, help="rocprofv3: AMD GPUs (untested on live hardware); torch: kernel times from the PyTorch profiler (Python commands; no counters needed).")
+@click.option("--pmc", "counters", multiple=True, help="With --tool rocprofv3: a hardware counter to collect (repeatable), e.g. FETCH_SIZE.")
 @click.option("--bytes", "bytes_per_launch", type=float, help="Bytes each profiled launch moves, for bandwidth without counters.")
 @click.option("--metrics", "with_metrics", is_flag=True, help="With --json: every raw metric of each launch.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (kernelpilot.profile/1).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def profile_cmd(import_path, details, full, kernel, launch_count, source, out, name, gpu, tool, bytes_per_launch,
-                with_metrics, as_json, command) -> None:
+def profile_cmd(import_path, details, full, kernel, launch_count, source, out, name, gpu, tool, counters,
+                bytes_per_launch, with_metrics, as_json, command) -> None:
     """Profile COMMAND's kernels and diagnose each: bottleneck class, occupancy, throughput, stalls.
 
     \b
@@ -59,7 +60,8 @@ def profile_cmd(import_path, details, full, kernel, launch_count, source, out, n
             raise UsageError("nothing to profile: put the command after `--` (kpilot profile -- ./app), or "
                              "read a report with --import.")
         opts = ProfileOptions(full=full, kernel=kernel, launch_count=launch_count, source=source, out_dir=out,
-                              name=name, tool=tool, bytes_per_launch=bytes_per_launch)
+                              name=name, tool=tool, bytes_per_launch=bytes_per_launch,
+                              counters=list(counters) or None)
         prof = run_profile(list(command), opts, gpu=gpu, all_metrics=with_metrics)
     if as_json:
         emit_json(prof.to_json(metrics=with_metrics))
@@ -89,11 +91,12 @@ def _print(p: dict[str, Any]) -> None:
         if occ:
             echo(f"  occupancy: theoretical {_pct(occ.get('theoretical_pct'))}, achieved {_pct(occ.get('achieved_pct'))}"
                  + (f", limited by {occ['limiter']}" if occ.get("limiter") else ""))
-        if tp:
-            line = f"  throughput: SM {_pct(tp.get('sm_pct'))}, memory {_pct(tp.get('memory_pct'))}, DRAM {_pct(tp.get('dram_pct'))}"
-            if k.get("dram_bandwidth_gbps") is not None:
-                line += f" ({k['dram_bandwidth_gbps'] / 1000:.2f} TB/s"
-                line += f" of {k['peak_bandwidth_gbps'] / 1000:g})" if k.get("peak_bandwidth_gbps") else ")"
+        line = (f"  throughput: SM {_pct(tp.get('sm_pct'))}, memory {_pct(tp.get('memory_pct'))}, "
+                f"DRAM {_pct(tp.get('dram_pct'))}" if tp else "")
+        if k.get("dram_bandwidth_gbps") is not None:
+            line = (line or "  DRAM") + f" ({k['dram_bandwidth_gbps'] / 1000:.2f} TB/s"
+            line += f" of {k['peak_bandwidth_gbps'] / 1000:g})" if k.get("peak_bandwidth_gbps") else ")"
+        if line:
             echo(line)
         if k.get("l1_hit_pct") is not None or k.get("l2_hit_pct") is not None:
             echo(f"  hit rates: L1 {_pct(k.get('l1_hit_pct'))}, L2 {_pct(k.get('l2_hit_pct'))}"

@@ -50,6 +50,15 @@ def classify(k: KernelLaunch) -> tuple[str | None, dict[str, Any]]:
     return "compute", ev
 
 
+def _amd(k: KernelLaunch) -> bool:
+    return k.occupancy.get("unit") == "waves_per_simd"
+
+
+def _units(k: KernelLaunch) -> str:
+    """What the GPU's compute units are called: SMs (NVIDIA) or CUs (AMD)."""
+    return "CUs" if _amd(k) else "SMs"
+
+
 def _underfill(k: KernelLaunch) -> tuple[float, Finding] | None:
     waves, blocks, sms = k.waves_per_sm, k.blocks, k.sm_count
     if waves is None or blocks is None or not sms or waves >= 1:
@@ -57,9 +66,10 @@ def _underfill(k: KernelLaunch) -> tuple[float, Finding] | None:
     per_sm = k.occupancy.get("blocks_per_sm")
     full = f"{sms * per_sm:,}" if per_sm else f"{sms}+"
     few = blocks < sms
-    title = f"{blocks:,} blocks on {sms} SMs, {waves:g} waves per SM"
+    units = _units(k)
+    title = f"{blocks:,} blocks on {sms} {units}, {waves:g} waves per {units[:-1]}"
     if few:
-        title += f": {sms - blocks} SMs get no block"
+        title += f": {sms - blocks} {units} get no block"
     return 100.0 * (1 - waves), Finding(
         id="launch.underfill", severity="high" if few or waves < 0.5 else "medium", title=title,
         evidence={"blocks": blocks, "sm_count": sms, "waves_per_sm": waves, "blocks_per_sm_possible": per_sm,
@@ -115,7 +125,7 @@ def _limit(k: KernelLaunch, spec: ArchSpec | None) -> tuple[float, Finding] | No
                           "registers_per_thread": k.registers_per_thread,
                           "shared_bytes_per_block": k.shared_bytes_per_block, "threads_per_block": k.threads_per_block}
     step = None
-    if spec is not None and k.registers_per_thread and k.threads_per_block:
+    if spec is not None and not _amd(k) and k.registers_per_thread and k.threads_per_block:
         try:
             occ = nvidia_occupancy(spec, registers=k.registers_per_thread, shared_bytes=k.shared_bytes_per_block or 0,
                                    block_size=k.threads_per_block)
@@ -123,15 +133,23 @@ def _limit(k: KernelLaunch, spec: ArchSpec | None) -> tuple[float, Finding] | No
             ev["calculated_pct"] = occ.percent
         except Exception:
             step = None
-    what = (f"{k.registers_per_thread} registers per thread" if limiter == "registers"
-            else f"{k.shared_bytes_per_block:,} bytes of shared memory per block")
+    if _amd(k):
+        step = k.occupancy.get("next_step")
+        what = (f"{k.registers_per_thread} VGPRs per lane" if limiter == "registers"
+                else f"{k.shared_bytes_per_block:,} bytes of LDS per workgroup")
+    else:
+        what = (f"{k.registers_per_thread} registers per thread" if limiter == "registers"
+                else f"{k.shared_bytes_per_block:,} bytes of shared memory per block")
     if step:
         suggestion = f"{step}"
     elif limiter == "registers":
-        suggestion = "use fewer registers per thread (__launch_bounds__, -maxrregcount, smaller tiles per thread)"
+        suggestion = ("use fewer VGPRs (__launch_bounds__, amdgpu_waves_per_eu, smaller tiles per lane)" if _amd(k)
+                      else "use fewer registers per thread (__launch_bounds__, -maxrregcount, smaller tiles per thread)")
     else:
         suggestion = "use less shared memory per block (smaller tiles, fewer pipeline stages)"
-    suggestion += "; the kernel waits on latency, so more resident warps should hide more of it"
+    suggestion += ("; the kernel waits on latency, so more resident warps should hide more of it"
+                   if k.bound in ("latency", "memory", "launch") else
+                   "; more resident warps hide latency better (no throughput was measured to show the kernel waits)")
     return 70.0 + (100 - th) / 10, Finding(
         id=f"occupancy.{'registers' if limiter == 'registers' else 'shared'}", severity="high" if th <= 25 else "medium",
         title=f"occupancy limited to {th:g}% by {what}", evidence=ev, suggestion=suggestion)

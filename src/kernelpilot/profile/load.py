@@ -13,6 +13,7 @@ from kernelpilot.profile.model import Profile
 from kernelpilot.profile.ncu_csv import read_raw_csv
 from kernelpilot.profile.ncu_details import read_rules
 from kernelpilot.profile.ncu_metrics import launch_from_ncu, used_metric
+from kernelpilot.profile.rocprof import is_rocprof, read_rocprof
 from kernelpilot.profile.torch_timing import python_script
 
 __all__ = ["ProfileOptions", "from_ncu_pages", "load_profile", "run_profile", "run_torch_profile", "device_specs"]
@@ -27,7 +28,8 @@ class ProfileOptions:
     out_dir: Path = Path(".")           # where the .ncu-rep (or the fallback's trace) is kept
     name: str = "profile"
     timeout: float = 3600.0
-    tool: str = "ncu"                   # "ncu", or "torch" (kernel times only, no counters needed)
+    tool: str = "ncu"                   # "ncu", "rocprofv3", or "torch" (kernel times only, no counters needed)
+    counters: list[str] | None = None   # rocprofv3 --pmc counters
     bytes_per_launch: float | None = None   # declared bytes each launch moves (bandwidth without counters)
 
 
@@ -70,11 +72,13 @@ def from_ncu_pages(raw_csv: str, details: str | None, *, source: str, gpu: str |
 
 def load_profile(path: str | Path, *, details: str | Path | None = None, gpu: str | None = None,
                  all_metrics: bool = False) -> Profile:
-    """A profile from an ``.ncu-rep`` (read through ncu) or an ncu raw-page CSV (``details``: the details page
-    as text, for the rule messages)."""
+    """A profile from an ``.ncu-rep`` (read through ncu), an ncu raw-page CSV (``details``: the details page
+    as text, for the rule messages), or rocprofv3's CSV output (its folder, or its kernel trace)."""
     from kernelpilot.toolchain.ncu import export_pages
 
     p = Path(path)
+    if p.is_dir() or (p.is_file() and is_rocprof(p)):
+        return read_rocprof(p, gpu=gpu)
     if not p.is_file():
         raise KernelpilotError(f"{p}: no such file.")
     if p.suffix == ".ncu-rep":
@@ -103,6 +107,13 @@ def run_profile(command: list[str], opts: ProfileOptions, *, gpu: str | None = N
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     if opts.tool == "torch":
         return run_torch_profile(command, opts, gpu=gpu)
+    if opts.tool == "rocprofv3":
+        from kernelpilot.toolchain.rocprof import trace_command
+
+        out = trace_command(command, opts.out_dir / opts.name, counters=opts.counters, timeout=opts.timeout)
+        prof = read_rocprof(out, gpu=gpu)
+        prof.source = " ".join(command)
+        return prof
     try:
         run = profile_command(command, opts.out_dir / f"{opts.name}.ncu-rep", full=opts.full, kernel=opts.kernel,
                               launch_count=opts.launch_count, source=opts.source, timeout=opts.timeout)
