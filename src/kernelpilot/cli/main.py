@@ -27,6 +27,7 @@ def _register() -> None:
     from kernelpilot.cli import doctor as doctor_cmd
     from kernelpilot.cli import eval as eval_cmd
     from kernelpilot.cli import isa as isa_cmd
+    from kernelpilot.cli import optimize as optimize_cmd
     from kernelpilot.cli import profile as profile_cmd
 
     cli.add_command(arch_cmd.arch)
@@ -36,6 +37,8 @@ def _register() -> None:
     cli.add_command(eval_cmd.bench_cmd)
     cli.add_command(eval_cmd.eval_cmd)
     cli.add_command(profile_cmd.profile_cmd)
+    cli.add_command(optimize_cmd.optimize_cmd)
+    cli.add_command(optimize_cmd.runs)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,249 @@
+"""The optimization loop: evaluate the starting candidate, then candidate after candidate from a proposer,
+recording each finished step in the run store, until the target speedup, the budget, the end of the
+proposals, or Ctrl-C. A stopped run resumes from its last recorded step (``resume``).
+
+The ``search`` strategy proposes the points of the candidate's declared tuning space (loop/space.py),
+pruned statically where an arch is known (loop/prune.py), narrowed by successive halving (loop/halving.py).
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from kernelpilot.errors import KernelpilotError
+from kernelpilot.evaluate.isolation import WorkerPool
+from kernelpilot.evaluate.problem import load_problem
+from kernelpilot.evaluate.result import EvalResult
+from kernelpilot.evaluate.runner import EvalOptions, bench, default_device, evaluate
+from kernelpilot.loop.halving import Result, next_trials
+from kernelpilot.loop.prune import spec_kernels, static_verdict
+from kernelpilot.loop.space import config_key, read_space
+from kernelpilot.runs.store import DEFAULT_PATH, RunRecord, RunStore, StepRecord
+
+__all__ = ["OptimizeOptions", "optimize", "resume"]
+
+Event = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class OptimizeOptions:
+    strategy: str = "search"
+    budget: int = 20                    # candidate evaluations at most (the start included)
+    target: float | None = None         # stop once a candidate is this many times faster than the start
+    device: str | None = None           # cuda or cpu (default: cuda when present)
+    arch: str | None = None             # compile variants for this arch and prune (default: none on CPU)
+    min_occupancy_pct: float = 12.5
+    eta: int = 2
+    bench_budget_s: float = 0.5         # timing budget per case in round 0; round r gets eta**r times more
+    cases: list[str] | None = None      # time only these cases (default: the problem's benchmark cases)
+    seeds: int = 2
+    timeout: float = 600.0
+    store: Path = DEFAULT_PATH
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["store"] = str(self.store)
+        return d
+
+
+def _summary(res: EvalResult) -> dict[str, Any]:
+    return {"failed_cases": [f"{c.case} (seed {c.seed}): {c.message}"[:300] for c in res.cases if not c.ok][:5],
+            "flags": [f"{f.level} {f.id}: {f.message}"[:300] for f in res.flags if f.level in ("error", "warning")],
+            "error": (res.error or "")[:2000] or None, "notes": res.notes[:5]}
+
+
+def _median(res: EvalResult) -> float | None:
+    t = res.timing()
+    return t["median_us"] if t and res.passed else None
+
+
+def _timing(res: EvalResult) -> dict[str, Any]:
+    return {b.case: (b.timing or {}).get("median_us") for b in res.bench}
+
+
+class _Run:
+    """One run in progress: its record, its store, where its files go, and the evaluations."""
+
+    def __init__(self, store: RunStore, run: RunRecord, opts: OptimizeOptions, on_event: Event | None) -> None:
+        self.store, self.run, self.opts, self.on_event = store, run, opts, on_event
+        self.dir = Path(opts.store).parent / f"run-{run.id}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.steps = store.steps(run.id)
+        self.pool = WorkerPool()
+        self.device = run.device or opts.device or default_device()
+
+    def evaluations(self) -> int:
+        return sum(1 for s in self.steps if s.kind in ("start", "variant"))
+
+    def eval_options(self, budget_s: float) -> EvalOptions:
+        return EvalOptions(device=self.device, seeds=self.opts.seeds, timeout=self.opts.timeout, cases=self.opts.cases,
+                           timing={"budget_s": budget_s}, pool=self.pool)
+
+    def record(self, step: StepRecord) -> StepRecord:
+        step.n = self.store.add_step(self.run.id, step)
+        self.steps.append(step)
+        best = self.best()
+        if best is not None and best.speedup is not None:
+            self.store.update_run(self.run.id, best_step=best.n, best_speedup=best.speedup)
+            self.run.best_step, self.run.best_speedup = best.n, best.speedup
+        if self.on_event:
+            self.on_event({"event": "step", "run": self.run.id, "n": step.n, "kind": step.kind, "params": step.params,
+                           "correct": step.correct, "passed": step.passed, "median_us": step.median_us,
+                           "speedup": step.speedup, "best_speedup": self.run.best_speedup,
+                           "error": (step.error or "")[:300] or None})
+        return step
+
+    def best(self) -> StepRecord | None:
+        ok = [s for s in self.steps if s.passed and s.median_us]
+        if not ok:
+            return None
+        # a later halving round times longer: among the final survivors prefer the latest measurement
+        return min(ok, key=lambda s: s.median_us)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def optimize(problem: str | Path, candidate: str | Path, opts: OptimizeOptions, *,
+             on_event: Event | None = None) -> RunRecord:
+    """Start a run: returns its record when it ends (done, stopped, or failed)."""
+    if opts.strategy != "search":
+        raise KernelpilotError(f"strategy {opts.strategy!r} is not available yet; use --strategy search.")
+    load_problem(problem)        # a malformed problem fails here, before a run is recorded
+    cand = Path(candidate).resolve()
+    if not cand.is_file():
+        raise KernelpilotError(f"{cand}: no such candidate file.")
+    read_space(cand)             # a search needs a tuning space: say so before anything runs
+    with RunStore(opts.store) as store:
+        run_id = store.create_run(problem=str(Path(problem).resolve()), strategy=opts.strategy,
+                                  start_candidate=str(cand), target=opts.target, budget=opts.budget,
+                                  options=opts.to_json(), device=opts.device or default_device())
+        return _drive(store, store.run(run_id), opts, on_event)
+
+
+def resume(run_id: int, opts: OptimizeOptions, *, on_event: Event | None = None) -> RunRecord:
+    """Carry on a stopped run from its last recorded step (its own options, but ``budget`` and ``target``
+    from ``opts`` when given there)."""
+    with RunStore(opts.store, create=False) as store:
+        run = store.run(run_id)
+        if run.status == "done":
+            raise KernelpilotError(f"run {run_id} has finished ({run.stop_reason}); start a new one.")
+        saved = OptimizeOptions(**{k: v for k, v in run.options.items() if k in OptimizeOptions.__dataclass_fields__})
+        saved.store = opts.store
+        saved.budget = opts.budget or saved.budget
+        saved.target = opts.target if opts.target is not None else saved.target
+        store.update_run(run_id, status="running", stop_reason=None, budget=saved.budget, target=saved.target)
+        return _drive(store, store.run(run_id), saved, on_event)
+
+
+def _drive(store: RunStore, run: RunRecord, opts: OptimizeOptions, on_event: Event | None) -> RunRecord:
+    r = _Run(store, run, opts, on_event)
+    status, reason = "failed", "error"
+    try:
+        status, reason = _search(r)
+    except KeyboardInterrupt:
+        status, reason = "stopped", "interrupted"
+    except KernelpilotError as e:
+        status, reason = "failed", str(e)
+        raise
+    finally:
+        r.close()
+        store.update_run(run.id, status=status, stop_reason=reason, finished=time.time())
+        if on_event:
+            on_event({"event": "end", "run": run.id, "status": status, "reason": reason,
+                      "best_step": store.run(run.id).best_step, "best_speedup": store.run(run.id).best_speedup})
+    return store.run(run.id)
+
+
+def _search(r: _Run) -> tuple[str, str]:
+    opts, run = r.opts, r.run
+    start = Path(run.start_candidate or "")
+    space = read_space(start)
+    base_text = space.source
+
+    # step 0: the starting candidate as it is, checked and timed
+    first = next((s for s in r.steps if s.kind == "start"), None)
+    if first is None:
+        t0 = time.time()
+        res = evaluate(run.problem, start, r.eval_options(opts.bench_budget_s))
+        first = r.record(StepRecord(kind="start", hypothesis="the starting candidate as given", params=dict(space.defaults),
+                                    code=base_text, correct=res.correct, passed=res.passed,
+                                    check_summary=_summary(res), median_us=_median(res), timing=_timing(res),
+                                    speedup=1.0 if _median(res) else None, error=res.error, started=t0))
+        store_gpu = res.gpu
+        if store_gpu:
+            r.store.update_run(run.id, gpu=store_gpu)
+    if not first.passed or not first.median_us:
+        why = (first.error or "; ".join((first.check_summary or {}).get("failed_cases", [])[:2])
+               or "; ".join((first.check_summary or {}).get("flags", [])[:2]) or "no timing")
+        r.store.update_run(run.id, baseline_us=None)
+        raise KernelpilotError(f"the starting candidate does not pass, so nothing can be compared with it: {why}")
+    r.store.update_run(run.id, baseline_us=first.median_us)
+    baseline = first.median_us
+
+    configs = space.configs()
+    by_key = {config_key(c): c for c in configs}
+    pruned = {config_key(s.params or {}) for s in r.steps if s.kind == "pruned"}
+    kernels = spec_kernels(base_text)
+    arch = opts.arch
+    if arch and kernels:
+        for key, cfg in by_key.items():
+            if key in pruned or any(s.kind == "variant" and config_key(_config(s)) == key for s in r.steps):
+                continue
+            path = _write_variant(r, f"static-{len(pruned)}", space.variant(cfg))
+            v = static_verdict(path, arch, kernels, min_occupancy_pct=opts.min_occupancy_pct)
+            if not v.keep:
+                pruned.add(key)
+                r.record(StepRecord(kind="pruned", params=cfg, hypothesis=f"static check for {arch}",
+                                    isa={"arch": arch, "kernels": v.kernels}, error=v.reason))
+    keys = [k for k in by_key if k not in pruned]
+
+    start_key = config_key(space.defaults)
+    while True:
+        results = [Result(config_key(_config(s)), int((s.params or {}).get("round", 0)), s.median_us)
+                   for s in r.steps if s.kind == "variant"]
+        if start_key in keys:     # the start is the default configuration, already checked and timed in round 0
+            results.append(Result(start_key, 0, first.median_us))
+        trials = next_trials(keys, results, opts.eta)
+        if not trials:
+            return "done", "search finished"
+        for trial in trials:
+            if r.evaluations() >= opts.budget:
+                return "done", f"budget of {opts.budget} evaluations spent"
+            cfg = by_key[trial.key]
+            text = space.variant(cfg)
+            path = _write_variant(r, f"step-{len(r.steps)}", text)
+            budget_s = opts.bench_budget_s * opts.eta ** trial.round
+            t0 = time.time()
+            if trial.round == 0:
+                res = evaluate(run.problem, path, r.eval_options(budget_s))
+            else:
+                res = bench(run.problem, path, r.eval_options(budget_s))
+            med = _median(res)
+            r.record(StepRecord(
+                kind="variant", parent=first.n, params={**cfg, "round": trial.round},
+                hypothesis=f"{trial.key} (successive halving round {trial.round}, {budget_s:g} s of timing per case)",
+                code=text, diff=_diff(base_text, text, start.name), correct=res.correct, passed=res.passed,
+                check_summary=_summary(res), median_us=med, timing=_timing(res),
+                speedup=round(baseline / med, 4) if med else None, error=res.error, started=t0))
+            if opts.target and r.run.best_speedup and r.run.best_speedup >= opts.target:
+                return "done", f"target {opts.target:g}x reached"
+
+
+def _config(step: StepRecord) -> dict[str, Any]:
+    return {k: v for k, v in (step.params or {}).items() if k != "round"}
+
+
+def _write_variant(r: _Run, stem: str, text: str) -> Path:
+    path = r.dir / f"{stem}.py"
+    path.write_text(text)
+    return path
+
+
+def _diff(a: str, b: str, name: str) -> str:
+    return "".join(difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
+                                        fromfile=f"a/{name}", tofile=f"b/{name}"))
