@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-__all__ = ["SCHEMA", "Flag", "CaseResult", "BenchCase", "EvalResult"]
+__all__ = ["SCHEMA", "Flag", "CaseResult", "BenchCase", "EvalResult", "ratio"]
+
+
+def ratio(a: float, b: float) -> float:
+    """``a / b`` to four significant digits (a speedup of 0.00004 stays 4e-05, not 0)."""
+    return float(f"{a / b:.4g}")
 
 SCHEMA = "kernelpilot.eval/1"
 
@@ -99,9 +104,10 @@ class EvalResult:
         names = sorted({n for b in self.bench for n in b.baselines})
         out = {}
         for n in names:
-            sp = [b.baselines[n]["speedup"] for b in self.bench if n in b.baselines and b.baselines[n].get("speedup")]
+            sp = [b.baselines[n]["speedup"] for b in self.bench
+                  if n in b.baselines and b.baselines[n].get("speedup") is not None and b.baselines[n]["speedup"] > 0]
             if sp:
-                out[n] = {"speedup": round(math.exp(sum(math.log(s) for s in sp) / len(sp)), 4), "cases": len(sp),
+                out[n] = {"speedup": float(f"{math.exp(sum(math.log(s) for s in sp) / len(sp)):.4g}"), "cases": len(sp),
                           "aggregate": "geometric mean" if len(sp) > 1 else "one case"}
             else:
                 out[n] = {"speedup": None, "cases": 0}

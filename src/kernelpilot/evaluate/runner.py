@@ -14,7 +14,7 @@ from kernelpilot.errors import KernelpilotError, UsageError
 from kernelpilot.evaluate.guards import scan_source
 from kernelpilot.evaluate.isolation import WorkerPool, WorkerProcess, run_job
 from kernelpilot.evaluate.problem import Problem, load_problem
-from kernelpilot.evaluate.result import BenchCase, CaseResult, EvalResult, Flag
+from kernelpilot.evaluate.result import BenchCase, CaseResult, EvalResult, Flag, ratio
 from kernelpilot.evaluate.roofline import floor, gpu_from_device_name
 
 __all__ = ["EvalOptions", "check", "bench", "evaluate", "default_device"]
@@ -344,4 +344,4 @@ def _add_baseline(session: _Session, prob: Problem, device: str, names: list[str
         t = times.get(bc.case)
         if not t or not bc.timing:
             continue
-        bc.baselines[label] = {**t, "speedup": round(t["median_us"] / bc.timing["median_us"], 4)}
+        bc.baselines[label] = {**t, "speedup": ratio(t["median_us"], bc.timing["median_us"])}

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from kernelpilot.errors import KernelpilotError
 from kernelpilot.evaluate.isolation import WorkerPool
 from kernelpilot.evaluate.problem import load_problem
-from kernelpilot.evaluate.result import EvalResult
+from kernelpilot.evaluate.result import EvalResult, ratio
 from kernelpilot.evaluate.runner import EvalOptions, bench, default_device, evaluate
 from kernelpilot.loop.halving import Result, next_trials
 from kernelpilot.loop.prune import spec_kernels, static_verdict
@@ -229,7 +229,7 @@ def _search(r: _Run) -> tuple[str, str]:
                 hypothesis=f"{trial.key} (successive halving round {trial.round}, {budget_s:g} s of timing per case)",
                 code=text, diff=_diff(base_text, text, start.name), correct=res.correct, passed=res.passed,
                 check_summary=_summary(res), median_us=med, timing=_timing(res),
-                speedup=round(baseline / med, 4) if med else None, error=res.error, started=t0))
+                speedup=ratio(baseline, med) if med else None, error=res.error, started=t0))
             if opts.target and r.run.best_speedup and r.run.best_speedup >= opts.target:
                 return "done", f"target {opts.target:g}x reached"
 
