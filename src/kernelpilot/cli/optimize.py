@@ -28,7 +28,7 @@ _STORE = click.option("--store", type=click.Path(dir_okay=False, path_type=Path)
 @click.argument("problem", required=False)
 @click.option("--candidate", "-c", type=click.Path(), help="The starting candidate (search: it declares KPILOT_TUNE).")
 @click.option("--strategy", type=click.Choice(["search", "llm"]), default="search", show_default=True)
-@click.option("--budget", type=int, default=20, show_default=True, help="Candidate evaluations at most.")
+@click.option("--budget", type=int, help="Candidate evaluations at most (default 20; with --resume, the run's own).")
 @click.option("--target", type=float, help="Stop once a candidate is this many times faster than the start.")
 @click.option("--device", type=click.Choice(["cuda", "cpu"]), help="Where candidates run (default: cuda when present).")
 @click.option("--arch", help="Compile each variant for this arch first and drop those that spill or starve occupancy.")
@@ -49,16 +49,17 @@ def optimize_cmd(problem, candidate, strategy, budget, target, device, arch, cas
     """
     from kernelpilot.loop.engine import OptimizeOptions, optimize, resume
 
-    opts = OptimizeOptions(strategy=strategy, budget=budget, target=target, device=device, arch=arch,
-                           cases=list(cases) or None, bench_budget_s=bench_budget, store=store)
     on_event = _json_event if as_json else _print_event
     if resume_id is not None:
         if problem or candidate:
             raise UsageError("--resume ID carries on a recorded run: give no PROBLEM or --candidate with it.")
-        run = resume(resume_id, opts, on_event=on_event)
+        run = resume(resume_id, store, budget=budget, target=target, on_event=on_event)
     else:
         if not problem or not candidate:
             raise UsageError("give a PROBLEM and a starting --candidate (or --resume ID).")
+        opts = OptimizeOptions(strategy=strategy, budget=budget if budget is not None else 20, target=target,
+                               device=device, arch=arch, cases=list(cases) or None, bench_budget_s=bench_budget,
+                               store=store)
         run = optimize(problem, candidate, opts, on_event=on_event)
     if not as_json:
         echo(f"run {run.id}: {run.status} ({run.stop_reason}); best step {run.best_step}, "

@@ -125,17 +125,18 @@ def optimize(problem: str | Path, candidate: str | Path, opts: OptimizeOptions, 
         return _drive(store, store.run(run_id), opts, on_event)
 
 
-def resume(run_id: int, opts: OptimizeOptions, *, on_event: Event | None = None) -> RunRecord:
-    """Carry on a stopped run from its last recorded step (its own options, but ``budget`` and ``target``
-    from ``opts`` when given there)."""
-    with RunStore(opts.store, create=False) as store:
+def resume(run_id: int, store_path: Path = DEFAULT_PATH, *, budget: int | None = None, target: float | None = None,
+           on_event: Event | None = None) -> RunRecord:
+    """Carry on a stopped (or killed) run from its last recorded step, with the options it was started with;
+    ``budget`` and ``target``, when given, replace its own."""
+    with RunStore(store_path, create=False) as store:
         run = store.run(run_id)
         if run.status == "done":
             raise KernelpilotError(f"run {run_id} has finished ({run.stop_reason}); start a new one.")
         saved = OptimizeOptions(**{k: v for k, v in run.options.items() if k in OptimizeOptions.__dataclass_fields__})
-        saved.store = opts.store
-        saved.budget = opts.budget or saved.budget
-        saved.target = opts.target if opts.target is not None else saved.target
+        saved.store = Path(store_path)
+        saved.budget = budget if budget is not None else saved.budget
+        saved.target = target if target is not None else saved.target
         store.update_run(run_id, status="running", stop_reason=None, budget=saved.budget, target=saved.target)
         return _drive(store, store.run(run_id), saved, on_event)
 
