@@ -26,6 +26,8 @@ from typing import Any, Literal, Mapping
 
 from kernelpilot.errors import UnknownArchError, UsageError
 
+ARCH_SCHEMA = "kernelpilot.arch/1"   # `kpilot arch --json`
+
 __all__ = [
     "Source",
     "Fact",
@@ -133,6 +135,14 @@ class GPUSpec(_FactAttrs):
     def __reduce__(self):
         # Specs hold read-only mappings, which do not pickle; a spec is fully named by its key.
         return (get_gpu, (self.key,))
+
+    def summary(self) -> dict[str, Any]:
+        """The headline facts (one row of `kpilot arch list`)."""
+        l2 = self.facts["l2_cache_bytes"].value if "l2_cache_bytes" in self.facts else None
+        return {"key": self.key, "name": self.name, "arch": self.arch, "vendor": self.vendor,
+                "sm_count": self.sm_count, "memory_gb": self.memory_gb,
+                "memory_bandwidth_tbps": self.memory_bandwidth_tbps,
+                "l2_cache_mib": None if l2 is None else round(l2 / 2**20, 1), "peak_bf16_tflops": self.peak_bf16_tflops}
 
     def to_json(self, *, sources: bool = True) -> dict[str, Any]:
         return {

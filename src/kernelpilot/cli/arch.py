@@ -15,8 +15,6 @@ from kernelpilot.cli.output import echo, emit_json, table
 
 __all__ = ["arch"]
 
-SCHEMA = "kernelpilot.arch/1"
-
 
 @click.group()
 def arch() -> None:
@@ -30,24 +28,6 @@ def arch() -> None:
     """
 
 
-def _mib(nbytes: int | None) -> float | None:
-    return None if nbytes is None else round(nbytes / 2**20, 1)
-
-
-def _list_row(g: GPUSpec) -> dict[str, Any]:
-    return {
-        "key": g.key,
-        "name": g.name,
-        "arch": g.arch,
-        "vendor": g.vendor,
-        "sm_count": g.sm_count,
-        "memory_gb": g.memory_gb,
-        "memory_bandwidth_tbps": g.memory_bandwidth_tbps,
-        "l2_cache_mib": _mib(g.l2_cache_bytes),
-        "peak_bf16_tflops": g.peak_bf16_tflops,
-    }
-
-
 @arch.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (kernelpilot.arch/1).")
 def list_cmd(as_json: bool) -> None:
@@ -57,10 +37,12 @@ def list_cmd(as_json: bool) -> None:
     Example:
       kpilot arch list --json
     """
-    rows = [_list_row(g) for g in list_gpus()]
+    from kernelpilot.tools import call
+
     if as_json:
-        emit_json({"schema": SCHEMA, "gpus": rows})
+        emit_json(call("arch_info", {}))
         return
+    rows = [g.summary() for g in list_gpus()]
     echo(table(
         [[r["key"], r["name"], r["arch"], r["vendor"], r["sm_count"], r["memory_gb"], r["memory_bandwidth_tbps"],
           r["l2_cache_mib"], r["peak_bf16_tflops"]] for r in rows],
@@ -103,10 +85,12 @@ def show(name: str, as_json: bool, sources: bool) -> None:
       kpilot arch show h200 --sources
       kpilot arch show sm_90a --json
     """
-    spec, gpu = resolve(name)
+    from kernelpilot.tools import call
+
     if as_json:
-        emit_json({"schema": SCHEMA, "query": name, "gpu": gpu.to_json() if gpu else None, "arch": spec.to_json()})
+        emit_json(call("arch_info", {"name": name}))
         return
+    spec, gpu = resolve(name)
     _show_text(spec, gpu, sources)
 
 

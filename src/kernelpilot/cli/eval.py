@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from kernelpilot.cli.output import echo, emit_json, table
+from kernelpilot.tools import eval_options
 
 __all__ = ["check_cmd", "bench_cmd", "eval_cmd"]
 
@@ -42,27 +43,27 @@ def _options(f, *, bench: bool, check: bool):
     return f
 
 
-def _eval_options(kw: dict):
-    from kernelpilot.evaluate.runner import EvalOptions
-
-    return EvalOptions(
-        device=kw.get("device"),
-        seeds=kw.get("seeds", 3),
-        timeout=kw["timeout"],
-        baselines=list(kw.get("baselines", ())),
-        graphs=kw.get("graphs", False),
-        cases=list(kw["cases"]) or None,
-        verify=kw.get("verify", 3),
-        timing={"budget_s": kw["budget"]} if "budget" in kw else {},
-        keep=kw.get("keep"),
-    )
+def _tool_args(problem, candidate, kw: dict) -> dict:
+    """The CLI's options as the check/bench/eval tools' arguments (tools.py)."""
+    args = {"problem": str(problem), "candidate": str(candidate), "device": kw.get("device"),
+            "cases": list(kw["cases"]) or None, "timeout": kw["timeout"], "seeds": kw.get("seeds"),
+            "baselines": list(kw.get("baselines", ())) or None, "budget": kw.get("budget"),
+            "graphs": kw.get("graphs") or None, "verify": kw.get("verify"),
+            "keep": str(kw["keep"]) if kw.get("keep") else None}
+    return {k: v for k, v in args.items() if v is not None}
 
 
-def _finish(result, as_json: bool) -> None:
-    if as_json:
-        emit_json(result.to_json())
-    else:
-        echo(render(result))
+def _json(tool: str, problem, candidate, kw: dict) -> None:
+    from kernelpilot.tools import call
+
+    d = call(tool, _tool_args(problem, candidate, kw))
+    emit_json(d)
+    if not d["passed"]:
+        sys.exit(FAILED_EXIT)
+
+
+def _finish(result) -> None:
+    echo(render(result))
     if not result.passed:
         sys.exit(FAILED_EXIT)
 
@@ -79,7 +80,9 @@ def check_cmd(problem, candidate, **kw) -> None:
     """
     from kernelpilot.evaluate.runner import check
 
-    _finish(check(problem, candidate, _eval_options(kw)), kw["as_json"])
+    if kw["as_json"]:
+        return _json("check", problem, candidate, kw)
+    _finish(check(problem, candidate, eval_options(_tool_args(problem, candidate, kw))))
 
 
 @click.command("bench")
@@ -94,10 +97,9 @@ def bench_cmd(problem, candidate, **kw) -> None:
     """
     from kernelpilot.evaluate.runner import bench
 
-    res = bench(problem, candidate, _eval_options(kw))
-    if res.correct is None:
-        res.correct = all(b.check_ok for b in res.bench) and res.error is None
-    _finish(res, kw["as_json"])
+    if kw["as_json"]:
+        return _json("bench", problem, candidate, kw)
+    _finish(bench(problem, candidate, eval_options(_tool_args(problem, candidate, kw))))
 
 
 @click.command("eval")
@@ -111,7 +113,9 @@ def eval_cmd(problem, candidate, **kw) -> None:
     """
     from kernelpilot.evaluate.runner import evaluate
 
-    _finish(evaluate(problem, candidate, _eval_options(kw)), kw["as_json"])
+    if kw["as_json"]:
+        return _json("eval", problem, candidate, kw)
+    _finish(evaluate(problem, candidate, eval_options(_tool_args(problem, candidate, kw))))
 
 
 # ------------------------------------------------------------------ rendering

@@ -8,7 +8,8 @@ import click
 
 from kernelpilot.cli.output import echo, emit_json, table
 from kernelpilot.errors import UsageError
-from kernelpilot.isa.model import SCHEMA, AmdResources, KernelReport
+from kernelpilot.isa.model import AmdResources, KernelReport
+from kernelpilot.tools import call
 
 __all__ = ["isa"]
 
@@ -48,6 +49,15 @@ def _common(f):
     return f
 
 
+def _tool_args(kw: dict) -> dict:
+    """The CLI's options as the isa tools' arguments (tools.py)."""
+    args = {"arch": kw["arch"], "kernel": kw["kernel"], "defines": _defines(kw["defines"]) or None,
+            "block_size": kw["block_size"], "lang": kw["lang"], "signature": kw["signature"],
+            "num_warps": kw["num_warps"], "num_stages": kw["num_stages"], "variant": kw["variant"],
+            "flags": list(kw["extra_flags"]) or None, "keep": str(kw["keep"]) if kw["keep"] else None}
+    return {k: v for k, v in args.items() if v is not None}
+
+
 def _analyze(source: str, kw: dict) -> list[KernelReport]:
     from kernelpilot.isa.analyze import analyze
 
@@ -83,10 +93,10 @@ def analyze_cmd(source: str, all_opcodes: bool, **kw) -> None:
       kpilot isa analyze argmax.hip --arch gfx942 --json
       kpilot isa analyze softmax.py:softmax_kernel --arch gfx942 -D BLOCK=1024
     """
-    reports = _analyze(source, kw)
     if kw["as_json"]:
-        emit_json({"schema": SCHEMA, "kernels": [r.to_json() for r in reports]})
+        emit_json(call("isa_analyze", {"source": source, **_tool_args(kw)}))
         return
+    reports = _analyze(source, kw)
     for n, r in enumerate(reports):
         if n:
             echo()
@@ -106,14 +116,12 @@ def diff_cmd(a: str, b: str, **kw) -> None:
     Example:
       kpilot isa diff argmax_bpermute.hip argmax_dpp.hip --arch gfx942
     """
-    from kernelpilot.isa.diff import DIFF_SCHEMA, diff_reports
+    from kernelpilot.isa.diff import diff_reports
 
-    ra, rb = _analyze(a, kw), _analyze(b, kw)
-    diffs, only_a, only_b = diff_reports(ra, rb)
     if kw["as_json"]:
-        emit_json({"schema": DIFF_SCHEMA, "a": a, "b": b, "kernels": [d.to_json() for d in diffs],
-                   "only_in_a": only_a, "only_in_b": only_b})
+        emit_json(call("isa_diff", {"a": a, "b": b, **_tool_args(kw)}))
         return
+    diffs, only_a, only_b = diff_reports(_analyze(a, kw), _analyze(b, kw))
     for d in diffs:
         echo(render_diff(d))
     if only_a:

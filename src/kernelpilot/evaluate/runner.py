@@ -304,8 +304,11 @@ def check(problem: str | Path | Problem, candidate: str | Path, opts: EvalOption
 
 
 def bench(problem: str | Path | Problem, candidate: str | Path, opts: EvalOptions | None = None) -> EvalResult:
-    """Time ``candidate`` (and each baseline) on the benchmark cases; re-check a random sample of timed outputs."""
-    return _run(problem, candidate, opts or EvalOptions(), do_check=False, do_bench=True)
+    """Time ``candidate`` (and each baseline) on the benchmark cases; re-check a random sample of timed outputs.
+    ``correct`` then says whether every re-checked timed output was right."""
+    res = _run(problem, candidate, opts or EvalOptions(), do_check=False, do_bench=True)
+    res.correct = bool(res.bench) and all(b.check_ok for b in res.bench) and res.error is None
+    return res
 
 
 def evaluate(problem: str | Path | Problem, candidate: str | Path, opts: EvalOptions | None = None) -> EvalResult:

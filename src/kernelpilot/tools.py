@@ -1,0 +1,305 @@
+"""One registry of the tools an agent can call: each with a description written for a model, a JSON schema
+for its arguments, and a JSON result. The CLI's ``--json`` output, the LLM proposer and the MCP server all
+go through ``call``.
+
+    >>> from kernelpilot.tools import call, REGISTRY
+    >>> call("isa_analyze", {"source": "examples/kernels/wave_argmax_dpp.hip", "arch": "gfx942"})["kernels"][0]["findings"]
+    >>> [t.to_anthropic() for t in REGISTRY.values()]       # or t.to_openai()
+
+Bad arguments raise ``ToolArgumentError`` (a UsageError: one line saying which argument and why); a tool's
+own failure raises the KernelpilotError it met. Neither is ever a crash of the caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from kernelpilot.errors import KernelpilotError, UsageError
+
+__all__ = ["Tool", "ToolContext", "ToolArgumentError", "REGISTRY", "call", "validate", "eval_options"]
+
+
+class ToolArgumentError(UsageError):
+    """A tool was called with arguments its schema does not allow."""
+
+
+@dataclass
+class ToolContext:
+    """What a tool may touch: candidate files are read and written only under ``workspace``."""
+
+    workspace: Path = field(default_factory=Path.cwd)
+    pool: Any = None                      # an evaluate.isolation.WorkerPool to take workers from
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict[str, Any]            # JSON schema (type object)
+    fn: Callable[[dict[str, Any], ToolContext], dict[str, Any]]
+
+    def to_anthropic(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "input_schema": self.parameters}
+
+    def to_openai(self) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": self.name, "description": self.description,
+                                                 "parameters": self.parameters}}
+
+
+REGISTRY: dict[str, Tool] = {}
+
+
+def _register(name: str, description: str, properties: dict[str, Any], required: tuple[str, ...] = ()):
+    schema = {"type": "object", "properties": properties, "required": list(required), "additionalProperties": False}
+
+    def wrap(fn: Callable[[dict[str, Any], ToolContext], dict[str, Any]]):
+        REGISTRY[name] = Tool(name, " ".join(description.split()), schema, fn)
+        return fn
+
+    return wrap
+
+
+def call(name: str, args: dict[str, Any] | None = None, ctx: ToolContext | None = None) -> dict[str, Any]:
+    """Validate ``args`` against the tool's schema and run it."""
+    tool = REGISTRY.get(name)
+    if tool is None:
+        raise ToolArgumentError(f"no tool named {name!r}; tools: {', '.join(sorted(REGISTRY))}.")
+    args = dict(args or {})
+    validate(tool.parameters, args, name)
+    return tool.fn(args, ctx or ToolContext())
+
+
+_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "array": list, "object": dict}
+
+
+def validate(schema: dict[str, Any], args: dict[str, Any], where: str) -> None:
+    """The subset of JSON schema the registry uses: types, enums, minimum, items, required, no extras."""
+    if not isinstance(args, dict):
+        raise ToolArgumentError(f"{where}: arguments must be a JSON object, not {type(args).__name__}.")
+    props = schema.get("properties", {})
+    extra = sorted(set(args) - set(props))
+    if extra and schema.get("additionalProperties") is False:
+        raise ToolArgumentError(f"{where}: unknown argument(s) {', '.join(extra)}; it takes {', '.join(props)}.")
+    missing = [k for k in schema.get("required", []) if args.get(k) is None]
+    if missing:
+        raise ToolArgumentError(f"{where}: missing required argument(s) {', '.join(missing)}.")
+    for key, value in args.items():
+        if value is not None and key in props:
+            _check(props[key], value, f"{where}.{key}")
+
+
+def _check(spec: dict[str, Any], value: Any, where: str) -> None:
+    kind = spec.get("type")
+    py = _TYPES.get(kind)
+    if py is not None and (not isinstance(value, py) or (kind in ("integer", "number") and isinstance(value, bool))):
+        raise ToolArgumentError(f"{where} must be {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not {value!r}.")
+    if "enum" in spec and value not in spec["enum"]:
+        raise ToolArgumentError(f"{where} must be one of {', '.join(map(str, spec['enum']))}, not {value!r}.")
+    if "minimum" in spec and value < spec["minimum"]:
+        raise ToolArgumentError(f"{where} must be at least {spec['minimum']}, not {value!r}.")
+    if kind == "array" and "items" in spec:
+        for i, item in enumerate(value):
+            _check(spec["items"], item, f"{where}[{i}]")
+    if kind == "object" and "additionalProperties" in spec and isinstance(spec["additionalProperties"], dict):
+        for k, v in value.items():
+            _check(spec["additionalProperties"], v, f"{where}.{k}")
+
+
+def _str(desc: str, **kw) -> dict[str, Any]:
+    return {"type": "string", "description": desc, **kw}
+
+
+def _int(desc: str, minimum: int = 0) -> dict[str, Any]:
+    return {"type": "integer", "description": desc, "minimum": minimum}
+
+
+# ------------------------------------------------------------------ architecture and ISA
+
+_ISA_PROPS = {
+    "arch": _str("Target: sm_80, sm_89, sm_90, sm_90a, sm_100, gfx90a, gfx942, gfx950, or a GPU name (H200, MI300X); "
+                 "needed to compile a source, read from the file for a binary."),
+    "kernel": _str("Only this kernel (a substring of its name matches)."),
+    "defines": {"type": "object", "additionalProperties": {"type": "string"},
+                "description": "Preprocessor defines (C++) or constexpr values (Triton), NAME -> VALUE."},
+    "block_size": _int("Threads per block, for occupancy.", 1),
+    "lang": _str("Language of a C++ source whose suffix does not say.", enum=["cuda", "hip", "triton"]),
+    "signature": _str("Triton signature, e.g. 'x_ptr:*fp32,n:i32'."),
+    "num_warps": _int("Triton num_warps.", 1),
+    "num_stages": _int("Triton num_stages.", 1),
+    "variant": _str("Triton: a named variant of the file's KPILOT_SPECS declaration."),
+    "flags": {"type": "array", "items": {"type": "string"}, "description": "Extra compiler flags."},
+    "keep": _str("Keep the compiler's outputs (binary, assembly, report) in this folder."),
+}
+
+
+def _analyze(source: str, a: dict[str, Any]):
+    from kernelpilot.isa.analyze import analyze
+
+    return analyze(source, arch=a.get("arch"), kernel=a.get("kernel"), defines=dict(a.get("defines") or {}),
+                   block_size=a.get("block_size"), lang=a.get("lang"), signature=a.get("signature"),
+                   num_warps=a.get("num_warps"), num_stages=a.get("num_stages"), variant=a.get("variant"),
+                   extra_flags=list(a.get("flags") or []), workdir=Path(a["keep"]) if a.get("keep") else None)
+
+
+@_register("arch_info", """Facts about a GPU or ISA (SM/CU count, registers and shared memory/LDS per SM,
+    warp size, bandwidth, peak FLOP/s, cache sizes), each with its source. Without a name, the list of known
+    GPUs. Use it to reason about occupancy, rooflines and what an arch supports.""",
+           {"name": _str("A product (H200, MI300X) or an ISA (sm_90a, gfx942); omit for the list.")})
+def _arch_info(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    from kernelpilot.arch.registry import ARCH_SCHEMA, list_gpus, resolve
+
+    if not a.get("name"):
+        return {"schema": ARCH_SCHEMA, "gpus": [g.summary() for g in list_gpus()]}
+    spec, gpu = resolve(a["name"])
+    return {"schema": ARCH_SCHEMA, "query": a["name"], "gpu": gpu.to_json() if gpu else None, "arch": spec.to_json()}
+
+
+@_register("isa_analyze", """Compile a kernel (CUDA .cu, HIP .hip, Triton FILE.py:KERNEL) or read a binary
+    (.cubin, .ptx, .hsaco, .s) and analyze its machine code for one arch: registers, spills, shared memory/LDS,
+    occupancy with its limiter, opcode families, loops, static stalls, and findings (each with evidence and
+    one suggestion), e.g. cross-lane reductions through LDS where DPP would do. No GPU needed.""",
+           {"source": _str("The kernel source or binary."), **_ISA_PROPS}, ("source",))
+def _isa_analyze(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    from kernelpilot.isa.model import SCHEMA
+
+    return {"schema": SCHEMA, "kernels": [r.to_json() for r in _analyze(a["source"], a)]}
+
+
+@_register("isa_diff", """Compare the machine code of two versions of a kernel built the same way: what
+    changed in resources, occupancy, opcode families and findings (resolved or new). Use it to check that a
+    change did what was intended at the ISA level.""",
+           {"a": _str("The first version."), "b": _str("The second version."), **_ISA_PROPS}, ("a", "b"))
+def _isa_diff(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    from kernelpilot.isa.diff import DIFF_SCHEMA, diff_reports
+
+    diffs, only_a, only_b = diff_reports(_analyze(a["a"], a), _analyze(a["b"], a))
+    return {"schema": DIFF_SCHEMA, "a": a["a"], "b": a["b"], "kernels": [d.to_json() for d in diffs],
+            "only_in_a": only_a, "only_in_b": only_b}
+
+
+# ------------------------------------------------------------------ profile
+
+
+@_register("profile", """Profile a program's GPU kernels (Nsight Compute on NVIDIA, rocprofv3 on AMD, or the
+    PyTorch profiler without counters) or read an existing report, and diagnose each launch: duration, grid,
+    waves per SM, occupancy (theoretical, achieved, limiter), throughput, DRAM bandwidth against the peak,
+    warp stalls, a bottleneck class, and diagnoses such as launch underfill or uncoalesced access, each with
+    evidence and one suggestion. Needs a GPU unless a report is given.""",
+           {"command": {"type": "array", "items": {"type": "string"}, "description": "The program and its arguments."},
+            "report": _str("An existing report: .ncu-rep, ncu's raw page as CSV, or a rocprofv3 output folder."),
+            "details": _str("With a CSV report: ncu's details page (rule messages)."),
+            "kernel": _str("Only kernels whose name matches this regular expression."),
+            "launch_count": _int("Profile at most this many launches.", 1),
+            "full": {"type": "boolean", "description": "Collect every ncu section (slower)."},
+            "tool": _str("Profiler.", enum=["ncu", "rocprofv3", "torch"]),
+            "gpu": _str("The GPU, when the report does not name a known one."),
+            "out": _str("Folder to keep the report in (default: the workspace)."),
+            "bytes_per_launch": {"type": "number", "description": "Bytes each launch moves (bandwidth without counters)."}})
+def _profile(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    from kernelpilot.profile.load import ProfileOptions, load_profile, run_profile
+
+    if bool(a.get("command")) == bool(a.get("report")):
+        raise ToolArgumentError("profile: give exactly one of command (to run) or report (to read).")
+    if a.get("report"):
+        return load_profile(a["report"], details=a.get("details"), gpu=a.get("gpu")).to_json()
+    opts = ProfileOptions(full=bool(a.get("full")), kernel=a.get("kernel"), launch_count=a.get("launch_count"),
+                          out_dir=Path(a.get("out") or ctx.workspace), tool=a.get("tool") or "ncu",
+                          bytes_per_launch=a.get("bytes_per_launch"))
+    return run_profile(list(a["command"]), opts, gpu=a.get("gpu")).to_json()
+
+
+# ------------------------------------------------------------------ correctness and timing
+
+_EVAL_PROPS = {
+    "problem": _str("The problem: a native problem folder, a KernelBench .py, or a GPU MODE folder."),
+    "candidate": _str("The candidate file (native: the entry function; KernelBench: ModelNew; GPU MODE: custom_kernel)."),
+    "device": _str("Where to run (default: cuda when a GPU is present).", enum=["cuda", "cpu"]),
+    "cases": {"type": "array", "items": {"type": "string"}, "description": "Only these cases."},
+    "timeout": {"type": "number", "description": "Seconds each worker process may take.", "minimum": 1},
+    "keep": _str("Keep the workers' jobs, logs and tensors in this folder."),
+}
+_CHECK_PROPS = {"seeds": _int("Secret random seeds per case.", 1)}
+_BENCH_PROPS = {
+    "baselines": {"type": "array", "items": {"type": "string"}, "description": "eager, compile, or candidate files."},
+    "budget": {"type": "number", "description": "Seconds of timed samples per case at most.", "minimum": 0.01},
+    "graphs": {"type": "boolean", "description": "Also time CUDA-graph replays."},
+    "verify": _int("Timed outputs re-checked per case.", 0),
+}
+
+
+def eval_options(a: dict[str, Any], ctx: ToolContext | None = None):
+    """The EvalOptions the check, bench and eval tools run with, from their arguments."""
+    ctx = ctx or ToolContext()
+    from kernelpilot.evaluate.runner import EvalOptions
+
+    return EvalOptions(device=a.get("device"), seeds=a.get("seeds") or 3, timeout=a.get("timeout") or 600.0,
+                       baselines=list(a.get("baselines") or []), graphs=bool(a.get("graphs")),
+                       cases=list(a.get("cases") or []) or None, verify=3 if a.get("verify") is None else a["verify"],
+                       timing={"budget_s": a["budget"]} if a.get("budget") else {},
+                       keep=Path(a["keep"]) if a.get("keep") else None, pool=ctx.pool)
+
+
+@_register("check", """Check a candidate's correctness against the problem's reference on every case
+    (hidden shape variants included) with secret seeds, in an isolated process: per case max and relative
+    error, the worst elements, and guard flags for tricks (input mutation, lazy outputs, patched timers, side
+    streams, library fallback...). `correct` and `passed` say whether it may be benchmarked.""",
+           {**_EVAL_PROPS, **_CHECK_PROPS}, ("problem", "candidate"))
+def _check_tool(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    from kernelpilot.evaluate.runner import check
+
+    return check(a["problem"], a["candidate"], eval_options(a, ctx)).to_json()
+
+
+@_register("bench", """Time a candidate on the problem's benchmark cases as a careful engineer would (CUDA
+    events, L2 flushed, new inputs every call, repeated until the median is stable, timed outputs re-checked)
+    and compare with baselines (eager PyTorch, torch.compile, or other files); also the roofline floor and
+    the fraction of it reached. Needs a GPU (device cpu gives CPU wall-clock times).""",
+           {**_EVAL_PROPS, **_BENCH_PROPS}, ("problem", "candidate"))
+def _bench_tool(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    from kernelpilot.evaluate.runner import bench
+
+    return bench(a["problem"], a["candidate"], eval_options(a, ctx)).to_json()
+
+
+@_register("eval", """Check a candidate, then benchmark it when it is correct and no guard rejected it: the
+    usual step after changing a kernel. Returns correctness per case, timing, speedups over the baselines,
+    and guard flags.""",
+           {**_EVAL_PROPS, **_CHECK_PROPS, **_BENCH_PROPS}, ("problem", "candidate"))
+def _eval_tool(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    from kernelpilot.evaluate.runner import evaluate
+
+    return evaluate(a["problem"], a["candidate"], eval_options(a, ctx)).to_json()
+
+
+# ------------------------------------------------------------------ the candidate file
+
+
+def _inside(ctx: ToolContext, path: str) -> Path:
+    root = ctx.workspace.resolve()
+    p = (root / path).resolve() if not Path(path).is_absolute() else Path(path).resolve()
+    if p != root and root not in p.parents:
+        raise ToolArgumentError(f"{path}: outside the workspace {root}; candidate files live inside it.")
+    return p
+
+
+@_register("read_candidate", """Read a candidate (or any text) file in the workspace: the kernel to improve,
+    or a previous version.""", {"path": _str("The file, relative to the workspace.")}, ("path",))
+def _read_candidate(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    p = _inside(ctx, a["path"])
+    if not p.is_file():
+        raise KernelpilotError(f"{a['path']}: no such file in the workspace.")
+    text = p.read_text(errors="replace")
+    return {"path": str(p.relative_to(ctx.workspace.resolve())), "text": text, "lines": text.count("\n") + 1}
+
+
+@_register("write_candidate", """Write a new version of a candidate file in the workspace (the whole text).
+    Check it afterwards with `check` or `eval`.""",
+           {"path": _str("The file, relative to the workspace."), "text": _str("The whole new content.")},
+           ("path", "text"))
+def _write_candidate(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    p = _inside(ctx, a["path"])
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(a["text"])
+    return {"path": str(p.relative_to(ctx.workspace.resolve())), "bytes": len(a["text"].encode())}

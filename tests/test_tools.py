@@ -1,0 +1,82 @@
+"""The registry of agent-callable tools: schemas, argument checking, results equal to the CLI's --json, and
+candidate files confined to the workspace."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import EXAMPLES, ROOT, require_tool
+
+from kernelpilot.errors import KernelpilotError
+from kernelpilot.tools import REGISTRY, ToolArgumentError, ToolContext, call
+
+NAMES = {"arch_info", "isa_analyze", "isa_diff", "profile", "check", "bench", "eval", "read_candidate",
+         "write_candidate"}
+
+
+def test_every_tool_has_a_description_and_a_schema():
+    assert set(REGISTRY) >= NAMES
+    for t in REGISTRY.values():
+        assert len(t.description) > 60 and "  " not in t.description
+        assert t.parameters["type"] == "object" and t.parameters["additionalProperties"] is False
+        assert set(t.parameters["required"]) <= set(t.parameters["properties"])
+        for p in t.parameters["properties"].values():
+            assert p.get("type") in ("string", "integer", "number", "boolean", "array", "object") and p.get("description")
+        a, o = t.to_anthropic(), t.to_openai()
+        assert a["input_schema"] is t.parameters and a["name"] == t.name
+        assert o["type"] == "function" and o["function"]["parameters"] is t.parameters
+
+
+@pytest.mark.parametrize("name, args, needle", [
+    ("nope", {}, "no tool named 'nope'"),
+    ("isa_analyze", {}, "missing required argument(s) source"),
+    ("isa_analyze", {"source": "x.cu", "colour": "red"}, "unknown argument(s) colour"),
+    ("isa_analyze", {"source": 3}, "isa_analyze.source must be a string, not 3"),
+    ("isa_analyze", {"source": "x.cu", "block_size": 0}, "block_size must be at least 1"),
+    ("isa_analyze", {"source": "x.cu", "block_size": True}, "must be an integer"),
+    ("isa_analyze", {"source": "x.cu", "lang": "fortran"}, "lang must be one of cuda, hip, triton"),
+    ("isa_analyze", {"source": "x.cu", "defines": {"N": 4}}, "defines.N must be a string"),
+    ("profile", {"command": ["a", 1]}, "command[1] must be a string"),
+    ("profile", {}, "exactly one of command"),
+    ("check", {"problem": "p"}, "missing required argument(s) candidate"),
+])
+def test_bad_arguments_say_which_and_why(name, args, needle):
+    with pytest.raises(ToolArgumentError) as e:
+        call(name, args)
+    assert needle in str(e.value)
+
+
+def test_isa_tools_find_the_dpp_change():
+    require_tool("clang++")
+    k = EXAMPLES / "kernels"
+    before = call("isa_analyze", {"source": str(k / "wave_argmax_bpermute.hip"), "arch": "gfx942"})
+    assert before["schema"] == "kernelpilot.isa/1"
+    assert "amd.lds-crosslane" in {f["id"] for f in before["kernels"][0]["findings"]}
+    d = call("isa_diff", {"a": str(k / "wave_argmax_bpermute.hip"), "b": str(k / "wave_argmax_dpp.hip"), "arch": "gfx942"})
+    assert d["kernels"] and "amd.lds-crosslane" in json.dumps(d["kernels"][0])
+
+
+def test_cli_json_is_the_tool_result():
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    for args, tool, targs in ((["arch", "list", "--json"], "arch_info", {}),
+                              (["arch", "show", "h200", "--json"], "arch_info", {"name": "h200"})):
+        out = subprocess.run([sys.executable, "-m", "kernelpilot", *args], capture_output=True, text=True, env=env,
+                             timeout=60).stdout
+        assert json.loads(out) == json.loads(json.dumps(call(tool, targs)))
+
+
+def test_candidate_files_stay_in_the_workspace(tmp_path):
+    ctx = ToolContext(workspace=tmp_path)
+    w = call("write_candidate", {"path": "cands/k.py", "text": "x = 1\n"}, ctx)
+    assert w == {"path": "cands/k.py", "bytes": 6}
+    r = call("read_candidate", {"path": "cands/k.py"}, ctx)
+    assert r["text"] == "x = 1\n" and r["lines"] == 2
+    for bad in ("../outside.py", str(tmp_path.parent / "x.py"), "cands/../../x.py"):
+        with pytest.raises(ToolArgumentError, match="outside the workspace"):
+            call("write_candidate", {"path": bad, "text": ""}, ctx)
+    with pytest.raises(KernelpilotError, match="no such file"):
+        call("read_candidate", {"path": "missing.py"}, ctx)
