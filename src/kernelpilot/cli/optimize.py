@@ -34,16 +34,25 @@ _STORE = click.option("--store", type=click.Path(dir_okay=False, path_type=Path)
 @click.option("--arch", help="Compile each variant for this arch first and drop those that spill or starve occupancy.")
 @click.option("--case", "cases", multiple=True, help="Time only this case (repeatable).")
 @click.option("--bench-budget", type=float, default=0.5, show_default=True, help="Seconds of timing per case in the first round.")
+@click.option("--provider", type=click.Choice(["anthropic", "openai"]), help="llm: Anthropic's Messages API, or any OpenAI-compatible endpoint (default: KPILOT_LLM_PROVIDER, .kpilot/config.toml, anthropic).")
+@click.option("--model", help="llm: the model name.")
+@click.option("--base-url", help="llm: the endpoint (vLLM, Ollama, OpenRouter, a proxy).")
+@click.option("--api-key", help="llm: the key (default: KPILOT_LLM_API_KEY, ANTHROPIC_API_KEY or OPENAI_API_KEY); never stored.")
+@click.option("--llm-retries", type=int, default=4, show_default=True, help="llm: retries with backoff on rate limits and network errors.")
+@click.option("--price-in", type=float, help="llm: USD per million input tokens, for the cost per step.")
+@click.option("--price-out", type=float, help="llm: USD per million output tokens.")
+@click.option("--max-turns", type=int, default=12, show_default=True, help="llm: model turns per step.")
 @click.option("--resume", "resume_id", type=int, help="Carry on this stopped run.")
 @_STORE
 @click.option("--json", "as_json", is_flag=True, help="One JSON event per line on stdout (step, end).")
-def optimize_cmd(problem, candidate, strategy, budget, target, device, arch, cases, bench_budget, resume_id, store,
-                 as_json) -> None:
+def optimize_cmd(problem, candidate, strategy, budget, target, device, arch, cases, bench_budget, provider, model,
+                 base_url, api_key, llm_retries, price_in, price_out, max_turns, resume_id, store, as_json) -> None:
     """Optimize a candidate for PROBLEM, recording every step in the run store.
 
     \b
     Examples:
       kpilot optimize examples/problems/row_softmax -c candidates/triton_softmax_tunable.py --budget 20 --arch sm_90
+      kpilot optimize problem/ -c start.py --strategy llm --provider openai --base-url http://localhost:8000/v1 --model qwen
       kpilot optimize --resume 3
       kpilot runs show 3
     """
@@ -53,14 +62,15 @@ def optimize_cmd(problem, candidate, strategy, budget, target, device, arch, cas
     if resume_id is not None:
         if problem or candidate:
             raise UsageError("--resume ID carries on a recorded run: give no PROBLEM or --candidate with it.")
-        run = resume(resume_id, store, budget=budget, target=target, on_event=on_event)
+        run = resume(resume_id, store, budget=budget, target=target, api_key=api_key, on_event=on_event)
     else:
         if not problem or not candidate:
             raise UsageError("give a PROBLEM and a starting --candidate (or --resume ID).")
         opts = OptimizeOptions(strategy=strategy, budget=budget if budget is not None else 20, target=target,
                                device=device, arch=arch, cases=list(cases) or None, bench_budget_s=bench_budget,
-                               store=store)
-        run = optimize(problem, candidate, opts, on_event=on_event)
+                               store=store, provider=provider, model=model, base_url=base_url, llm_retries=llm_retries,
+                               price_in=price_in, price_out=price_out, max_turns=max_turns)
+        run = optimize(problem, candidate, opts, api_key=api_key, on_event=on_event)
     if not as_json:
         echo(f"run {run.id}: {run.status} ({run.stop_reason}); best step {run.best_step}, "
              f"{run.best_speedup}x over the start. `kpilot runs show {run.id}` for the timeline.")
@@ -79,6 +89,9 @@ def _print_event(e: dict[str, Any]) -> None:
         ok = "ok" if e.get("passed") else "FAILED"
         t = f"{e['median_us']:.2f} us" if e.get("median_us") else "-"
         sp = f"{e['speedup']:.3f}x" if e.get("speedup") else "-"
+        if e["kind"] == "proposal":
+            what = (e.get("hypothesis") or "")[:100] + (f"  [{e['tokens_in']}+{e['tokens_out']} tokens]"
+                                                        if e.get("tokens_in") is not None else "")
         warn(f"  step {e['n']:3d}  {e['kind']:8s} {ok:6s} {t:>14s} {sp:>9s}  best {e.get('best_speedup') or '-'}x  {what}"
              + (f"  ({e['error'][:120]})" if e.get("error") else ""))
     elif e["event"] == "end":

@@ -20,6 +20,7 @@ from kernelpilot.evaluate.problem import load_problem
 from kernelpilot.evaluate.result import EvalResult, ratio
 from kernelpilot.evaluate.runner import EvalOptions, bench, default_device, evaluate
 from kernelpilot.loop.halving import Result, next_trials
+from kernelpilot.loop.llm_client import LLMError
 from kernelpilot.loop.prune import spec_kernels, static_verdict
 from kernelpilot.loop.space import config_key, read_space
 from kernelpilot.runs.store import DEFAULT_PATH, RunRecord, RunStore, StepRecord
@@ -43,6 +44,15 @@ class OptimizeOptions:
     seeds: int = 2
     timeout: float = 600.0
     store: Path = DEFAULT_PATH
+    # strategy llm (the API key is never stored: flags or the environment give it each time)
+    provider: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+    llm_retries: int = 4
+    price_in: float | None = None       # USD per million input tokens
+    price_out: float | None = None
+    max_turns: int = 12                 # model turns per step
+    max_failures: int = 3               # failed submissions per step before a fresh start
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -75,6 +85,33 @@ class _Run:
         self.steps = store.steps(run.id)
         self.pool = WorkerPool()
         self.device = run.device or opts.device or default_device()
+        self.gpu = run.gpu
+        self.llm_config = None
+
+    def start_step(self) -> StepRecord:
+        """Step 0: the starting candidate as it is, checked and timed (once per run). It must pass: every
+        speedup is over it."""
+        first = next((s for s in self.steps if s.kind == "start"), None)
+        if first is None:
+            start = Path(self.run.start_candidate or "")
+            t0 = time.time()
+            res = evaluate(self.run.problem, start, self.eval_options(self.opts.bench_budget_s))
+            params = dict(read_space(start).defaults) if self.opts.strategy == "search" else None
+            first = self.record(StepRecord(kind="start", hypothesis="the starting candidate as given", params=params,
+                                           code=start.read_text(), correct=res.correct, passed=res.passed,
+                                           check_summary=_summary(res), median_us=_median(res), timing=_timing(res),
+                                           speedup=1.0 if _median(res) else None, error=res.error, started=t0))
+            if res.gpu:
+                self.gpu = res.gpu
+                self.store.update_run(self.run.id, gpu=res.gpu)
+        if not first.passed or not first.median_us:
+            summary = first.check_summary or {}
+            why = (first.error or "; ".join(summary.get("failed_cases", [])[:2])
+                   or "; ".join(summary.get("flags", [])[:2]) or "no timing")
+            raise KernelpilotError(f"the starting candidate does not pass, so nothing can be compared with it: {why}")
+        self.store.update_run(self.run.id, baseline_us=first.median_us)
+        self.run.baseline_us = first.median_us
+        return first
 
     def evaluations(self) -> int:
         return sum(1 for s in self.steps if s.kind in ("start", "variant"))
@@ -94,7 +131,8 @@ class _Run:
             self.on_event({"event": "step", "run": self.run.id, "n": step.n, "kind": step.kind, "params": step.params,
                            "correct": step.correct, "passed": step.passed, "median_us": step.median_us,
                            "speedup": step.speedup, "best_speedup": self.run.best_speedup,
-                           "error": (step.error or "")[:300] or None})
+                           "error": (step.error or "")[:300] or None, "hypothesis": (step.hypothesis or "")[:300] or None,
+                           "tokens_in": step.tokens_in, "tokens_out": step.tokens_out, "cost_usd": step.cost_usd})
         return step
 
     def best(self) -> StepRecord | None:
@@ -108,25 +146,38 @@ class _Run:
         self.pool.close()
 
 
-def optimize(problem: str | Path, candidate: str | Path, opts: OptimizeOptions, *,
+def _model(opts: OptimizeOptions, api_key: str | None):
+    from kernelpilot.loop.llm_client import connect, load_config
+
+    cfg = load_config(provider=opts.provider, model=opts.model, api_key=api_key, base_url=opts.base_url,
+                      max_retries=opts.llm_retries, price_in=opts.price_in, price_out=opts.price_out)
+    opts.provider, opts.model, opts.base_url = cfg.provider, cfg.model, cfg.base_url
+    return cfg, connect(cfg)
+
+
+def optimize(problem: str | Path, candidate: str | Path, opts: OptimizeOptions, *, api_key: str | None = None,
              on_event: Event | None = None) -> RunRecord:
     """Start a run: returns its record when it ends (done, stopped, or failed)."""
-    if opts.strategy != "search":
-        raise KernelpilotError(f"strategy {opts.strategy!r} is not available yet; use --strategy search.")
+    if opts.strategy not in ("search", "llm"):
+        raise KernelpilotError(f"unknown strategy {opts.strategy!r}: search or llm.")
     load_problem(problem)        # a malformed problem fails here, before a run is recorded
     cand = Path(candidate).resolve()
     if not cand.is_file():
         raise KernelpilotError(f"{cand}: no such candidate file.")
-    read_space(cand)             # a search needs a tuning space: say so before anything runs
+    model = None
+    if opts.strategy == "search":
+        read_space(cand)         # a search needs a tuning space: say so before anything runs
+    else:
+        model = _model(opts, api_key)     # no key, no SDK: say so before anything runs
     with RunStore(opts.store) as store:
         run_id = store.create_run(problem=str(Path(problem).resolve()), strategy=opts.strategy,
                                   start_candidate=str(cand), target=opts.target, budget=opts.budget,
                                   options=opts.to_json(), device=opts.device or default_device())
-        return _drive(store, store.run(run_id), opts, on_event)
+        return _drive(store, store.run(run_id), opts, on_event, model)
 
 
 def resume(run_id: int, store_path: Path = DEFAULT_PATH, *, budget: int | None = None, target: float | None = None,
-           on_event: Event | None = None) -> RunRecord:
+           api_key: str | None = None, on_event: Event | None = None) -> RunRecord:
     """Carry on a stopped (or killed) run from its last recorded step, with the options it was started with;
     ``budget`` and ``target``, when given, replace its own."""
     with RunStore(store_path, create=False) as store:
@@ -137,17 +188,27 @@ def resume(run_id: int, store_path: Path = DEFAULT_PATH, *, budget: int | None =
         saved.store = Path(store_path)
         saved.budget = budget if budget is not None else saved.budget
         saved.target = target if target is not None else saved.target
+        model = _model(saved, api_key) if saved.strategy == "llm" else None
         store.update_run(run_id, status="running", stop_reason=None, budget=saved.budget, target=saved.target)
-        return _drive(store, store.run(run_id), saved, on_event)
+        return _drive(store, store.run(run_id), saved, on_event, model)
 
 
-def _drive(store: RunStore, run: RunRecord, opts: OptimizeOptions, on_event: Event | None) -> RunRecord:
+def _drive(store: RunStore, run: RunRecord, opts: OptimizeOptions, on_event: Event | None, model=None) -> RunRecord:
     r = _Run(store, run, opts, on_event)
     status, reason = "failed", "error"
     try:
-        status, reason = _search(r)
+        if model is not None:
+            from kernelpilot.loop.agent import run_agent
+
+            r.llm_config = model[0]
+            status, reason = run_agent(r, model[1], max_turns=opts.max_turns, max_failures=opts.max_failures)
+        else:
+            status, reason = _search(r)
     except KeyboardInterrupt:
         status, reason = "stopped", "interrupted"
+    except LLMError as e:             # the model is out of reach for now: the run can resume later
+        status, reason = "stopped", str(e)
+        raise
     except KernelpilotError as e:
         status, reason = "failed", str(e)
         raise
@@ -166,24 +227,7 @@ def _search(r: _Run) -> tuple[str, str]:
     space = read_space(start)
     base_text = space.source
 
-    # step 0: the starting candidate as it is, checked and timed
-    first = next((s for s in r.steps if s.kind == "start"), None)
-    if first is None:
-        t0 = time.time()
-        res = evaluate(run.problem, start, r.eval_options(opts.bench_budget_s))
-        first = r.record(StepRecord(kind="start", hypothesis="the starting candidate as given", params=dict(space.defaults),
-                                    code=base_text, correct=res.correct, passed=res.passed,
-                                    check_summary=_summary(res), median_us=_median(res), timing=_timing(res),
-                                    speedup=1.0 if _median(res) else None, error=res.error, started=t0))
-        store_gpu = res.gpu
-        if store_gpu:
-            r.store.update_run(run.id, gpu=store_gpu)
-    if not first.passed or not first.median_us:
-        why = (first.error or "; ".join((first.check_summary or {}).get("failed_cases", [])[:2])
-               or "; ".join((first.check_summary or {}).get("flags", [])[:2]) or "no timing")
-        r.store.update_run(run.id, baseline_us=None)
-        raise KernelpilotError(f"the starting candidate does not pass, so nothing can be compared with it: {why}")
-    r.store.update_run(run.id, baseline_us=first.median_us)
+    first = r.start_step()
     baseline = first.median_us
 
     configs = space.configs()

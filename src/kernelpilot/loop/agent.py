@@ -1,0 +1,178 @@
+"""The ``llm`` strategy: an agent with tools proposes candidate after candidate.
+
+Each step is a fresh conversation. The model sees the problem (its reference and cases), the current best
+kernel with its time and speedup, the GPU, and the history of the run (every hypothesis, whether it passed,
+its speedup or why it failed). It may call the analysis tools (arch_info, isa_analyze, isa_diff, profile,
+read_candidate; tools.py) and ends the step with ``submit_candidate`` (a written hypothesis and the whole
+new file). The loop checks and times the submission and records it as a step; a submission that does not
+compile, is wrong or is rejected by a guard goes back to the model as the tool's error, for a bounded
+number of retries. ``stop_optimizing`` ends the run. Tokens and cost are recorded on each step.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from kernelpilot.errors import KernelpilotError
+from kernelpilot.evaluate.result import ratio
+from kernelpilot.evaluate.runner import evaluate
+from kernelpilot.loop.llm_client import ChatModel, Reply, Turn
+from kernelpilot.runs.store import StepRecord
+from kernelpilot.tools import REGISTRY, Tool, ToolContext, call
+
+__all__ = ["run_agent", "AGENT_TOOLS", "SYSTEM_PROMPT"]
+
+AGENT_TOOLS = ("arch_info", "isa_analyze", "isa_diff", "profile", "read_candidate")
+RESULT_LIMIT = 20_000          # characters of a tool result shown to the model
+
+SYSTEM_PROMPT = """You are a GPU kernel engineer optimizing one kernel for speed without changing its results.
+Work as an expert does: read the current kernel, analyze its machine code (isa_analyze) and, where a GPU is
+present, its profile; form one concrete hypothesis about what limits it; change the code to test it.
+End every step by calling submit_candidate with your hypothesis (one or two sentences: what limits the
+kernel, the change, and the evidence) and the complete new file. The file must keep the same entry point and
+signature. It is checked against the reference on every case with secret seeds, inputs it must not modify,
+and guards against timing tricks (side streams, caching, patched timers, lazy outputs): only genuine speedups
+count. If the check fails you get the error and may fix it. Call stop_optimizing when you have nothing
+better to try."""
+
+_SUBMIT = Tool("submit_candidate", "Submit a new version of the kernel: it is checked for correctness, then "
+               "timed against the start. Give the whole file, not a diff.",
+               {"type": "object", "additionalProperties": False, "required": ["hypothesis", "code"],
+                "properties": {"hypothesis": {"type": "string", "description": "What limits the kernel, what you "
+                                                                               "changed, and the evidence."},
+                               "code": {"type": "string", "description": "The complete new candidate file."}}},
+               lambda a, c: {})
+_STOP = Tool("stop_optimizing", "End the run: nothing better to try.",
+             {"type": "object", "additionalProperties": False, "required": ["reason"],
+              "properties": {"reason": {"type": "string", "description": "Why."}}}, lambda a, c: {})
+
+
+def _tools() -> list[Tool]:
+    return [REGISTRY[n] for n in AGENT_TOOLS] + [_SUBMIT, _STOP]
+
+
+def _history_table(steps: list[StepRecord]) -> str:
+    lines = []
+    for s in steps:
+        if s.kind == "start":
+            lines.append(f"- step {s.n}: the start, {s.median_us} us")
+        elif s.kind == "proposal":
+            result = (f"passed, {s.median_us} us, {s.speedup}x over the start" if s.passed
+                      else f"FAILED: {_failure(s)[:300]}")
+            lines.append(f"- step {s.n}: {s.hypothesis or '-'} -> {result}")
+    return "\n".join(lines)
+
+
+def _failure(s: StepRecord) -> str:
+    c = s.check_summary or {}
+    parts = [s.error or ""] + c.get("failed_cases", [])[:3] + [f for f in c.get("flags", []) if f.startswith("error")][:3]
+    return " | ".join(p for p in parts if p) or "not correct"
+
+
+def _problem_text(problem: str) -> str:
+    p = Path(problem)
+    texts = []
+    files = ([p / "problem.toml", p / "reference.py", p / "task.yml"] if p.is_dir() else [p])
+    for f in files:
+        if f.is_file():
+            texts.append(f"### {f.name}\n```\n{f.read_text()[:8000]}\n```")
+    return "\n\n".join(texts)
+
+
+def _context(run, best: StepRecord, steps: list[StepRecord], gpu: str | None) -> str:
+    return (f"## Problem\n{_problem_text(run.problem)}\n\n"
+            f"## Current best kernel (step {best.n}, {best.median_us} us, {best.speedup}x over the start; "
+            f"also in the workspace as best.py)\n```python\n{best.code}\n```\n\n"
+            f"## Where it runs\n{gpu or run.device or 'unknown device'} (arch_info for the facts)\n\n"
+            f"## History of this run\n{_history_table(steps)}\n\n"
+            "Analyze, form a hypothesis, and call submit_candidate with the whole new file.")
+
+
+def run_agent(r, model: ChatModel, *, max_turns: int = 12, max_failures: int = 3) -> tuple[str, str]:
+    """Steps until the budget, the target, or the model stops. ``r`` is the engine's run in progress."""
+    opts, run = r.opts, r.run
+    first = r.start_step()
+    ctx = ToolContext(workspace=r.dir, pool=r.pool)
+    tools = _tools()
+    while True:
+        if r.evaluations() >= opts.budget:
+            return "done", f"budget of {opts.budget} evaluations spent"
+        best = r.best() or first
+        (r.dir / "best.py").write_text(best.code or "")
+        history = [Turn("user", _context(run, best, r.steps, r.gpu))]
+        tokens = [0, 0]
+        failures, passed = 0, False
+        for _ in range(max_turns):
+            reply: Reply = model.reply(SYSTEM_PROMPT, history, tools)
+            tokens[0] += reply.tokens_in
+            tokens[1] += reply.tokens_out
+            history.append(Turn("assistant", reply.text, reply.tool_calls))
+            if not reply.tool_calls:
+                history.append(Turn("user", "Call submit_candidate with your hypothesis and the whole new file, or "
+                                            "stop_optimizing."))
+                continue
+            results: list[tuple[str, str, bool]] = []
+            for c in reply.tool_calls:
+                if c.name == "stop_optimizing":
+                    return "done", f"the model stopped: {str(c.arguments.get('reason', ''))[:200]}"
+                if c.name == "submit_candidate":
+                    if r.evaluations() >= opts.budget:
+                        return "done", f"budget of {opts.budget} evaluations spent"
+                    step = _submit(r, c.arguments, best, tokens)
+                    tokens = [0, 0]
+                    if step.passed:
+                        passed = True
+                        results.append((c.id, f"passed: {step.median_us} us, {step.speedup}x over the start "
+                                              f"(best so far {r.run.best_speedup}x). Step {step.n} recorded.", False))
+                    else:
+                        failures += 1
+                        results.append((c.id, f"the candidate failed (step {step.n} recorded): {_failure(step)}", True))
+                    if opts.target and r.run.best_speedup and r.run.best_speedup >= opts.target:
+                        return "done", f"target {opts.target:g}x reached"
+                    continue
+                results.append(_run_tool(c.id, c.name, c.arguments, ctx))
+            history.append(Turn("tool", results=results))
+            if passed or failures >= max_failures or r.evaluations() >= opts.budget:
+                break
+
+
+def _run_tool(cid: str, name: str, args: dict[str, Any], ctx: ToolContext) -> tuple[str, str, bool]:
+    if name not in AGENT_TOOLS:
+        return cid, f"no tool named {name!r} here; use {', '.join(AGENT_TOOLS)}, submit_candidate, stop_optimizing.", True
+    try:
+        out = json.dumps(call(name, args, ctx), default=str)
+    except KernelpilotError as e:
+        return cid, f"{type(e).__name__}: {e}", True
+    except Exception as e:   # a tool's bug must not end the run: the model hears of it
+        return cid, f"the tool failed: {type(e).__name__}: {e}", True
+    if len(out) > RESULT_LIMIT:
+        out = out[:RESULT_LIMIT] + f"... [{len(out) - RESULT_LIMIT} more characters]"
+    return cid, out, False
+
+
+def _submit(r, args: dict[str, Any], parent: StepRecord, tokens: list[int]) -> StepRecord:
+    from kernelpilot.loop.engine import _diff, _median, _summary, _timing, _write_variant
+
+    code = args.get("code")
+    hypothesis = str(args.get("hypothesis") or "")[:2000]
+    t0 = time.time()
+    cfg = r.llm_config
+    cost = None
+    if cfg is not None and cfg.price_in is not None and cfg.price_out is not None:
+        cost = round((tokens[0] * cfg.price_in + tokens[1] * cfg.price_out) / 1e6, 6)
+    if not isinstance(code, str) or not code.strip():
+        return r.record(StepRecord(kind="proposal", parent=parent.n, hypothesis=hypothesis, correct=False,
+                                   passed=False, error="submit_candidate needs the whole file in `code`",
+                                   tokens_in=tokens[0], tokens_out=tokens[1], cost_usd=cost, started=t0))
+    path = _write_variant(r, f"step-{len(r.steps)}", code)
+    res = evaluate(r.run.problem, path, r.eval_options(r.opts.bench_budget_s))
+    med = _median(res)
+    return r.record(StepRecord(
+        kind="proposal", parent=parent.n, hypothesis=hypothesis, code=code,
+        diff=_diff(parent.code or "", code, Path(r.run.start_candidate or "candidate.py").name),
+        correct=res.correct, passed=res.passed, check_summary=_summary(res), median_us=med, timing=_timing(res),
+        speedup=ratio(r.run.baseline_us, med) if med and r.run.baseline_us else None, error=res.error,
+        tokens_in=tokens[0], tokens_out=tokens[1], cost_usd=cost, started=t0))

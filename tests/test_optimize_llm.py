@@ -1,0 +1,140 @@
+"""`kpilot optimize --strategy llm` end to end through the official Anthropic and OpenAI SDKs, against a local
+server that speaks their wire formats with scripted replies: a tool call, a kernel that fails the check, the
+failure fed back, a correct kernel, the stop. And the errors: no key, a rejected key, a rate limit, no
+network."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, require_module
+from llm_server import ScriptedLLM
+
+from kernelpilot.runs.store import RunStore
+
+require_module("anthropic")
+require_module("openai")
+require_module("triton")
+
+SCALE = ROOT / "tests" / "data" / "problems" / "scale"
+TUNABLE = SCALE / "scale_tunable.py"
+START = TUNABLE.read_text()
+WRONG = START.replace("* 2, mask=mask)", "* 3, mask=mask)")
+RIGHT = START.replace("BLOCK = 64\n", "BLOCK = 1024\n")
+
+
+def kp(*args, cwd, env=None, timeout=600):
+    e = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    e.update({"PYTHONPATH": str(ROOT / "src"), **(env or {})})
+    return subprocess.run([sys.executable, "-m", "kernelpilot", *map(str, args)], capture_output=True, text=True,
+                          env=e, cwd=cwd, timeout=timeout)
+
+
+def _optimize(provider: str, url: str, cwd, *extra):
+    return kp("optimize", SCALE, "-c", TUNABLE, "--strategy", "llm", "--provider", provider, "--base-url", url,
+              "--model", "scripted", "--device", "cpu", "--bench-budget", "0.05", "--budget", "5",
+              "--price-in", "3", "--price-out", "15", "--json", *extra, cwd=cwd)
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+def test_llm_loop_feeds_the_failure_back_and_records_both_steps(tmp_path, provider):
+    script = [
+        {"text": "Let me look at the kernel.", "tool_calls": [("read_candidate", {"path": "best.py"})]},
+        {"text": "", "tool_calls": [("submit_candidate", {"hypothesis": "one program per 64 elements is too "
+                                                          "little work: scale differently", "code": WRONG})]},
+        {"text": "I broke the result; fixing.", "tool_calls": [("submit_candidate", {
+            "hypothesis": "64 elements per program leaves programs tiny; 1024 per program amortises the launch",
+            "code": RIGHT})]},
+        {"text": "", "tool_calls": [("stop_optimizing", {"reason": "the block size was the limit"})]},
+    ]
+    with ScriptedLLM(script) as llm:
+        r = _optimize(provider, llm.url(provider), tmp_path, "--api-key", "test-key")
+        reqs = llm.requests
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(line) for line in r.stdout.splitlines()]
+    assert events[-1]["event"] == "end" and events[-1]["status"] == "done"
+    assert events[-1]["reason"] == "the model stopped: the block size was the limit"
+    steps = [e for e in events if e["event"] == "step"]
+    assert [(s["kind"], s["passed"]) for s in steps] == [("start", True), ("proposal", False), ("proposal", True)]
+    assert steps[2]["speedup"] > 0 and steps[1]["tokens_in"] and steps[2]["tokens_out"]
+
+    # the wire: the key went out as the provider expects; the read went back as a tool result; the failure
+    # went back as an error result of the submit call
+    assert len(reqs) == 4
+    first = reqs[0]
+    if provider == "anthropic":
+        assert first["path"] == "/v1/messages"
+        assert "test-key" in (first["headers"].get("x-api-key", ""), first["headers"].get("authorization", "")[7:])
+        assert {t["name"] for t in first["body"]["tools"]} >= {"submit_candidate", "isa_analyze", "read_candidate"}
+        results = [b for m in reqs[2]["body"]["messages"] if isinstance(m["content"], list) for b in m["content"]
+                   if b.get("type") == "tool_result"]
+        assert results[-1]["is_error"] is True and "failed" in results[-1]["content"]
+        assert "outside atol" in results[-1]["content"] or "elements" in results[-1]["content"]
+        read = [b for b in reqs[1]["body"]["messages"][-1]["content"] if b.get("type") == "tool_result"][0]
+        assert "BLOCK = 64" in read["content"] and not read.get("is_error")
+    else:
+        assert first["path"] == "/v1/chat/completions" and first["headers"].get("authorization") == "Bearer test-key"
+        assert first["body"]["messages"][0]["role"] == "system"
+        assert {t["function"]["name"] for t in first["body"]["tools"]} >= {"submit_candidate", "isa_analyze"}
+        tool_msgs = [m for m in reqs[2]["body"]["messages"] if m["role"] == "tool"]
+        assert tool_msgs[-1]["content"].startswith("ERROR: the candidate failed")
+    # the next step starts a fresh conversation that knows the history
+    last_user = reqs[3]["body"]["messages"][0 if provider == "anthropic" else 1]["content"]
+    assert "FAILED" in last_user and "1024 per program" in last_user
+
+    with RunStore(tmp_path / ".kpilot" / "runs.db", create=False) as s:
+        run = s.runs()[0]
+        recorded = s.steps(run.id)
+    assert run.strategy == "llm" and run.options["provider"] == provider and "api_key" not in json.dumps(run.options)
+    assert "test-key" not in (tmp_path / ".kpilot" / "runs.db").read_bytes().decode("latin-1")
+    bad, good = recorded[1], recorded[2]
+    assert bad.correct is False and bad.code == WRONG and bad.hypothesis.startswith("one program per 64")
+    assert good.passed and good.code == RIGHT and "+BLOCK = 1024" in good.diff
+    assert good.cost_usd == pytest.approx((good.tokens_in * 3 + good.tokens_out * 15) / 1e6)
+    assert run.best_step == 2
+
+
+def test_no_api_key_is_one_line(tmp_path):
+    r = kp("optimize", SCALE, "-c", TUNABLE, "--strategy", "llm", "--provider", "anthropic", "--device", "cpu",
+           cwd=tmp_path)
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        "error: no API key for anthropic: set ANTHROPIC_API_KEY (or KPILOT_LLM_API_KEY), or pass --api-key."]
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+def test_rejected_key_is_one_line(tmp_path, provider):
+    with ScriptedLLM([{"status": 401}]) as llm:
+        r = _optimize(provider, llm.url(provider), tmp_path, "--api-key", "bad")
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: the API key was rejected by") and "HTTP 401" in lines[0]
+
+
+def test_rate_limit_is_retried_with_backoff_then_reported(tmp_path):
+    ok = {"text": "", "tool_calls": [("stop_optimizing", {"reason": "nothing to do"})]}
+    with ScriptedLLM([{"status": 429, "retry_after": 0.05}, ok]) as llm:
+        r = _optimize("anthropic", llm.url("anthropic"), tmp_path, "--api-key", "k", "--llm-retries", "2")
+        assert len(llm.requests) == 2        # retried once, then answered
+    assert r.returncode == 0 and "nothing to do" in r.stdout, r.stderr
+    with ScriptedLLM([{"status": 429, "retry_after": 0.05}] * 5) as llm:
+        r = _optimize("openai", llm.url("openai"), tmp_path / "x", "--api-key", "k", "--llm-retries", "1") \
+            if (tmp_path / "x").mkdir() is None else None
+        assert len(llm.requests) == 2        # one try and one retry
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1 and "rate limited by openai" in lines[0] and "after 1 retries" in lines[0]
+    with RunStore(tmp_path / "x" / ".kpilot" / "runs.db", create=False) as s:
+        assert s.run(1).status == "stopped"   # resumable later
+
+
+def test_network_failure_is_one_line(tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]     # closed again: nothing listens there
+    r = _optimize("anthropic", f"http://127.0.0.1:{port}", tmp_path, "--api-key", "k", "--llm-retries", "0")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: cannot reach anthropic"), r.stderr
