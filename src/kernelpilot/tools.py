@@ -196,18 +196,25 @@ def _isa_diff(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
             "tool": _str("Profiler.", enum=["ncu", "rocprofv3", "torch"]),
             "gpu": _str("The GPU, when the report does not name a known one."),
             "out": _str("Folder to keep the report in (default: the workspace)."),
+            "name": _str("The report's file name (NAME.ncu-rep)."),
+            "source": {"type": "boolean", "description": "Per-line hotspots (the code needs -lineinfo)."},
+            "pmc": {"type": "array", "items": {"type": "string"}, "description": "rocprofv3 counters to collect."},
+            "metrics": {"type": "boolean", "description": "Every raw metric of each launch in the result."},
             "bytes_per_launch": {"type": "number", "description": "Bytes each launch moves (bandwidth without counters)."}})
 def _profile(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     from kernelpilot.profile.load import ProfileOptions, load_profile, run_profile
 
     if bool(a.get("command")) == bool(a.get("report")):
         raise ToolArgumentError("profile: give exactly one of command (to run) or report (to read).")
+    every = bool(a.get("metrics"))
     if a.get("report"):
-        return load_profile(a["report"], details=a.get("details"), gpu=a.get("gpu")).to_json()
+        prof = load_profile(a["report"], details=a.get("details"), gpu=a.get("gpu"), all_metrics=every)
+        return prof.to_json(metrics=every)
     opts = ProfileOptions(full=bool(a.get("full")), kernel=a.get("kernel"), launch_count=a.get("launch_count"),
-                          out_dir=Path(a.get("out") or ctx.workspace), tool=a.get("tool") or "ncu",
-                          bytes_per_launch=a.get("bytes_per_launch"))
-    return run_profile(list(a["command"]), opts, gpu=a.get("gpu")).to_json()
+                          source=bool(a.get("source")), out_dir=Path(a.get("out") or ctx.workspace),
+                          name=a.get("name") or "profile", tool=a.get("tool") or "ncu",
+                          bytes_per_launch=a.get("bytes_per_launch"), counters=list(a.get("pmc") or []) or None)
+    return run_profile(list(a["command"]), opts, gpu=a.get("gpu"), all_metrics=every).to_json(metrics=every)
 
 
 # ------------------------------------------------------------------ correctness and timing

@@ -47,26 +47,27 @@ def profile_cmd(import_path, details, full, kernel, launch_count, source, out, n
       kpilot profile --tool torch --bytes 2.1e9 -- python bench.py
       kpilot profile diff before.json after.json
     """
-    from kernelpilot.profile.load import ProfileOptions, load_profile, run_profile
+    from kernelpilot.tools import call
 
     if command and command[0] == "diff" and not import_path:
         return _diff(list(command[1:]), as_json)
+    if import_path and command:
+        raise UsageError("give either --import REPORT or a command after `--`, not both.")
+    if not import_path and not command:
+        raise UsageError("nothing to profile: put the command after `--` (kpilot profile -- ./app), or "
+                         "read a report with --import.")
+    args = {"report": import_path, "details": details, "command": list(command) or None, "full": full or None,
+            "kernel": kernel, "launch_count": launch_count, "source": source or None, "out": str(out), "name": name,
+            "gpu": gpu, "tool": tool, "pmc": list(counters) or None, "bytes_per_launch": bytes_per_launch,
+            "metrics": with_metrics or None}
     if import_path:
-        if command:
-            raise UsageError("give either --import REPORT or a command after `--`, not both.")
-        prof = load_profile(import_path, details=details, gpu=gpu, all_metrics=with_metrics)
-    else:
-        if not command:
-            raise UsageError("nothing to profile: put the command after `--` (kpilot profile -- ./app), or "
-                             "read a report with --import.")
-        opts = ProfileOptions(full=full, kernel=kernel, launch_count=launch_count, source=source, out_dir=out,
-                              name=name, tool=tool, bytes_per_launch=bytes_per_launch,
-                              counters=list(counters) or None)
-        prof = run_profile(list(command), opts, gpu=gpu, all_metrics=with_metrics)
+        for k in ("out", "name", "tool"):
+            args.pop(k)
+    d = call("profile", {k: v for k, v in args.items() if v is not None})
     if as_json:
-        emit_json(prof.to_json(metrics=with_metrics))
+        emit_json(d)
         return
-    _print(prof.to_json())
+    _print(d)
 
 
 def _pct(v: Any) -> str:
