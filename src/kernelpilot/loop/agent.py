@@ -82,10 +82,34 @@ def _problem_text(problem: str) -> str:
     return "\n\n".join(texts)
 
 
+def target_arch(r) -> str | None:
+    """The arch to analyze candidates for: ``--arch``, else the GPU's."""
+    if r.opts.arch:
+        return r.opts.arch
+    from kernelpilot.evaluate.roofline import gpu_from_device_name
+
+    g = gpu_from_device_name(r.gpu)
+    return g.arch if g is not None else None
+
+
+def candidate_isa(r, path: Path, code: str) -> dict[str, Any] | None:
+    """The ISA summary of each Triton kernel the candidate names in KPILOT_SPECS, compiled for the target arch
+    (None without an arch or such a declaration)."""
+    from kernelpilot.loop.prune import analyze_file, isa_summary, spec_kernels
+
+    arch = target_arch(r)
+    kernels = spec_kernels(code)
+    if not arch or not kernels:
+        return None
+    return {"arch": arch, "kernels": {k: isa_summary(analyze_file(path, arch, k)) for k in kernels}}
+
+
 def _context(run, best: StepRecord, steps: list[StepRecord], gpu: str | None) -> str:
+    isa = ("## Its machine code (isa_analyze)\n```json\n" + json.dumps(best.isa, indent=1)[:6000] + "\n```\n\n"
+           if best.isa else "")
     return (f"## Problem\n{_problem_text(run.problem)}\n\n"
             f"## Current best kernel (step {best.n}, {best.median_us} us, {best.speedup}x over the start; "
-            f"also in the workspace as best.py)\n```python\n{best.code}\n```\n\n"
+            f"also in the workspace as best.py)\n```python\n{best.code}\n```\n\n{isa}"
             f"## Where it runs\n{gpu or run.device or 'unknown device'} (arch_info for the facts)\n\n"
             f"## History of this run\n{_history_table(steps)}\n\n"
             "Analyze, form a hypothesis, and call submit_candidate with the whole new file.")
@@ -102,6 +126,8 @@ def run_agent(r, model: ChatModel, *, max_turns: int = 12, max_failures: int = 3
             return "done", f"budget of {opts.budget} evaluations spent"
         best = r.best() or first
         (r.dir / "best.py").write_text(best.code or "")
+        if best.isa is None and best.code:
+            best.isa = candidate_isa(r, r.dir / "best.py", best.code)
         history = [Turn("user", _context(run, best, r.steps, r.gpu))]
         tokens = [0, 0]
         failures, passed = 0, False
@@ -168,10 +194,11 @@ def _submit(r, args: dict[str, Any], parent: StepRecord, tokens: list[int]) -> S
                                    passed=False, error="submit_candidate needs the whole file in `code`",
                                    tokens_in=tokens[0], tokens_out=tokens[1], cost_usd=cost, started=t0))
     path = _write_variant(r, f"step-{len(r.steps)}", code)
+    isa = candidate_isa(r, path, code)
     res = evaluate(r.run.problem, path, r.eval_options(r.opts.bench_budget_s))
     med = _median(res)
     return r.record(StepRecord(
-        kind="proposal", parent=parent.n, hypothesis=hypothesis, code=code,
+        kind="proposal", parent=parent.n, hypothesis=hypothesis, code=code, isa=isa,
         diff=_diff(parent.code or "", code, Path(r.run.start_candidate or "candidate.py").name),
         correct=res.correct, passed=res.passed, check_summary=_summary(res), median_us=med, timing=_timing(res),
         speedup=ratio(r.run.baseline_us, med) if med and r.run.baseline_us else None, error=res.error,

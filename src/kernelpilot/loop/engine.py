@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from kernelpilot.errors import KernelpilotError
+from kernelpilot.errors import KernelpilotError, UsageError
 from kernelpilot.evaluate.isolation import WorkerPool
 from kernelpilot.evaluate.problem import load_problem
 from kernelpilot.evaluate.result import EvalResult, ratio
@@ -160,6 +160,8 @@ def optimize(problem: str | Path, candidate: str | Path, opts: OptimizeOptions, 
     """Start a run: returns its record when it ends (done, stopped, or failed)."""
     if opts.strategy not in ("search", "llm"):
         raise KernelpilotError(f"unknown strategy {opts.strategy!r}: search or llm.")
+    if opts.budget < 1:
+        raise UsageError(f"--budget must be at least 1 (evaluations, the start included), not {opts.budget}.")
     load_problem(problem)        # a malformed problem fails here, before a run is recorded
     cand = Path(candidate).resolve()
     if not cand.is_file():
