@@ -227,3 +227,31 @@ def test_rocprofv3_missing_is_one_line(tmp_path):
     r = kp("profile", "--tool", "rocprofv3", "--out", str(tmp_path), "--", "./app",
            env={"KPILOT_ROCPROFV3": str(tmp_path / "none")})
     assert r.returncode == 1 and r.stderr.startswith("error: rocprofv3") and len(r.stderr.strip().splitlines()) == 1
+
+
+ROW = ROOT / "examples" / "problems" / "row_softmax"
+
+
+def test_a_candidate_on_a_problem_runs_under_the_driver():
+    from kernelpilot.evaluate.drive import command
+
+    cmd = command(ROW, ROW / "candidates" / "triton_softmax.py", calls=1, device="cpu")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0 and p.stdout.startswith("ran rows=64,cols=128,dtype=float32 1 times on cpu"), p.stderr
+    p = subprocess.run(command(ROW, ROW / "nope.py", device="cpu"), capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 1 and p.stderr.strip().endswith("candidate not found.")
+    r = kp("profile", "--problem", str(ROW), "--candidate", str(ROW / "candidates" / "triton_softmax.py"),
+           env={"KPILOT_NCU": "/nonexistent/ncu"})
+    assert r.returncode == 1 and r.stderr.startswith("error: ncu") and len(r.stderr.strip().splitlines()) == 1
+    r = kp("profile", "--problem", str(ROW))
+    assert r.returncode == 2 and "problem and candidate go together" in r.stderr
+
+
+@pytest.mark.gpu
+def test_live_profile_of_a_candidate_on_its_problem(tmp_path):
+    r = kp("profile", "--problem", str(ROW), "--candidate", str(ROW / "candidates" / "triton_softmax.py"),
+           "--out", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr
+    names = {k["name"] for k in json.loads(r.stdout)["kernels"]}
+    assert names == {"softmax_kernel"}            # only the marked range: no input generation, no warm-up

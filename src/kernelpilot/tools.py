@@ -188,6 +188,9 @@ def _isa_diff(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     warp stalls, a bottleneck class, and diagnoses such as launch underfill or uncoalesced access, each with
     evidence and one suggestion. Needs a GPU unless a report is given.""",
            {"command": {"type": "array", "items": {"type": "string"}, "description": "The program and its arguments."},
+            "problem": _str("With candidate: profile this candidate on one case of this problem (no command needed)."),
+            "candidate": _str("The candidate file to profile on the problem."),
+            "case": _str("With problem: the case to run (default: the first benchmark case)."),
             "report": _str("An existing report: .ncu-rep, ncu's raw page as CSV, or a rocprofv3 output folder."),
             "details": _str("With a CSV report: ncu's details page (rule messages)."),
             "kernel": _str("Only kernels whose name matches this regular expression."),
@@ -204,8 +207,17 @@ def _isa_diff(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
 def _profile(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     from kernelpilot.profile.load import ProfileOptions, load_profile, run_profile
 
+    from kernelpilot.evaluate.drive import command as drive_command
+
+    if bool(a.get("problem")) != bool(a.get("candidate")):
+        raise ToolArgumentError("profile: problem and candidate go together.")
+    if a.get("problem"):
+        if a.get("command"):
+            raise ToolArgumentError("profile: give a command, or a problem and a candidate, not both.")
+        a = {**a, "command": drive_command(a["problem"], a["candidate"], case=a.get("case")), "from_start": False}
     if bool(a.get("command")) == bool(a.get("report")):
-        raise ToolArgumentError("profile: give exactly one of command (to run) or report (to read).")
+        raise ToolArgumentError("profile: give exactly one of command (to run), problem and candidate, or report "
+                                "(to read).")
     every = bool(a.get("metrics"))
     if a.get("report"):
         prof = load_profile(a["report"], details=a.get("details"), gpu=a.get("gpu"), all_metrics=every)
@@ -213,7 +225,8 @@ def _profile(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     opts = ProfileOptions(full=bool(a.get("full")), kernel=a.get("kernel"), launch_count=a.get("launch_count"),
                           source=bool(a.get("source")), out_dir=Path(a.get("out") or ctx.workspace),
                           name=a.get("name") or "profile", tool=a.get("tool") or "ncu",
-                          bytes_per_launch=a.get("bytes_per_launch"), counters=list(a.get("pmc") or []) or None)
+                          bytes_per_launch=a.get("bytes_per_launch"), counters=list(a.get("pmc") or []) or None,
+                          from_start=a.get("from_start", True))
     return run_profile(list(a["command"]), opts, gpu=a.get("gpu"), all_metrics=every).to_json(metrics=every)
 
 

@@ -22,6 +22,9 @@ __all__ = ["profile_cmd"]
 @click.command("profile", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--import", "import_path", type=click.Path(), help="Read this report instead of running: .ncu-rep, ncu's raw page as CSV, or rocprofv3's CSV folder.")
 @click.option("--details", type=click.Path(exists=True, dir_okay=False), help="With a CSV: ncu's details page (text) for its rule messages.")
+@click.option("--problem", help="Profile --candidate on one case of this problem (no command needed).")
+@click.option("--candidate", help="With --problem: the candidate file.")
+@click.option("--case", help="With --problem: the case (default: the first benchmark case).")
 @click.option("--full", is_flag=True, help="Collect every section (ncu --set full); slower.")
 @click.option("--kernel", "-k", help="Only kernels whose name matches this regular expression.")
 @click.option("--launch-count", "-c", type=int, help="Profile at most this many launches.")
@@ -35,14 +38,15 @@ __all__ = ["profile_cmd"]
 @click.option("--metrics", "with_metrics", is_flag=True, help="With --json: every raw metric of each launch.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (kernelpilot.profile/1).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def profile_cmd(import_path, details, full, kernel, launch_count, source, out, name, gpu, tool, counters,
-                bytes_per_launch, with_metrics, as_json, command) -> None:
+def profile_cmd(import_path, details, problem, candidate, case, full, kernel, launch_count, source, out, name, gpu,
+                tool, counters, bytes_per_launch, with_metrics, as_json, command) -> None:
     """Profile COMMAND's kernels and diagnose each: bottleneck class, occupancy, throughput, stalls.
 
     \b
     Examples:
       kpilot profile -- ./app --size 4096
       kpilot profile --kernel softmax -- python bench.py
+      kpilot profile --problem examples/problems/row_softmax --candidate my_softmax.py
       kpilot profile --import run.ncu-rep --json
       kpilot profile --tool torch --bytes 2.1e9 -- python bench.py
       kpilot profile diff before.json after.json
@@ -53,10 +57,11 @@ def profile_cmd(import_path, details, full, kernel, launch_count, source, out, n
         return _diff(list(command[1:]), as_json)
     if import_path and command:
         raise UsageError("give either --import REPORT or a command after `--`, not both.")
-    if not import_path and not command:
-        raise UsageError("nothing to profile: put the command after `--` (kpilot profile -- ./app), or "
-                         "read a report with --import.")
+    if not import_path and not command and not problem:
+        raise UsageError("nothing to profile: put the command after `--` (kpilot profile -- ./app), give "
+                         "--problem and --candidate, or read a report with --import.")
     args = {"report": import_path, "details": details, "command": list(command) or None, "full": full or None,
+            "problem": problem, "candidate": candidate, "case": case,
             "kernel": kernel, "launch_count": launch_count, "source": source or None, "out": str(out), "name": name,
             "gpu": gpu, "tool": tool, "pmc": list(counters) or None, "bytes_per_launch": bytes_per_launch,
             "metrics": with_metrics or None}

@@ -104,9 +104,36 @@ def candidate_isa(r, path: Path, code: str) -> dict[str, Any] | None:
     return {"arch": arch, "kernels": {k: isa_summary(analyze_file(path, arch, k)) for k in kernels}}
 
 
+def candidate_profile(r, path: Path, n: int) -> dict[str, Any] | None:
+    """Each kernel of the candidate on the problem's first benchmark case, profiled (ncu, else the PyTorch
+    profiler): time, bound and the first diagnoses. None when profiling is off (default: on a GPU only)."""
+    on = r.opts.profile if r.opts.profile is not None else r.device.startswith("cuda")
+    if not on:
+        return None
+    args = {"problem": r.run.problem, "candidate": str(path), "launch_count": 20, "out": str(r.dir),
+            "name": f"profile-{n}"}
+    try:
+        prof = call("profile", args, ToolContext(workspace=r.dir))
+    except KernelpilotError as e:
+        try:
+            prof = call("profile", {**args, "tool": "torch"}, ToolContext(workspace=r.dir))
+            prof.setdefault("notes", []).insert(0, f"ncu: {e}")
+        except KernelpilotError as e2:
+            return {"error": str(e2)[:500]}
+    return {"tool": prof.get("tool"), "notes": prof.get("notes", [])[:3],
+            "kernels": [{"name": k["name"], "duration_us": k.get("duration_us"), "grid": k.get("grid"),
+                         "waves_per_sm": k.get("waves_per_sm"), "bound": k.get("bound"),
+                         "occupancy": k.get("occupancy"), "throughput": k.get("throughput"),
+                         "top_stalls": (k.get("stalls") or [])[:3],
+                         "diagnoses": [f"{d['id']}: {d['title']} -> {d['suggestion']}" for d in k.get("diagnoses", [])[:3]]}
+                        for k in prof.get("kernels", [])[:8]]}
+
+
 def _context(run, best: StepRecord, steps: list[StepRecord], gpu: str | None) -> str:
     isa = ("## Its machine code (isa_analyze)\n```json\n" + json.dumps(best.isa, indent=1)[:6000] + "\n```\n\n"
            if best.isa else "")
+    if best.profile:
+        isa += "## Its profile\n```json\n" + json.dumps(best.profile, indent=1)[:6000] + "\n```\n\n"
     return (f"## Problem\n{_problem_text(run.problem)}\n\n"
             f"## Current best kernel (step {best.n}, {best.median_us} us, {best.speedup}x over the start; "
             f"also in the workspace as best.py)\n```python\n{best.code}\n```\n\n{isa}"
@@ -128,6 +155,8 @@ def run_agent(r, model: ChatModel, *, max_turns: int = 12, max_failures: int = 3
         (r.dir / "best.py").write_text(best.code or "")
         if best.isa is None and best.code:
             best.isa = candidate_isa(r, r.dir / "best.py", best.code)
+        if best.profile is None and best.code:
+            best.profile = candidate_profile(r, r.dir / "best.py", best.n or 0)
         history = [Turn("user", _context(run, best, r.steps, r.gpu))]
         tokens = [0, 0]
         failures, passed = 0, False

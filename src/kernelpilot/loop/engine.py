@@ -52,6 +52,7 @@ class OptimizeOptions:
     price_in: float | None = None       # USD per million input tokens
     price_out: float | None = None
     max_turns: int = 12                 # model turns per step
+    profile: bool | None = None         # profile each passing candidate for the agent (default: on a GPU)
     max_failures: int = 3               # failed submissions per step before a fresh start
 
     def to_json(self) -> dict[str, Any]:

@@ -30,6 +30,7 @@ class ProfileOptions:
     timeout: float = 3600.0
     tool: str = "ncu"                   # "ncu", "rocprofv3", or "torch" (kernel times only, no counters needed)
     counters: list[str] | None = None   # rocprofv3 --pmc counters
+    from_start: bool = True             # False: only the range the program marks (cudaProfilerStart/Stop)
     bytes_per_launch: float | None = None   # declared bytes each launch moves (bandwidth without counters)
 
 
@@ -116,7 +117,8 @@ def run_profile(command: list[str], opts: ProfileOptions, *, gpu: str | None = N
         return prof
     try:
         run = profile_command(command, opts.out_dir / f"{opts.name}.ncu-rep", full=opts.full, kernel=opts.kernel,
-                              launch_count=opts.launch_count, source=opts.source, timeout=opts.timeout)
+                              launch_count=opts.launch_count, source=opts.source, from_start=opts.from_start,
+                              timeout=opts.timeout)
     except CounterPermissionError as e:
         if python_script(command) is None:
             raise KernelpilotError(f"{e.message}; the fallback (kernel times from the PyTorch profiler) needs a "
