@@ -18,6 +18,13 @@
     rows = 128
     cols = 256
     dtype = "float32"
+
+    [[case_grid]]                               # every combination of the lists (scalars stay fixed)
+    rows = [1, 1024, 65536]
+    cols = 256
+    dtype = ["float32", "float16"]
+
+    check = "reference.py:check"                # optional: check(inputs, output, expected) -> (ok, message)
 """
 
 from __future__ import annotations
@@ -31,8 +38,8 @@ from kernelpilot.evaluate.problem import Case, Problem, Tolerance
 
 __all__ = ["detect", "load", "runtime", "case_name", "hidden_variants"]
 
-_KNOWN_KEYS = {"name", "reference", "make_inputs", "entry", "vary", "cost", "tolerance", "cases", "description",
-               "seeds"}
+_KNOWN_KEYS = {"name", "reference", "make_inputs", "entry", "vary", "cost", "tolerance", "cases", "case_grid",
+               "description", "seeds", "check"}
 
 
 def detect(path: Path) -> bool:
@@ -87,9 +94,11 @@ def load(path: Path) -> Problem:
             raise InputFormatError(str(toml), f"missing {key} = 'FILE.py:NAME'.")
     _spec(data["reference"], "reference", toml)
     _spec(data["make_inputs"], "make_inputs", toml)
-    raw_cases = data.get("cases")
-    if not isinstance(raw_cases, list) or not raw_cases:
-        raise InputFormatError(str(toml), "needs at least one [[cases]] table.")
+    if "check" in data:
+        _spec(data["check"], "check", toml)
+    raw_cases = list(data.get("cases") or []) + _grid_cases(data.get("case_grid"), toml)
+    if not raw_cases:
+        raise InputFormatError(str(toml), "needs at least one [[cases]] or [[case_grid]] table.")
     cases = []
     for i, c in enumerate(raw_cases):
         if not isinstance(c, dict):
@@ -120,8 +129,26 @@ def load(path: Path) -> Problem:
         reference=data["reference"],
         cost=cost,
         vary=vary,
-        options={"make_inputs": data["make_inputs"]},
+        options={"make_inputs": data["make_inputs"], **({"check": data["check"]} if "check" in data else {})},
     )
+
+
+def _grid_cases(grids: Any, toml: Path) -> list[dict[str, Any]]:
+    """The cases of each [[case_grid]]: every combination of its lists, in key order."""
+    import itertools
+
+    if grids is None:
+        return []
+    if not isinstance(grids, list) or not all(isinstance(g, dict) and g for g in grids):
+        raise InputFormatError(str(toml), "each [[case_grid]] must be a table of parameter = value or [values].")
+    out = []
+    for g in grids:
+        keys = list(g)
+        values = [v if isinstance(v, list) else [v] for v in g.values()]
+        if any(not v for v in values):
+            raise InputFormatError(str(toml), "a [[case_grid]] list is empty.")
+        out += [dict(zip(keys, combo)) for combo in itertools.product(*values)]
+    return out
 
 
 class NativeRuntime:
@@ -135,6 +162,11 @@ class NativeRuntime:
         imod = rmod if ifile == rfile else import_file(problem.root / ifile, what="input generator file")
         self._reference = attribute(rmod, rname, problem.root / rfile, what="the reference file")
         self._make_inputs = attribute(imod, iname, problem.root / ifile, what="the input generator file")
+        self._check = None
+        if problem.options.get("check"):
+            cfile, cname = problem.options["check"].rsplit(":", 1)
+            cmod = import_file(problem.root / cfile, what="check file")
+            self._check = attribute(cmod, cname, problem.root / cfile, what="the check file")
 
     def make_inputs(self, case: Case, seed: int, device: str) -> tuple:
         out = self._make_inputs(dict(case.params), seed, device)
@@ -161,7 +193,11 @@ class NativeRuntime:
         return torch.compile(self._reference)
 
     def check(self, inputs, output, expected, case):
-        return None
+        """The problem's own check, where it has one: ``(ok, message)``; else None (the standard comparison)."""
+        if self._check is None:
+            return None
+        ok, message = self._check(inputs, output, expected)
+        return bool(ok), str(message or "")
 
 
 def runtime(problem: Problem) -> NativeRuntime:

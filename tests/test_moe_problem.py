@@ -1,0 +1,78 @@
+"""The MoE top-k sigmoid routing problem (examples/moe_topk_sigmoid): its case grid, its own check (ties by the
+lower index, near ties accepted, exact dtypes), and the Triton kernel correct on the CPU through Triton's
+interpreter, plain and biased."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from conftest import EXAMPLES, require_module
+
+from kernelpilot.evaluate.problem import load_problem
+from kernelpilot.evaluate.runner import EvalOptions, check
+
+torch = require_module("torch")
+MOE = EXAMPLES / "moe_topk_sigmoid"
+sys.path.insert(0, str(MOE))
+import reference as ref  # noqa: E402
+
+CASES = ["experts=64,tokens=16,k=4,dtype=float32", "experts=256,tokens=128,k=8,dtype=bfloat16",
+         "experts=128,tokens=1,k=8,dtype=float16"]
+
+
+def test_case_grid():
+    p = load_problem(MOE / "plain")
+    public = [c for c in p.cases if not c.hidden]
+    assert len(public) == 3 * 6 * 2 * 3 and len({c.name for c in public}) == 108
+    assert {c.params["tokens"] for c in public} == {1, 16, 128, 1024, 8192, 65536}
+    assert [c.params["tokens"] for c in p.cases if c.hidden] == [2, 3]
+
+
+def test_reference_breaks_ties_by_the_lower_index_and_renormalises():
+    logits = torch.tensor([[1.0, 3.0, 3.0, 2.0, 3.0]])
+    w, ids = ref.topk_sigmoid(logits, None, 3)
+    assert ids.tolist() == [[1, 2, 4]] and ids.dtype == torch.int32 and w.dtype == torch.float32
+    bias = torch.tensor([0.0, 0.0, 0.0, 5.0, 0.0])
+    w, ids = ref.topk_sigmoid(logits, bias, 2)
+    assert ids.tolist() == [[3, 1]] and float(w.sum()) == pytest.approx(1.0)
+
+
+def test_check_is_exact_on_logits_and_accepts_near_ties_of_biased_scores():
+    two = torch.tensor(2.0)
+    logits = torch.tensor([[1.0, 2.0, float(torch.nextafter(two, torch.tensor(3.0))), 0.5]])
+    # without a bias: exact, one ulp decides
+    expected = ref.topk_sigmoid(logits, None, 1)
+    assert expected[1].tolist() == [[2]]
+    swapped = (torch.sigmoid(logits[:, 1:2]), torch.tensor([[1]], dtype=torch.int32))
+    ok, msg = ref.check((logits, None, 1), swapped, expected)
+    assert not ok and "ids wrong" in msg
+    # with a bias: the sigmoid's rounding may order the two either way
+    bias = torch.zeros(4)
+    expected = ref.topk_sigmoid(logits, bias, 1)
+    other = 1 if expected[1].item() == 2 else 2
+    ok, msg = ref.check((logits, bias, 1), (torch.ones(1, 1), torch.tensor([[other]], dtype=torch.int32)), expected)
+    assert ok and "near-tie" in msg
+    wrong = (torch.ones(1, 1), torch.tensor([[0]], dtype=torch.int32))
+    ok, msg = ref.check((logits, bias, 1), wrong, expected)
+    assert not ok and "ids wrong" in msg
+    ok, msg = ref.check((logits, None, 1), (expected[0], expected[1].long()), expected)
+    assert not ok and "torch.int64, expected (1, 1) torch.int32" in msg
+
+
+@pytest.mark.parametrize("variant", ["plain", "biased"])
+def test_triton_kernel_is_correct_on_cpu(variant):
+    require_module("triton")
+    res = check(MOE / variant, MOE / "kernels" / "topk_sigmoid_triton.py",
+                EvalOptions(device="cpu", seeds=1, cases=CASES + ["experts=64,tokens=2,k=4,dtype=float32"]))
+    assert res.correct and res.passed, [(c.case, c.message) for c in res.cases if not c.ok]
+
+
+def test_a_kernel_that_breaks_ties_the_other_way_fails(tmp_path):
+    bad = tmp_path / "higher_index.py"
+    bad.write_text("import torch\n\ndef topk_sigmoid(logits, bias, k):\n"
+                   "    x = logits.float().flip(-1)\n"
+                   "    ids = logits.shape[-1] - 1 - torch.sort(x, dim=-1, descending=True, stable=True).indices[:, :k]\n"
+                   "    return torch.sigmoid(logits.float()).gather(-1, ids), ids.to(torch.int32)\n")
+    res = check(MOE / "plain", bad, EvalOptions(device="cpu", seeds=2, cases=["experts=256,tokens=1024,k=8,dtype=bfloat16"]))
+    assert not res.correct and any("ids wrong" in c.message for c in res.cases)
