@@ -76,3 +76,23 @@ def test_a_kernel_that_breaks_ties_the_other_way_fails(tmp_path):
                    "    return torch.sigmoid(logits.float()).gather(-1, ids), ids.to(torch.int32)\n")
     res = check(MOE / "plain", bad, EvalOptions(device="cpu", seeds=2, cases=["experts=256,tokens=1024,k=8,dtype=bfloat16"]))
     assert not res.correct and any("ids wrong" in c.message for c in res.cases)
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx90a"])
+@pytest.mark.parametrize("has_bias", [0, 1])
+def test_hip_kernel_selects_with_dpp_not_lds(arch, has_bias):
+    """The HIP kernel for AMD, compiled (not run: there is no AMD GPU here): the cross-lane selection is DPP,
+    with no LDS traffic and one readlane per round (plus one for the bias's renormalising sum)."""
+    from conftest import require_tool
+
+    require_tool("clang++")
+    from kernelpilot.isa import analyze
+
+    (k,) = analyze(MOE / "kernels" / "topk_sigmoid_dpp.hip", arch=arch,
+                   defines={"EXPERTS": "256", "K": "8", "HAS_BIAS": str(has_bias)})
+    ops = k.opcodes
+    count = lambda pred: sum(n for op, n in ops.items() if pred(op))  # noqa: E731
+    assert count(lambda op: op.startswith("ds_")) == 0
+    assert count(lambda op: "readlane" in op) == 8 + has_bias
+    assert count(lambda op: op.endswith("_dpp")) == 6 * (8 + has_bias)
+    assert not {f.id for f in k.findings} & {"amd.lds-crosslane", "amd.readlane-chain"}
