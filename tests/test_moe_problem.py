@@ -96,3 +96,33 @@ def test_hip_kernel_selects_with_dpp_not_lds(arch, has_bias):
     assert count(lambda op: "readlane" in op) == 8 + has_bias
     assert count(lambda op: op.endswith("_dpp")) == 6 * (8 + has_bias)
     assert not {f.id for f in k.findings} & {"amd.lds-crosslane", "amd.readlane-chain"}
+
+
+@pytest.mark.parametrize("has_bias", [0, 1])
+def test_cuda_kernel_uses_redux_and_vector_loads(has_bias):
+    """The CUDA warp kernel for sm_90, compiled: one REDUX (warp max) per round, 16-byte loads, no spills."""
+    from conftest import require_tool
+
+    require_tool("nvcc")
+    from kernelpilot.isa import analyze
+
+    (k,) = analyze(MOE / "kernels" / "topk_sigmoid_warp.cu", arch="sm_90", block_size=256,
+                   defines={"MOE_EXPERTS": "256", "MOE_K": "8", "MOE_BIAS": str(has_bias)})
+    ops = k.opcodes
+    assert sum(n for op, n in ops.items() if op.startswith("REDUX")) == 8
+    assert sum(n for op, n in ops.items() if op.startswith("LDG") and ".128" not in op) == 0
+    assert k.resources.spill_store_bytes == 0 and k.occupancy.percent >= 75
+    assert "mem.narrow-global-loads" not in {f.id for f in k.findings}
+
+
+GPU_CASES = [f"experts={e},tokens={t},k={k},dtype={d}" for e, t, k, d in
+             [(64, 1, 4, "float32"), (128, 1024, 8, "float16"), (256, 8192, 8, "bfloat16"), (256, 65536, 4, "float32")]]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["plain", "biased"])
+@pytest.mark.parametrize("kernel", ["topk_sigmoid_cuda.py", "dispatch.py", "topk_sigmoid_triton.py"])
+def test_kernels_are_correct_on_the_gpu(variant, kernel):
+    res = check(MOE / variant, MOE / "kernels" / kernel, EvalOptions(device="cuda", seeds=2, cases=GPU_CASES))
+    assert res.correct and res.passed, ([(c.case, c.message) for c in res.cases if not c.ok], res.error,
+                                        [(f.id, f.message) for f in res.flags])
