@@ -226,3 +226,12 @@ def test_a_start_that_fails_is_one_line(tmp_path):
     assert r.stderr.strip().splitlines()[-1].startswith("error: the starting candidate does not pass")
     with RunStore(tmp_path / ".kpilot" / "runs.db", create=False) as s:
         assert s.run(1).status == "failed" and s.steps(1)[0].correct is False
+
+
+def test_series_plot_is_a_png(tmp_path):
+    from kernelpilot.runs.plot import series_png
+
+    p = series_png({"a": [1.5, 3.0, None, 20.0], "b": [0.5, 1.0, 2.0, 4.0]}, tmp_path / "s.png", width=200, height=100)
+    data = p.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    assert int.from_bytes(data[16:20], "big") == 200 and int.from_bytes(data[20:24], "big") == 100

@@ -115,6 +115,24 @@ def main() -> None:
     name = gpu.replace("NVIDIA ", "").replace(" ", "_").lower()
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / f"{name}.json").write_text(json.dumps(out, indent=1))
+    from kernelpilot.runs.plot import PALETTE, series_png
+
+    series = {k: [r[k]["vs_eager"] for r in rows] for k in KERNELS}
+    series["torch.compile"] = [r["eager_us"] / r["compile_us"] if r["eager_us"] and r["compile_us"] else None
+                               for r in rows]
+    series_png(series, HERE / "results" / f"{name}_speedup.png")
+    legend = ", ".join(f"{k}: rgb{PALETTE[i]}" for i, k in enumerate(series))
+    md = [f"# MoE top-k sigmoid routing on {gpu} ({args.dtype})", "", out["method"], "",
+          f"![speedup over eager per case]({name}_speedup.png)", "",
+          f"Speedup over PyTorch eager per case (log scale; grey: 1x). Colours: {legend}.", "",
+          "| variant | case | eager us | compile us | floor us | "
+          + " | ".join(f"{k} us (graph us)" for k in KERNELS) + " |",
+          "| --- | --- | --- | --- | --- | " + " | ".join("---" for _ in KERNELS) + " |"]
+    for r in rows:
+        md.append(f"| {r['variant']} | {r['case']} | {r['eager_us']} | {r['compile_us']} | {r['floor_us']} | "
+                  + " | ".join(f"{r[k]['median_us']} ({r[k]['graph_us']})" for k in KERNELS) + " |")
+    md += ["", "```json", json.dumps(summary, indent=1), "```"]
+    (HERE / "results" / f"{name}.md").write_text("\n".join(md) + "\n")
     print(json.dumps(summary, indent=1))
 
 

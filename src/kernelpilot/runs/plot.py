@@ -11,7 +11,9 @@ import struct
 import zlib
 from pathlib import Path
 
-__all__ = ["speedup_png"]
+__all__ = ["speedup_png", "series_png", "PALETTE"]
+
+PALETTE = [(40, 90, 200), (40, 160, 60), (210, 50, 50), (240, 140, 20), (130, 60, 170), (20, 150, 160)]
 
 _BG, _AXIS, _GRID = (255, 255, 255), (60, 60, 60), (225, 225, 225)
 _OK, _BAD, _BEST, _ONE, _TARGET = (40, 160, 60), (210, 50, 50), (40, 90, 200), (150, 150, 150), (240, 140, 20)
@@ -98,5 +100,48 @@ def speedup_png(points: list[tuple[int, float | None]], path: Path, *, target: f
             c.dot(x_of(s), y_of(v), _OK)
         else:
             c.cross(x_of(s), bottom - 5, _BAD)
+    path.write_bytes(c.png())
+    return path
+
+
+def series_png(series: dict[str, list[float | None]], path: Path, *, log: bool = True, hline: float | None = 1.0,
+               width: int = 900, height: int = 380) -> Path:
+    """Several series over the same x positions (cases), one colour each from PALETTE in order, dots joined
+    by lines; y on a log scale by default, with light lines at each power of ten and a grey line at
+    ``hline``. Missing values leave gaps."""
+    import math
+
+    c = _Canvas(width, height)
+    left, right, top, bottom = 40, width - 15, 15, height - 30
+    n = max((len(v) for v in series.values()), default=1)
+    values = [v for vs in series.values() for v in vs if v] + ([hline] if hline else [])
+    lo, hi = (min(values), max(values)) if values else (0.1, 10.0)
+    f = (lambda v: math.log10(v)) if log else (lambda v: v)  # noqa: E731
+    lo_t, hi_t = f(lo) - 0.1 * abs(f(hi) - f(lo) or 1), f(hi) + 0.1 * abs(f(hi) - f(lo) or 1)
+    x_of = lambda i: left + int(i / max(1, n - 1) * (right - left))  # noqa: E731
+    y_of = lambda v: bottom - int((f(v) - lo_t) / (hi_t - lo_t) * (bottom - top))  # noqa: E731
+    if log:
+        for e in range(math.floor(lo_t), math.ceil(hi_t) + 1):
+            if lo_t <= e <= hi_t:
+                y = bottom - int((e - lo_t) / (hi_t - lo_t) * (bottom - top))
+                c.line(left, y, right, y, _GRID)
+    c.line(left, top, left, bottom, _AXIS)
+    c.line(left, bottom, right, bottom, _AXIS)
+    for i in range(n):
+        c.line(x_of(i), bottom, x_of(i), bottom + 4, _AXIS)
+    if hline:
+        c.line(left, y_of(hline), right, y_of(hline), _ONE)
+    for k, (_, vs) in enumerate(series.items()):
+        colour = PALETTE[k % len(PALETTE)]
+        prev = None
+        for i, v in enumerate(vs):
+            if not v:
+                prev = None
+                continue
+            pt = (x_of(i), y_of(v))
+            if prev:
+                c.line(prev[0], prev[1], pt[0], pt[1], colour)
+            c.dot(pt[0], pt[1], colour)
+            prev = pt
     path.write_bytes(c.png())
     return path
