@@ -392,7 +392,7 @@ def test_bench_without_a_gpu_asks_for_device_cpu(cli, key):
 @pytest.mark.parametrize("key,words", [
     ("problem/bad_toml", "bad_toml/problem.toml: not valid TOML"),
     ("problem/no_reference", "reference names reference.py, which is not in"),
-    ("problem/no_cases", "needs at least one [[cases]] table"),
+    ("problem/no_cases", "needs at least one [[cases]] or [[case_grid]] table"),
     ("problem/kb_no_inputs", "not a KernelBench problem: it defines no get_inputs, get_init_inputs"),
 ])
 def test_malformed_problem_is_one_line(cli, key, words):

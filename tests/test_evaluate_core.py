@@ -98,12 +98,23 @@ def test_native_problem_loads_with_hidden_variants():
     ("reference = 'r.py:f'\nmake_inputs = 'r.py:g'\nbogus = 1\n[[cases]]\nn = 1\n", "unknown keys"),
     ("this is = not toml [", "not valid TOML"),
     ("reference = 'r.py:f'\nmake_inputs = 'r.py:g'\n[tolerance]\nfloat32 = 3\n[[cases]]\nn = 1\n", "tolerance.float32"),
+    ("reference = 'r.py:f'\nmake_inputs = 'r.py:g'\n[[case_grid]]\nn = []\n", "a [[case_grid]] list is empty"),
+    ("reference = 'r.py:f'\nmake_inputs = 'r.py:g'\ncase_grid = 3\n", "each [[case_grid]] must be a table"),
+    ("reference = 'r.py:f'\nmake_inputs = 'r.py:g'\ncheck = 'nope.py:c'\n[[cases]]\nn = 1\n", "check names nope.py"),
 ])
 def test_malformed_native_problems(tmp_path, text, needle):
     (tmp_path / "problem.toml").write_text(text)
     (tmp_path / "r.py").write_text("def f(x): return x\ndef g(case, seed, device): return (1,)\n")
     with pytest.raises(InputFormatError, match=needle.replace("[", r"\[").replace("]", r"\]")):
         load_problem(tmp_path)
+
+
+def test_case_grid_expands_every_combination(tmp_path):
+    (tmp_path / "problem.toml").write_text("reference = 'r.py:f'\nmake_inputs = 'r.py:g'\n[[cases]]\nn = 7\nd = 'x'\n"
+                                           "[[case_grid]]\nn = [1, 2]\nd = ['a', 'b', 'c']\nk = 4\n")
+    (tmp_path / "r.py").write_text("def f(x): return x\ndef g(case, seed, device): return (1,)\n")
+    p = load_problem(tmp_path)
+    assert [c.name for c in p.cases] == ["n=7,d=x"] + [f"n={n},d={d},k=4" for n in (1, 2) for d in "abc"]
 
 
 def test_not_a_problem(tmp_path):
