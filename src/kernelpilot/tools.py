@@ -12,6 +12,7 @@ own failure raises the KernelpilotError it met. Neither is ever a crash of the c
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -323,3 +324,75 @@ def _write_candidate(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(a["text"])
     return {"path": str(p.relative_to(ctx.workspace.resolve())), "bytes": len(a["text"].encode())}
+
+
+# ------------------------------------------------------------------ optimization runs
+
+
+@_register("optimize_start", """Start an optimization run in the background: `search` explores the candidate's
+    declared tuning space (KPILOT_TUNE) with static pruning and successive halving; `llm` runs an agent loop
+    (needs an API key in the server's environment). Returns the run id at once; follow it with
+    optimize_status.""",
+           {"problem": _EVAL_PROPS["problem"], "candidate": _str("The starting candidate."),
+            "strategy": _str("search or llm.", enum=["search", "llm"]), "budget": _int("Evaluations at most.", 1),
+            "target": {"type": "number", "description": "Stop at this speedup over the start.", "minimum": 1},
+            "arch": _str("Compile variants for this arch and prune (search)."),
+            "device": _EVAL_PROPS["device"], "provider": _str("llm provider.", enum=["anthropic", "openai"]),
+            "model": _str("llm model."), "base_url": _str("llm endpoint.")},
+           ("problem", "candidate"))
+def _optimize_start(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    import subprocess
+    import sys
+    import time as _time
+
+    store = ctx.workspace / ".kpilot" / "runs.db"
+    log = ctx.workspace / ".kpilot" / f"optimize-{int(_time.time() * 1000)}.jsonl"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "kernelpilot", "optimize", a["problem"], "-c", a["candidate"], "--json",
+           "--store", str(store), "--strategy", a.get("strategy") or "search"]
+    for key, flag in (("budget", "--budget"), ("target", "--target"), ("arch", "--arch"), ("device", "--device"),
+                      ("provider", "--provider"), ("model", "--model"), ("base_url", "--base-url")):
+        if a.get(key) is not None:
+            cmd += [flag, str(a[key])]
+    with open(log, "w") as out, open(log.with_suffix(".err"), "w") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ctx.workspace, start_new_session=True)
+    deadline = _time.time() + 120
+    while _time.time() < deadline:
+        for line in log.read_text().splitlines():
+            event = json.loads(line)
+            if event.get("event") == "run":
+                return {"run": event["run"], "pid": proc.pid, "store": str(store), "events": str(log)}
+        if proc.poll() is not None:
+            err_text = log.with_suffix(".err").read_text().strip().splitlines()
+            raise KernelpilotError(err_text[-1] if err_text else f"kpilot optimize exited with {proc.returncode}")
+        _time.sleep(0.2)
+    raise KernelpilotError("the optimization run did not start within 120 s")
+
+
+@_register("optimize_status", """The state of an optimization run: status, why it ended, the best step and its
+    speedup, and the last steps (kind, parameters or hypothesis, correct, time, speedup, error).""",
+           {"run": _int("The run id.", 1), "last": _int("How many of the latest steps (default 10).", 1)}, ("run",))
+def _optimize_status(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    from kernelpilot.runs.store import RunStore
+
+    with RunStore(ctx.workspace / ".kpilot" / "runs.db", create=False) as s:
+        run, steps = s.run(a["run"]), s.steps(a["run"])
+    keep = ("n", "kind", "params", "hypothesis", "correct", "passed", "median_us", "speedup", "error")
+    return {"run": run.to_json(), "steps": len(steps),
+            "last": [{k: v for k, v in st.to_json(code=False).items() if k in keep} for st in steps[-(a.get("last") or 10):]]}
+
+
+@_register("runs", """The optimization runs recorded in the workspace: id, problem, strategy, status, best
+    speedup; with a run id, its whole timeline and the best step's code.""",
+           {"run": _int("A run id for its timeline.", 1)})
+def _runs(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    from kernelpilot.runs.store import RunStore
+
+    with RunStore(ctx.workspace / ".kpilot" / "runs.db", create=False) as s:
+        if not a.get("run"):
+            return {"runs": [{k: r.to_json()[k] for k in ("id", "problem", "strategy", "status", "stop_reason",
+                                                             "best_step", "best_speedup")} for r in s.runs()]}
+        run, steps = s.run(a["run"]), s.steps(a["run"])
+    best = next((st for st in steps if st.n == run.best_step), None)
+    return {"run": run.to_json(), "steps": [st.to_json(code=False) for st in steps],
+            "best_code": best.code if best else None}

@@ -23,6 +23,7 @@ def cli() -> None:
 
 
 def _register() -> None:
+    from kernelpilot.cli import agents as agents_cmd
     from kernelpilot.cli import arch as arch_cmd
     from kernelpilot.cli import doctor as doctor_cmd
     from kernelpilot.cli import eval as eval_cmd
@@ -39,6 +40,8 @@ def _register() -> None:
     cli.add_command(profile_cmd.profile_cmd)
     cli.add_command(optimize_cmd.optimize_cmd)
     cli.add_command(optimize_cmd.runs)
+    cli.add_command(agents_cmd.mcp_cmd)
+    cli.add_command(agents_cmd.skill)
 
 
 def main(argv: list[str] | None = None) -> None:

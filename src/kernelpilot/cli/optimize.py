@@ -94,6 +94,8 @@ def _print_event(e: dict[str, Any]) -> None:
                                                         if e.get("tokens_in") is not None else "")
         warn(f"  step {e['n']:3d}  {e['kind']:8s} {ok:6s} {t:>14s} {sp:>9s}  best {e.get('best_speedup') or '-'}x  {what}"
              + (f"  ({e['error'][:120]})" if e.get("error") else ""))
+    elif e["event"] == "run":
+        warn(f"run {e['run']} ({e['strategy']}), recorded in {e['store']}")
     elif e["event"] == "end":
         warn(f"  {e['status']}: {e['reason']}")
 

@@ -197,6 +197,8 @@ def resume(run_id: int, store_path: Path = DEFAULT_PATH, *, budget: int | None =
 
 
 def _drive(store: RunStore, run: RunRecord, opts: OptimizeOptions, on_event: Event | None, model=None) -> RunRecord:
+    if on_event:
+        on_event({"event": "run", "run": run.id, "store": str(Path(opts.store).resolve()), "strategy": opts.strategy})
     r = _Run(store, run, opts, on_event)
     status, reason = "failed", "error"
     try:

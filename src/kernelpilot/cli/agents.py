@@ -1,0 +1,96 @@
+"""`kpilot mcp` (the tools as an MCP server) and `kpilot skill install` (a guide that teaches a coding agent
+the optimization workflow with kpilot)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from kernelpilot.cli.output import echo
+from kernelpilot.errors import KernelpilotError
+
+__all__ = ["mcp_cmd", "skill"]
+
+
+@click.command("mcp")
+@click.option("--http", "port", type=int, help="Serve the streamable HTTP transport on this port instead of stdio.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="With --http: the address to bind.")
+@click.option("--workspace", type=click.Path(file_okay=False, path_type=Path), help="Folder candidate files are read from and written to (default: here).")
+def mcp_cmd(port: int | None, host: str, workspace: Path | None) -> None:
+    """Serve kernelpilot's tools over the Model Context Protocol (stdio by default).
+
+    \b
+    Claude Code:  claude mcp add kernelpilot -- kpilot mcp
+    HTTP:         kpilot mcp --http 8765        (http://127.0.0.1:8765/mcp)
+    """
+    try:
+        from kernelpilot import mcp_server
+        import mcp  # noqa: F401
+    except ImportError:
+        raise KernelpilotError("the mcp package is not installed: pip install 'kernelpilot[mcp]'.") from None
+    if port is None:
+        mcp_server.serve_stdio(workspace)
+    else:
+        mcp_server.serve_http(port, host, workspace)
+
+
+GUIDE = """# Optimizing GPU kernels with kernelpilot (kpilot)
+
+Use kpilot's tools instead of guessing: every number below is measured or computed from the compiled code.
+Every command takes --json; read that rather than the text.
+
+## The loop
+1. Know the target: `kpilot arch show H200 --json` (SMs, registers and shared memory per SM, bandwidth, peaks).
+2. Read the machine code before changing anything: `kpilot isa analyze KERNEL --arch sm_90 --json`
+   (CUDA .cu, HIP .hip, Triton FILE.py:KERNEL; gfx942 for MI300X). Look at registers, spills, occupancy and
+   its limiter, and the findings: each has evidence and one suggestion.
+3. On a GPU, profile: `kpilot profile --problem PROBLEM --candidate FILE --json`, or `kpilot profile -- CMD`.
+   The first diagnosis of each kernel is the bottleneck (launch underfill, occupancy limits, uncoalesced
+   access, memory-latency stalls...), with the numbers that show it.
+4. Form one hypothesis, change the kernel, then `kpilot eval PROBLEM -c FILE --baseline eager --json`: it
+   checks correctness on every case with secret seeds and guards against timing tricks, then times it
+   (CUDA events, L2 flushed). Never trust a speedup that `eval` did not produce; `passed` must be true.
+5. Confirm the change at the ISA level: `kpilot isa diff OLD NEW --arch ARCH --json`.
+6. Repeat. For a declared tuning space (KPILOT_TUNE in the candidate), let
+   `kpilot optimize PROBLEM -c FILE --strategy search --arch ARCH` do it; `kpilot runs show ID` lists what
+   was tried.
+
+## Rules
+- Keep the entry point and its signature; do not modify inputs; return plain tensors.
+- No side streams, threads, caching of outputs, or patched timers: the guards reject them.
+- Report speedups only from `kpilot eval`/`bench` output, with the GPU and the case.
+"""
+
+TARGETS = {"claude": Path(".claude") / "skills" / "kernelpilot" / "SKILL.md", "codex": Path("AGENTS.md"),
+           "cursor": Path(".cursor") / "rules" / "kernelpilot.mdc"}
+FRONT = {"claude": "---\nname: kernelpilot\ndescription: Optimize GPU kernels (CUDA, HIP, Triton) with measured "
+                   "evidence: ISA analysis, profiling, correctness checks and benchmarks through kpilot.\n---\n\n",
+         "cursor": "---\ndescription: Optimizing GPU kernels with kpilot\nalwaysApply: false\n---\n\n", "codex": ""}
+
+
+@click.group("skill")
+def skill() -> None:
+    """A guide that teaches a coding agent the kpilot workflow."""
+
+
+@skill.command("install")
+@click.option("--for", "agent", type=click.Choice(sorted(TARGETS)), required=True, help="The coding agent.")
+@click.option("--print", "just_print", is_flag=True, help="Print the guide instead of writing it.")
+@click.option("--dir", "root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True, help="The project folder to write it into.")
+def install_cmd(agent: str, just_print: bool, root: Path) -> None:
+    """Write the guide where AGENT reads it (SKILL.md for Claude Code, AGENTS.md for Codex, a rule for Cursor)."""
+    text = FRONT[agent] + GUIDE
+    if just_print:
+        echo(text)
+        return
+    path = root / TARGETS[agent]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if agent == "codex" and path.exists():
+        current = path.read_text()
+        if GUIDE.splitlines()[0] in current:
+            echo(f"{path} already has the kernelpilot guide")
+            return
+        text = current.rstrip() + "\n\n" + GUIDE
+    path.write_text(text)
+    echo(f"wrote {path}")

@@ -1,0 +1,130 @@
+"""`kpilot mcp` as a subprocess, spoken to with the official MCP SDK's own client: over stdio and over the
+streamable HTTP transport on loopback. Tools listed; isa_analyze on a HIP kernel finds the cross-lane
+reduction through LDS; bad arguments give a tool error and the server goes on serving."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import EXAMPLES, ROOT, require_module, require_tool
+
+require_module("mcp")
+anyio = require_module("anyio")
+
+ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+HIP = EXAMPLES / "kernels" / "wave_argmax_bpermute.hip"
+
+
+async def _exercise(session) -> dict:
+    out = {}
+    await session.initialize()
+    tools = (await session.list_tools()).tools
+    out["names"] = {t.name for t in tools}
+    tool = next(t for t in tools if t.name == "isa_analyze")
+    out["schema"] = tool.input_schema
+    r = await session.call_tool("isa_analyze", {"source": str(HIP), "arch": "gfx942"})
+    out["analyze"] = (r.is_error, json.loads(r.content[0].text))
+    r = await session.call_tool("isa_analyze", {"source": 42})
+    out["bad"] = (r.is_error, r.content[0].text)
+    r = await session.call_tool("no_such_tool", {})
+    out["unknown"] = (r.is_error, r.content[0].text)
+    r = await session.call_tool("arch_info", {"name": "mi300x"})
+    out["after"] = (r.is_error, json.loads(r.content[0].text)["gpu"]["name"])
+    return out
+
+
+async def _long_call_reports_progress(session) -> tuple[list, dict]:
+    seen = []
+
+    async def progress(value, total, message):
+        seen.append((value, message))
+
+    row = EXAMPLES / "problems" / "row_softmax"
+    r = await session.call_tool("check", {"problem": str(row), "candidate": str(row / "candidates" / "triton_softmax.py"),
+                                          "device": "cpu", "seeds": 1}, progress_callback=progress)
+    return seen, json.loads(r.content[0].text)
+
+
+def _check(out: dict) -> None:
+    assert out["names"] >= {"isa_analyze", "isa_diff", "arch_info", "profile", "check", "bench", "eval",
+                            "optimize_start", "optimize_status", "runs"}
+    assert out["schema"]["required"] == ["source"] and "arch" in out["schema"]["properties"]
+    is_error, report = out["analyze"]
+    assert not is_error and report["schema"] == "kernelpilot.isa/1"
+    assert "amd.lds-crosslane" in {f["id"] for f in report["kernels"][0]["findings"]}
+    assert out["bad"][0] and "isa_analyze.source must be a string" in out["bad"][1]
+    assert out["unknown"][0] and "no tool named 'no_such_tool'" in out["unknown"][1]
+    assert out["after"] == (False, "AMD Instinct MI300X")       # still serving after the errors
+
+
+def test_stdio(tmp_path):
+    require_tool("clang++")
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(command=sys.executable, args=["-m", "kernelpilot", "mcp", "--workspace",
+                                                                 str(tmp_path)], env=ENV)
+
+    async def main():
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                return await _exercise(session), await _long_call_reports_progress(session)
+
+    out, (progress, checked) = anyio.run(main)
+    _check(out)
+    assert checked["correct"] is True and checked["schema"] == "kernelpilot.eval/1"
+    assert progress and "check: running for" in progress[0][1]
+
+
+def test_streamable_http_on_loopback(tmp_path):
+    require_tool("clang++")
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "kernelpilot", "mcp", "--http", str(port), "--workspace",
+                             str(tmp_path)], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            with socket.socket() as c:
+                if c.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert proc.poll() is None, proc.stderr.read().decode()
+            time.sleep(0.2)
+
+        async def main():
+            async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as streams:
+                read, write = streams[0], streams[1]
+                async with ClientSession(read, write) as session:
+                    return await _exercise(session)
+
+        _check(anyio.run(main))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_skill_install(tmp_path):
+    def kp(*args):
+        return subprocess.run([sys.executable, "-m", "kernelpilot", *args], capture_output=True, text=True, env=ENV,
+                              timeout=60)
+
+    r = kp("skill", "install", "--for", "claude", "--dir", str(tmp_path))
+    text = (tmp_path / ".claude" / "skills" / "kernelpilot" / "SKILL.md").read_text()
+    assert r.returncode == 0 and text.startswith("---\nname: kernelpilot\n") and "kpilot eval" in text
+    (tmp_path / "AGENTS.md").write_text("# Project rules\n\nBe nice.\n")
+    kp("skill", "install", "--for", "codex", "--dir", str(tmp_path))
+    kp("skill", "install", "--for", "codex", "--dir", str(tmp_path))          # twice: written once
+    agents = (tmp_path / "AGENTS.md").read_text()
+    assert agents.startswith("# Project rules") and agents.count("Optimizing GPU kernels with kernelpilot") == 1
+    r = kp("skill", "install", "--for", "cursor", "--print")
+    assert r.stdout.startswith("---\ndescription:") and not (tmp_path / ".cursor").exists()
