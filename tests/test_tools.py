@@ -80,3 +80,30 @@ def test_candidate_files_stay_in_the_workspace(tmp_path):
             call("write_candidate", {"path": bad, "text": ""}, ctx)
     with pytest.raises(KernelpilotError, match="no such file"):
         call("read_candidate", {"path": "missing.py"}, ctx)
+
+
+def test_optimize_start_status_and_runs(tmp_path):
+    import time
+
+    from conftest import require_module
+
+    require_module("triton")
+    scale = ROOT / "tests" / "data" / "problems" / "scale"
+    ctx = ToolContext(workspace=tmp_path)
+    started = call("optimize_start", {"problem": str(scale), "candidate": str(scale / "scale_tunable.py"),
+                                      "device": "cpu", "budget": 2}, ctx)
+    assert started["run"] == 1 and started["store"].endswith("runs.db")
+    deadline = time.time() + 300
+    while True:
+        status = call("optimize_status", {"run": 1}, ctx)
+        if status["run"]["status"] != "running" or time.time() > deadline:
+            break
+        time.sleep(1)
+    assert status["run"]["status"] == "done" and status["steps"] == 2
+    assert status["last"][0]["kind"] == "start" and "code" not in status["last"][0]
+    listed = call("runs", {}, ctx)["runs"]
+    assert [r["id"] for r in listed] == [1] and listed[0]["strategy"] == "search"
+    shown = call("runs", {"run": 1}, ctx)
+    assert len(shown["steps"]) == 2 and "KPILOT_TUNE" in shown["best_code"]
+    with pytest.raises(KernelpilotError, match="no run 7"):
+        call("optimize_status", {"run": 7}, ctx)
