@@ -12,6 +12,7 @@ KS = (4, 8)
 _BINDING = r"""
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
 
 template <typename T, int E, int NK, bool B>
 static void launch(const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& w, torch::Tensor& ids) {
@@ -68,7 +69,9 @@ def _extension():
     if _ext is None:
         from torch.utils.cpp_extension import load_inline
 
-        _ext = load_inline(name="kpilot_moe_topk_sigmoid_warp", cpp_sources="",
+        # load_inline binds the functions named in `functions`: their declarations go in cpp_sources
+        decl = "std::vector<torch::Tensor> topk_sigmoid_warp(torch::Tensor x, torch::Tensor bias, bool has_bias, int64_t k);"
+        _ext = load_inline(name="kpilot_moe_topk_sigmoid_warp", cpp_sources=decl,
                            cuda_sources=[(HERE / "topk_sigmoid_warp.cu").read_text() + _BINDING],
                            functions=["topk_sigmoid_warp"], extra_cuda_cflags=["-O3"], verbose=False)
     return _ext
