@@ -11,7 +11,7 @@ KS = (4, 8)
 
 _BINDING = r"""
 #include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
 
 template <typename T, int E, int NK, bool B>
@@ -19,7 +19,7 @@ static void launch(const torch::Tensor& x, const torch::Tensor& bias, torch::Ten
   const int tokens = (int)x.size(0);
   const int blocks = (tokens + 7) / 8;        // 8 warps per block, one token each
   if (blocks == 0) return;
-  moe::topk_sigmoid_warp<T, E, NK, B><<<blocks, 256, 0, at::cuda::getCurrentCUDAStream()>>>(
+  moe::topk_sigmoid_warp<T, E, NK, B><<<blocks, 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
       reinterpret_cast<const T*>(x.data_ptr()), B ? bias.data_ptr<float>() : nullptr, w.data_ptr<float>(),
       ids.data_ptr<int>(), tokens);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
