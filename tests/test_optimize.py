@@ -125,7 +125,9 @@ def test_search_end_to_end_on_cpu(searched):
     d, r = searched
     assert r.returncode == 0, r.stderr
     events = [json.loads(line) for line in r.stdout.splitlines()]
-    steps, end = events[:-1], events[-1]
+    assert events[0] == {"event": "run", "run": 1, "store": str((d / ".kpilot" / "runs.db").resolve()),
+                         "strategy": "search"}
+    steps, end = [e for e in events if e["event"] == "step"], events[-1]
     assert end["event"] == "end" and end["status"] == "done" and "budget of 8" in end["reason"]
     assert steps[0]["kind"] == "start" and steps[0]["params"] == {"BLOCK": 64, "NUM_WARPS": 1}
     assert len(steps) == 8 and all(s["event"] == "step" and s["passed"] for s in steps)
@@ -181,7 +183,9 @@ def test_killed_run_resumes_from_its_last_step(tmp_path):
                          start_new_session=True)
     seen = []
     for line in p.stdout:
-        seen.append(json.loads(line))
+        event = json.loads(line)
+        if event["event"] == "step":
+            seen.append(event)
         if len(seen) == 3:
             os.killpg(p.pid, signal.SIGKILL)     # the whole process group, workers included
             break
@@ -193,7 +197,7 @@ def test_killed_run_resumes_from_its_last_step(tmp_path):
     assert r.returncode == 0, r.stderr
     events = [json.loads(line) for line in r.stdout.splitlines()]
     assert events[-1]["status"] == "done" and "budget of 7" in events[-1]["reason"]
-    assert events[0]["n"] == len(before)         # carried on from the next step
+    assert events[0]["event"] == "run" and events[1]["n"] == len(before)   # carried on from the next step
     with RunStore(tmp_path / ".kpilot" / "runs.db", create=False) as s:
         after = s.steps(1)
     assert [x.n for x in after] == list(range(7))
