@@ -396,3 +396,20 @@ def _runs(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     best = next((st for st in steps if st.n == run.best_step), None)
     return {"run": run.to_json(), "steps": [st.to_json(code=False) for st in steps],
             "best_code": best.code if best else None}
+
+
+# ------------------------------------------------------------------ documentation
+
+
+@_register("docs_search", """Search the architecture and ISA documentation (the built-in corpus: GPU execution
+    models, SASS and AMDGCN instruction guides such as DPP modifiers, profiler metrics; plus documents the user
+    added) for passages that explain a finding, a metric or an instruction. Each hit has a citation
+    (CORPUS/DOCUMENT#ANCHOR) to quote.""",
+           {"query": _str("Words to search for, e.g. 'row_bcast', 'long scoreboard stall'."),
+            "corpus": _str("Only this corpus."), "limit": _int("Passages at most (default 5).", 1)}, ("query",))
+def _docs_search(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    from kernelpilot.docs.index import DocsIndex
+
+    with DocsIndex() as d:
+        hits = d.search(a["query"], corpus=a.get("corpus"), limit=a.get("limit") or 5)
+    return {"query": a["query"], "hits": [h.to_json() for h in hits]}

@@ -25,6 +25,7 @@ def cli() -> None:
 def _register() -> None:
     from kernelpilot.cli import agents as agents_cmd
     from kernelpilot.cli import arch as arch_cmd
+    from kernelpilot.cli import docs as docs_cmd
     from kernelpilot.cli import doctor as doctor_cmd
     from kernelpilot.cli import eval as eval_cmd
     from kernelpilot.cli import isa as isa_cmd
@@ -42,6 +43,7 @@ def _register() -> None:
     cli.add_command(optimize_cmd.runs)
     cli.add_command(agents_cmd.mcp_cmd)
     cli.add_command(agents_cmd.skill)
+    cli.add_command(docs_cmd.docs)
 
 
 def main(argv: list[str] | None = None) -> None:
