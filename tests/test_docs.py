@@ -137,3 +137,27 @@ def test_cli_one_line_errors_and_json(tmp_path):
         r = kp(*args)
         lines = r.stderr.strip().splitlines()
         assert r.returncode in (1, 2) and len(lines) == 1 and needle in lines[0], r.stderr
+
+
+def test_every_finding_and_diagnosis_cites_a_passage_that_exists(index):
+    import re
+
+    from kernelpilot.docs.links import FINDING_DOCS
+
+    src = ROOT / "src" / "kernelpilot"
+    ids = set(re.findall(r'id="([a-z]+\.[a-z-]+)"', (src / "isa" / "findings.py").read_text()))
+    ids |= set(re.findall(r'id="([a-z]+\.[a-z-]+)"', (src / "profile" / "diagnose.py").read_text()))
+    ids |= {"occupancy.registers", "occupancy.shared"}
+    assert ids <= set(FINDING_DOCS), sorted(ids - set(FINDING_DOCS))
+    for cites in FINDING_DOCS.values():
+        for c in cites:
+            assert index.show(c)["text"]
+
+
+def test_profile_diagnoses_carry_their_citations(shared_dir):
+    from kernelpilot.profile.load import load_profile
+
+    fx = shared_dir / "fixtures" / "ncu-h200"
+    small = load_profile(fx / "ncu_raw.csv").kernels[0]
+    assert small.diagnoses[0].docs == ["builtin/nvidia.md#waves-per-sm"]
+    assert small.to_json()["diagnoses"][0]["docs"] == ["builtin/nvidia.md#waves-per-sm"]

@@ -89,7 +89,7 @@ def test_json_has_the_design_names(fx):
         assert key in k, key
     assert set(k["occupancy"]) >= {"theoretical_pct", "achieved_pct", "limiter"}
     assert set(k["throughput"]) >= {"sm_pct", "memory_pct", "dram_pct"}
-    assert set(k["diagnoses"][0]) == {"id", "severity", "title", "evidence", "suggestion"}
+    assert set(k["diagnoses"][0]) == {"id", "severity", "title", "evidence", "suggestion", "docs"}
     assert "metrics" not in k
     assert d["totals"][0]["name"] == "add" and d["totals"][0]["launches"] == 2
 

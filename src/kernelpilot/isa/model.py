@@ -167,6 +167,13 @@ class Finding:
     title: str
     evidence: dict[str, Any]   # counts, addresses, resource values: the facts that made it fire
     suggestion: str
+    docs: list[str] = field(default_factory=list)   # citations of the built-in passages that explain it
+
+    def __post_init__(self) -> None:
+        if not self.docs:
+            from kernelpilot.docs.links import for_finding
+
+            self.docs = for_finding(self.id)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
