@@ -161,3 +161,31 @@ def test_profile_diagnoses_carry_their_citations(shared_dir):
     small = load_profile(fx / "ncu_raw.csv").kernels[0]
     assert small.diagnoses[0].docs == ["builtin/nvidia.md#waves-per-sm"]
     assert small.to_json()["diagnoses"][0]["docs"] == ["builtin/nvidia.md#waves-per-sm"]
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+def test_ask_answers_from_passages_with_citations(tmp_path, provider):
+    require_module(provider)
+    sys.path.insert(0, str(ROOT / "tests"))
+    from llm_server import ScriptedLLM
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "KPILOT_DOCS_DB": str(tmp_path / "d.db")}
+    answer = ("row_bcast:15 sends lane 15 of each row to the next row [builtin/amdgcn.md#dpp-row-bcast].")
+    with ScriptedLLM([{"text": answer, "tool_calls": []}]) as llm:
+        r = subprocess.run([sys.executable, "-m", "kernelpilot", "docs", "ask", "what", "does", "row_bcast", "do",
+                            "--provider", provider, "--base-url", llm.url(provider), "--api-key", "k", "--json"],
+                           capture_output=True, text=True, env=env, timeout=120)
+        sent = json.dumps(llm.requests[0]["body"])
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["answer"] == answer and out["citations"] == ["builtin/amdgcn.md#dpp-row-bcast"]
+    assert "builtin/amdgcn.md#dpp-row-bcast" in out["passages"]
+    assert "row_mask:0xa" in sent and "ONLY the numbered passages" in sent     # the passages went to the model
+
+
+def test_ask_without_matching_passages_says_so_without_a_model(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "KPILOT_DOCS_DB": str(tmp_path / "d.db")}
+    r = subprocess.run([sys.executable, "-m", "kernelpilot", "docs", "ask", "zebra", "quokka", "--json"],
+                       capture_output=True, text=True, env={k: v for k, v in env.items() if not k.endswith("API_KEY")},
+                       timeout=120)
+    assert r.returncode == 0 and json.loads(r.stdout)["answer"] == "The documentation corpus holds no answer to this question."

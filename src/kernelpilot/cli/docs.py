@@ -4,6 +4,7 @@
     kpilot docs show CITATION [--json]
     kpilot docs add PATH [--name NAME]        a folder, PDF, HTML, Markdown or text file
     kpilot docs list | remove NAME
+    kpilot docs ask QUESTION [--provider ...] [--model ...] [--base-url ...] [--api-key ...]
 """
 
 from __future__ import annotations
@@ -96,3 +97,34 @@ def remove_cmd(name: str) -> None:
     with DocsIndex() as d:
         d.remove(name)
     echo(f"removed {name!r}")
+
+
+@docs.command("ask")
+@click.argument("question", nargs=-1, required=True)
+@click.option("--corpus", help="Only this corpus.")
+@click.option("--provider", type=click.Choice(["anthropic", "openai"]), help="As for kpilot optimize --strategy llm.")
+@click.option("--model", help="The model.")
+@click.option("--base-url", help="The endpoint (any OpenAI-compatible server with --provider openai).")
+@click.option("--api-key", help="The key (default: the provider's environment variable).")
+@click.option("--json", "as_json", is_flag=True)
+def ask_cmd(question, corpus, provider, model, base_url, api_key, as_json) -> None:
+    """Answer QUESTION from the documentation only, citing the passages used."""
+    from kernelpilot.docs.ask import ask
+    from kernelpilot.docs.index import DocsIndex
+    from kernelpilot.loop.llm_client import connect, load_config
+
+    with DocsIndex() as d:
+        text = " ".join(question)
+        if not d.search(text, corpus=corpus, limit=1):
+            from kernelpilot.docs.ask import NO_ANSWER
+
+            out = {"answer": NO_ANSWER, "citations": [], "passages": []}
+        else:
+            cfg = load_config(provider=provider, model=model, api_key=api_key, base_url=base_url)
+            out = ask(text, connect(cfg), index=d, corpus=corpus)
+    if as_json:
+        emit_json(out)
+        return
+    echo(out["answer"])
+    if out["citations"]:
+        echo("\ncited: " + ", ".join(out["citations"]))
