@@ -154,12 +154,17 @@ def test_every_finding_and_diagnosis_cites_a_passage_that_exists(index):
             assert index.show(c)["text"]
 
 
-def test_profile_diagnoses_carry_their_citations(shared_dir):
+def test_profile_diagnoses_carry_their_citations(shared_dir, tmp_path):
     from kernelpilot.profile.load import load_profile
 
     fx = shared_dir / "fixtures" / "ncu-h200"
-    small = load_profile(fx / "ncu_raw.csv").kernels[0]
+    small, full = load_profile(fx / "ncu_raw.csv").kernels
     assert small.diagnoses[0].docs == ["builtin/nvidia.md#waves-per-sm"]
+    assert small.bound_evidence["docs"] == ["builtin/playbook.md#launch-bound"]
+    assert full.bound_evidence["docs"] == ["builtin/playbook.md#memory-bound"]
+    with DocsIndex(tmp_path / "d.db") as d:
+        for bound in ("launch", "latency", "memory", "compute"):
+            assert d.show(f"builtin/playbook.md#{bound}-bound")["text"]
     assert small.to_json()["diagnoses"][0]["docs"] == ["builtin/nvidia.md#waves-per-sm"]
 
 

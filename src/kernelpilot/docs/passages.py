@@ -55,6 +55,8 @@ def _markdown(text: str, document: str) -> list[Passage]:
     seen: dict[str, int] = {}
     for line in text.splitlines():
         m = _HEADING.match(line)
+        if m and len(m.group(1)) == 1:
+            continue                    # the document's title: it names the document, not a passage
         if m and len(m.group(1)) >= 2:
             flush()
             title = m.group(2)

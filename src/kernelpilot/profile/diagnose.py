@@ -28,7 +28,15 @@ TAIL_IDLE = 0.1            # the last partial wave leaves this share of the laun
 
 
 def classify(k: KernelLaunch) -> tuple[str | None, dict[str, Any]]:
-    """``launch``, ``latency``, ``memory`` or ``compute``, with the numbers that decided it."""
+    """``launch``, ``latency``, ``memory`` or ``compute``, with the numbers that decided it (and, in
+    ``docs``, the playbook passage for that class)."""
+    bound, ev = _classify(k)
+    if bound:
+        ev["docs"] = [f"builtin/playbook.md#{bound}-bound"]
+    return bound, ev
+
+
+def _classify(k: KernelLaunch) -> tuple[str | None, dict[str, Any]]:
     sm, mem = k.throughput.get("sm_pct"), k.throughput.get("memory_pct")
     if sm is None or mem is None:
         return None, {}
