@@ -3,7 +3,7 @@
 Each step is a fresh conversation. The model sees the problem (its reference and cases), the current best
 kernel with its time and speedup, the GPU, and the history of the run (every hypothesis, whether it passed,
 its speedup or why it failed). It may call the analysis tools (arch_info, isa_analyze, isa_diff, profile,
-read_candidate; tools.py) and ends the step with ``submit_candidate`` (a written hypothesis and the whole
+read_candidate, docs_search; tools.py) and ends the step with ``submit_candidate`` (a written hypothesis and the whole
 new file). The loop checks and times the submission and records it as a step; a submission that does not
 compile, is wrong or is rejected by a guard goes back to the model as the tool's error, for a bounded
 number of retries. ``stop_optimizing`` ends the run. Tokens and cost are recorded on each step.
@@ -25,7 +25,7 @@ from kernelpilot.tools import REGISTRY, Tool, ToolContext, call
 
 __all__ = ["run_agent", "AGENT_TOOLS", "SYSTEM_PROMPT"]
 
-AGENT_TOOLS = ("arch_info", "isa_analyze", "isa_diff", "profile", "read_candidate")
+AGENT_TOOLS = ("arch_info", "isa_analyze", "isa_diff", "profile", "read_candidate", "docs_search")
 RESULT_LIMIT = 20_000          # characters of a tool result shown to the model
 
 SYSTEM_PROMPT = """You are a GPU kernel engineer optimizing one kernel for speed without changing its results.
