@@ -345,6 +345,8 @@ def _optimize_start(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     import sys
     import time as _time
 
+    from kernelpilot.toolchain.run import kernelpilot_env
+
     store = ctx.workspace / ".kpilot" / "runs.db"
     log = ctx.workspace / ".kpilot" / f"optimize-{int(_time.time() * 1000)}.jsonl"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -355,7 +357,8 @@ def _optimize_start(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         if a.get(key) is not None:
             cmd += [flag, str(a[key])]
     with open(log, "w") as out, open(log.with_suffix(".err"), "w") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ctx.workspace, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ctx.workspace, env=kernelpilot_env(),
+                                start_new_session=True)
     deadline = _time.time() + 120
     while _time.time() < deadline:
         for line in log.read_text().splitlines():

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kernelpilot.toolchain.run import kernelpilot_env
+
 __all__ = ["run_job", "WorkerProcess", "WorkerPool", "describe_exit"]
 
 _SIGNALS = {
@@ -49,9 +51,7 @@ def _tail(path: Path, limit: int = 3000) -> str:
 
 
 def _env(device: str) -> dict[str, str]:
-    env = dict(os.environ)
-    src = str(Path(__file__).resolve().parents[2])   # the folder holding the kernelpilot package
-    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = kernelpilot_env()
     env.setdefault("PYTHONUNBUFFERED", "1")
     if not device.startswith("cuda"):
         env["TRITON_INTERPRET"] = "1"   # Triton kernels run on CPU tensors through the interpreter

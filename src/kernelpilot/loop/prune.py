@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from kernelpilot.toolchain.run import kernelpilot_env
 
 __all__ = ["Verdict", "spec_kernels", "static_verdict", "analyze_file", "isa_summary"]
 
@@ -39,11 +40,9 @@ def spec_kernels(source: str) -> list[str]:
 def analyze_file(path: Path, arch: str, kernel: str, *, timeout: float = 300.0) -> dict[str, Any]:
     """``kpilot isa analyze PATH:KERNEL --arch ARCH --json`` in a separate process (the file is candidate code):
     the kernel's report, or ``{"error": ...}``."""
-    src = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": src + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")}
     cmd = [sys.executable, "-m", "kernelpilot", "isa", "analyze", f"{path}:{kernel}", "--arch", arch, "--json"]
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=kernelpilot_env())
     except subprocess.TimeoutExpired:
         return {"error": f"the offline compile took over {timeout:.0f} s"}
     if p.returncode != 0:

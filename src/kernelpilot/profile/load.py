@@ -136,11 +136,11 @@ def run_profile(command: list[str], opts: ProfileOptions, *, gpu: str | None = N
 
 def run_torch_profile(command: list[str], opts: ProfileOptions, *, gpu: str | None = None) -> Profile:
     """Time every kernel of a Python command with the PyTorch profiler (no counters); the trace is kept."""
-    import os
     import subprocess
     import sys
 
     from kernelpilot.profile.torch_timing import profile_from_trace, trace_device
+    from kernelpilot.toolchain.run import kernelpilot_env
 
     found = python_script(command)
     if found is None:
@@ -151,12 +151,9 @@ def run_torch_profile(command: list[str], opts: ProfileOptions, *, gpu: str | No
         raise KernelpilotError(f"{script}: no such file.")
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     trace = opts.out_dir / f"{opts.name}.trace.json"
-    src = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = src + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
         p = subprocess.run([sys.executable, "-m", "kernelpilot.profile.torch_timing", str(trace), script, *args],
-                           capture_output=True, text=True, env=env, timeout=opts.timeout)
+                           capture_output=True, text=True, env=kernelpilot_env(), timeout=opts.timeout)
     except subprocess.TimeoutExpired:
         raise KernelpilotError(f"the command did not finish within {opts.timeout:.0f} s.") from None
     if not trace.exists():

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 from kernelpilot.errors import CompileError, KernelpilotError, ToolError
 
-__all__ = ["run_tool", "ToolResult"]
+__all__ = ["run_tool", "ToolResult", "kernelpilot_env"]
+
+
+def kernelpilot_env() -> dict[str, str]:
+    """This process's environment with this kernelpilot first on PYTHONPATH, for a child Python process
+    (a worker, an offline compile, a profiled script) that must import the same package."""
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[2])   # the folder holding the kernelpilot package
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
 
 
 class ToolResult:
