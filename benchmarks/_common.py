@@ -44,7 +44,10 @@ def environment() -> dict:
 
 
 def _git_rev() -> str | None:
-    """The commit measured, with "+changes" when the source differs from it (results files aside)."""
+    """The commit measured, with "+changes" when the source differs from it (results files aside).
+    KPILOT_GIT_REV names it where the tree was copied without its history."""
+    if os.environ.get("KPILOT_GIT_REV"):
+        return os.environ["KPILOT_GIT_REV"]
     here = Path(__file__).parent
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,

@@ -507,3 +507,14 @@ def test_clone_data_copies_every_tensor():
     assert copy[2].weight.stride() == w.stride()
     assert copy[1][0].requires_grad and copy[1][0].is_leaf
     assert copy[2].scale == 2.0
+
+
+def test_compile_baseline_never_falls_back_to_eager_silently():
+    """Dynamo runs a function eagerly after 8 recompiles; a baseline gets room for every case, or fails."""
+    import torch._dynamo.config as dynamo
+
+    from kernelpilot.evaluate.formats import torch_compiled
+
+    fn = torch_compiled(lambda x: x + 1)
+    assert callable(fn)
+    assert dynamo.recompile_limit >= 256 and dynamo.fail_on_recompile_limit_hit is True

@@ -8,7 +8,7 @@ from pathlib import Path
 from kernelpilot.errors import UsageError
 from kernelpilot.evaluate.problem import Problem, ProblemRuntime
 
-__all__ = ["detect_and_load", "runtime_for"]
+__all__ = ["detect_and_load", "runtime_for", "torch_compiled"]
 
 
 FORMATS = ("native", "gpumode", "kernelbench")
@@ -37,3 +37,17 @@ def detect_and_load(path: Path) -> Problem:
 
 def runtime_for(problem: Problem) -> ProblemRuntime:
     return _module(problem.format).runtime(problem)
+
+
+def torch_compiled(fn):
+    """``torch.compile(fn)`` as a baseline: PyTorch's defaults (shapes made dynamic once they change), with
+    room for every case's recompile. Past Dynamo's default limit of 8 it would run the rest eagerly and time
+    eager code as torch.compile; if a baseline still hits the raised limit, it fails instead."""
+    import torch
+    import torch._dynamo.config as dynamo
+
+    for name, value in (("recompile_limit", 256), ("accumulated_recompile_limit", 4096),
+                        ("fail_on_recompile_limit_hit", True)):
+        if hasattr(dynamo, name):
+            setattr(dynamo, name, value)
+    return torch.compile(fn)

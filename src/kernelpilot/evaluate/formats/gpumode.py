@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpilot.errors import InputFormatError, UsageError
+from kernelpilot.evaluate.formats import torch_compiled
 from kernelpilot.evaluate.formats.kernelbench import defined_names, exception_line, parse_source, problem_code_error
 from kernelpilot.evaluate.formats.native import case_name
 from kernelpilot.evaluate.problem import Case, Problem
@@ -338,9 +339,7 @@ class GpuModeRuntime:
         if kind == "eager":
             return self._ref_kernel
         if kind == "compile":
-            import torch
-
-            return torch.compile(self._ref_kernel)
+            return torch_compiled(self._ref_kernel)
         raise UsageError(f"unknown baseline {kind!r}; known: eager, compile.")
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpilot.errors import InputFormatError, KernelpilotError, UsageError
+from kernelpilot.evaluate.formats import torch_compiled
 from kernelpilot.evaluate.problem import DEFAULT_TOLERANCES, Case, Problem, Tolerance
 
 __all__ = ["detect", "load", "runtime", "KernelBenchRuntime", "defined_names", "parse_source",
@@ -297,7 +298,7 @@ class KernelBenchRuntime:
         def call(*inputs):
             if not ready:
                 model = self._reference_model(_device_of(inputs) or self._device or "cpu")
-                ready.append(model if kind == "eager" else torch.compile(model))
+                ready.append(model if kind == "eager" else torch_compiled(model))
             return ready[0](*inputs)
 
         return call

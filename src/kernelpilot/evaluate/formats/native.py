@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpilot.errors import InputFormatError
+from kernelpilot.evaluate.formats import torch_compiled
 from kernelpilot.evaluate.problem import Case, Problem, Tolerance
 
 __all__ = ["detect", "load", "runtime", "case_name", "hidden_variants"]
@@ -188,9 +189,7 @@ class NativeRuntime:
         """The reference itself as a baseline: ``eager`` or ``compile`` (torch.compile)."""
         if kind == "eager":
             return self._reference
-        import torch
-
-        return torch.compile(self._reference)
+        return torch_compiled(self._reference)
 
     def check(self, inputs, output, expected, case):
         """The problem's own check, where it has one: ``(ok, message)``; else None (the standard comparison)."""

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The GPU validation steps of this repository, run within a deadline on a machine with one or more GPUs: each
+# lane (a comma-separated list of steps) runs on a GPU of its own, the lanes side by side, a lane's steps in
+# turn, each cut off at the deadline. Each step writes into OUTDIR/<step>/ (its console output in log.txt,
+# how it ended in exit.txt), and OUTDIR is packed into TARBALL after every step, so a cut-off run keeps what
+# it finished.
+#
+# Usage, from the repository root:  bash benchmarks/gpu_session.sh OUTDIR TARBALL DEADLINE_S LANE [LANE...]
+#   e.g. bash benchmarks/gpu_session.sh /tmp/gs $OUT/gs.tar.gz 540 pytest-gpu,timing moe-check,moe-bench
+# Steps:
+#   pytest-gpu        python -m pytest -m gpu tests
+#   timing            benchmarks/eval_timing.py (agreement with Nsight Compute, repeatability, speed)
+#   profile-capture   tests/fixtures/ncu_profile/capture.sh (three planted problems under ncu)
+#   optimize-search   benchmarks/optimize_search.sh (the search strategy on softmax_wide)
+#   e2e-kernelbench, e2e-gpumode, e2e-native    benchmarks/gpu_eval_validation.sh, one part each
+#   moe-check         kpilot check of the MoE kernels on every case of both variants
+#   moe-bench         examples/moe_topk_sigmoid/bench.py (bfloat16)
+set -uo pipefail
+out=${1:?usage: gpu_session.sh OUTDIR TARBALL DEADLINE_S LANE [LANE...]}
+tarball=${2:?usage: gpu_session.sh OUTDIR TARBALL DEADLINE_S LANE [LANE...]}
+deadline=$(( $(date +%s) + ${3:?usage: gpu_session.sh OUTDIR TARBALL DEADLINE_S LANE [LANE...]} ))
+shift 3
+mkdir -p "$out"
+export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+MOE=examples/moe_topk_sigmoid
+
+step() {  # name, directory: the step's commands; stdout and stderr go to log.txt
+  local name=$1 dir=$2
+  case $name in
+    pytest-gpu) python3 -m pytest -q -m gpu -p no:cacheprovider tests ;;
+    timing) python3 benchmarks/eval_timing.py && cp benchmarks/results/eval_timing.json "$dir/" ;;
+    profile-capture) bash tests/fixtures/ncu_profile/capture.sh "$dir" ;;
+    optimize-search) bash benchmarks/optimize_search.sh "$dir" ;;
+    e2e-kernelbench|e2e-gpumode|e2e-native) bash benchmarks/gpu_eval_validation.sh "$dir" "${name#e2e-}" ;;
+    moe-check)
+      local rc=0
+      for kernel in dispatch.py topk_sigmoid_cuda.py topk_sigmoid_triton.py; do
+        for variant in plain biased; do
+          python3 -m kernelpilot check "$MOE/$variant" -c "$MOE/kernels/$kernel" --json \
+              > "$dir/check_${variant}_${kernel%.py}.json" || rc=1
+          python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); bad=[c["case"]+": "+c["message"][:120] for c in r.get("cases",[]) if not c.get("ok")]; print(sys.argv[1].rsplit("/",1)[-1], "correct", r.get("correct"), "passed", r.get("passed"), "cases", len(r.get("cases",[])), "failed", len(bad), bad[:3], r.get("error"))' \
+              "$dir/check_${variant}_${kernel%.py}.json"
+        done
+      done
+      return $rc ;;
+    moe-bench) python3 "$MOE/bench.py" --dtype bfloat16 && cp "$MOE"/results/* "$dir/" ;;
+    *) echo "unknown step $name"; return 2 ;;
+  esac
+}
+
+pack() {  # [tag]: a temporary name of its own for each lane
+  local tmp="$tarball.${1:-all}.tmp"
+  tar -czf "$tmp" -C "$(dirname "$out")" "$(basename "$out")" 2>/dev/null && mv -f "$tmp" "$tarball"
+}
+
+lane() {  # gpu index, steps
+  local gpu=$1 steps=$2
+  for name in ${steps//,/ }; do
+    local left=$(( deadline - $(date +%s) ))
+    local dir="$out/$name"
+    mkdir -p "$dir"
+    if [ "$left" -lt 20 ]; then echo "not started: deadline" > "$dir/exit.txt"; continue; fi
+    local t0=$(date +%s)
+    CUDA_VISIBLE_DEVICES=$gpu timeout -k 10 "$left" bash -c "$(declare -f step); MOE=$MOE; step $name $dir" \
+        > "$dir/log.txt" 2>&1
+    local rc=$?
+    echo "exit $rc after $(( $(date +%s) - t0 )) s on GPU $gpu$([ $rc = 124 ] && echo ' (cut off at the deadline)')" > "$dir/exit.txt"
+    echo "[lane $gpu] $name: $(cat "$dir/exit.txt")"
+    pack "$gpu"
+  done
+}
+
+{ date -u +%Y-%m-%dT%H:%MZ; nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader
+  python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'; } > "$out/environment.txt"
+i=0
+for steps in "$@"; do lane "$i" "$steps" & i=$((i + 1)); done
+wait
+pack
+echo "packed into $tarball"
