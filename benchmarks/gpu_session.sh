@@ -13,8 +13,10 @@
 #   profile-capture   tests/fixtures/ncu_profile/capture.sh (three planted problems under ncu)
 #   optimize-search   benchmarks/optimize_search.sh (the search strategy on softmax_wide)
 #   e2e-kernelbench, e2e-gpumode, e2e-native    benchmarks/gpu_eval_validation.sh, one part each
-#   moe-check         kpilot check of the MoE kernels on every case of both variants
-#   moe-bench         examples/moe_topk_sigmoid/bench.py (bfloat16)
+#   moe-check         kpilot check of the MoE CUDA kernel and the dispatcher on every case of both variants
+#   moe-profile       kpilot profile of both CUDA kernels on the largest bfloat16 cases, and their diff
+#   moe-bench-large   examples/moe_topk_sigmoid/bench.py on the cases of 8192 tokens or more (bfloat16)
+#   moe-bench-plain, moe-bench-biased    bench.py on every bfloat16 case of one variant (the report merges both)
 set -uo pipefail
 out=${1:?usage: gpu_session.sh OUTDIR TARBALL DEADLINE_S LANE [LANE...]}
 tarball=${2:?usage: gpu_session.sh OUTDIR TARBALL DEADLINE_S LANE [LANE...]}
@@ -34,7 +36,7 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
     e2e-kernelbench|e2e-gpumode|e2e-native) bash benchmarks/gpu_eval_validation.sh "$dir" "${name#e2e-}" ;;
     moe-check)
       local rc=0
-      for kernel in dispatch.py topk_sigmoid_cuda.py topk_sigmoid_triton.py; do
+      for kernel in topk_sigmoid_cuda.py dispatch.py; do
         for variant in plain biased; do
           python3 -m kernelpilot check "$MOE/$variant" -c "$MOE/kernels/$kernel" --json \
               > "$dir/check_${variant}_${kernel%.py}.json" || rc=1
@@ -43,7 +45,19 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
         done
       done
       return $rc ;;
-    moe-bench) python3 "$MOE/bench.py" --dtype bfloat16 && cp "$MOE"/results/* "$dir/" ;;
+    moe-profile)
+      for variant in plain biased; do
+        for kernel in topk_sigmoid_cuda_warp topk_sigmoid_cuda; do
+          python3 -m kernelpilot profile --problem "$MOE/$variant" --candidate "$MOE/kernels/$kernel.py" \
+              --case experts=256,tokens=65536,k=8,dtype=bfloat16 --kernel topk_sigmoid --launch-count 1 \
+              --out "$dir" --name "${variant}_$kernel" --json > "$dir/${variant}_$kernel.json"
+          python3 -m kernelpilot profile --import "$dir/${variant}_$kernel.ncu-rep"
+        done
+        python3 -m kernelpilot profile diff "$dir/${variant}_topk_sigmoid_cuda_warp.json" "$dir/${variant}_topk_sigmoid_cuda.json"
+      done ;;
+    moe-bench-large) python3 "$MOE/bench.py" --dtype bfloat16 --tokens 8192 --tokens 65536 && cp "$MOE"/results/* "$dir/" ;;
+    moe-bench-plain|moe-bench-biased)
+      python3 "$MOE/bench.py" --dtype bfloat16 --variant "${name#moe-bench-}" && cp "$MOE"/results/* "$dir/" ;;
     *) echo "unknown step $name"; return 2 ;;
   esac
 }

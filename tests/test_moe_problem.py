@@ -115,13 +115,32 @@ def test_cuda_kernel_uses_redux_and_vector_loads(has_bias):
     assert "mem.narrow-global-loads" not in {f.id for f in k.findings}
 
 
+@pytest.mark.parametrize("experts,redux,shuffles", [(256, 8, 0), (64, 0, 24)])
+def test_keys_kernel_takes_one_group_max_per_round(experts, redux, shuffles):
+    """The packed-key kernel for sm_90, bf16 logits, k 8: per round one REDUX (a whole warp per token) or three
+    xor shuffles (8 lanes per token); one 128-bit load of logits per lane; no spills, full occupancy."""
+    from conftest import require_tool
+
+    require_tool("nvcc")
+    from kernelpilot.isa import analyze
+
+    (k,) = analyze(MOE / "kernels" / "topk_sigmoid_keys.cu", arch="sm_90", block_size=128,
+                   defines={"MOE_EXPERTS": str(experts), "MOE_K": "8", "MOE_BIAS": "0", "MOE_DTYPE": "__nv_bfloat16"})
+    ops = k.opcodes
+    assert sum(n for op, n in ops.items() if op.startswith("REDUX")) == redux
+    assert sum(n for op, n in ops.items() if op.startswith("SHFL")) == shuffles
+    assert sum(n for op, n in ops.items() if op.startswith("LDG") and ".128" in op) == 1
+    assert k.resources.spill_store_bytes == 0 and k.occupancy.percent == 100
+
+
 GPU_CASES = [f"experts={e},tokens={t},k={k},dtype={d}" for e, t, k, d in
              [(64, 1, 4, "float32"), (128, 1024, 8, "float16"), (256, 8192, 8, "bfloat16"), (256, 65536, 4, "float32")]]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", ["plain", "biased"])
-@pytest.mark.parametrize("kernel", ["topk_sigmoid_cuda.py", "dispatch.py", "topk_sigmoid_triton.py"])
+@pytest.mark.parametrize("kernel", ["topk_sigmoid_cuda.py", "topk_sigmoid_cuda_warp.py", "dispatch.py",
+                                    "topk_sigmoid_triton.py"])
 def test_kernels_are_correct_on_the_gpu(variant, kernel):
     res = check(MOE / variant, MOE / "kernels" / kernel, EvalOptions(device="cuda", seeds=2, cases=GPU_CASES))
     assert res.correct and res.passed, ([(c.case, c.message) for c in res.cases if not c.ok], res.error,

@@ -3,7 +3,10 @@ results/<gpu>.json and results/<gpu>.md: per case, PyTorch eager, torch.compile,
 with the L2 flushed, new inputs every call; and CUDA-graph replay), the floor, and the speedups.
 
 Floor: the larger of the bytes the case must move over the GPU's peak bandwidth (the problem's [cost]) and
-the launch floor, the CUDA-graph replay time of an empty kernel on this GPU.
+the launch floor, a one-element kernel timed the same way on this GPU.
+
+Each variant's rows go to results/<gpu>.<variant>.<dtype>.rows.json, and every rows file of the GPU and dtype
+is merged into the report, so the two variants can run at once (on two GPUs, say):
 
     python examples/moe_topk_sigmoid/bench.py [--dtype bfloat16] [--budget 0.5] [--variant plain] [--tokens ...]
 """
@@ -24,30 +27,107 @@ sys.path.insert(0, str(HERE.parents[1] / "src"))
 from kernelpilot.evaluate.problem import load_problem  # noqa: E402
 from kernelpilot.evaluate.runner import EvalOptions, bench  # noqa: E402
 
-KERNELS = ["topk_sigmoid_triton.py", "topk_sigmoid_cuda.py", "dispatch.py"]
+KERNELS = ["topk_sigmoid_triton.py", "topk_sigmoid_cuda_warp.py", "topk_sigmoid_cuda.py"]
 
 
 def launch_floor_us() -> float:
-    """CUDA-graph replay time of an empty kernel (median of 200)."""
+    """The launch floor: a one-element kernel timed as `kpilot bench` times a candidate (L2 flushed, the GPU
+    kept busy while the host launches, CUDA events around the call), median of 200."""
     import torch
 
+    from kernelpilot.evaluate.timing import gpu_sampler
+
     x = torch.zeros(1, device="cuda")
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        x.add_(0)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        x.add_(0)
-    times = []
-    for _ in range(200):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1000)
-    return statistics.median(times)
+    sample = gpu_sampler(lambda: x.add_(0))
+    for i in range(-20, 0):
+        sample(i)
+    return statistics.median(sample(i) for i in range(200))
+
+
+def bench_variant(variant: str, dtype: str, budget: float, tokens: list[int] | None, floor_launch: float) -> list:
+    """One row per case of the variant: the baselines, each kernel, the floor."""
+    prob = load_problem(HERE / variant)
+    cases = [c.name for c in prob.cases if not c.hidden and c.params["dtype"] == dtype
+             and (not tokens or c.params["tokens"] in tokens)]
+    per_kernel, baselines, floors = {}, {}, {}
+    for i, kernel in enumerate(KERNELS):
+        opts = EvalOptions(device="cuda", cases=cases, graphs=True, timing={"budget_s": budget},
+                           baselines=["eager", "compile"] if i == 0 else [])
+        res = bench(prob, HERE / "kernels" / kernel, opts)
+        per_kernel[kernel] = {b.case: b for b in res.bench}
+        if i == 0:
+            baselines = {b.case: b.baselines for b in res.bench}
+            floors = {b.case: (b.roofline or {}).get("floor_us") for b in res.bench}
+        if not res.passed:
+            print(f"{variant} {kernel}: did not pass: {res.error or [f.message for f in res.flags][:2]}")
+    rows = []
+    for case in cases:
+        base = baselines.get(case, {})
+        eager = (base.get("eager") or {}).get("median_us")
+        comp = (base.get("compile") or {}).get("median_us")
+        floor = max(floors.get(case) or 0.0, floor_launch)
+        row = {"variant": variant, "case": case, "params": prob.case(case).params, "eager_us": eager,
+               "compile_us": comp, "floor_us": round(floor, 3)}
+        for kernel, by_case in per_kernel.items():
+            b = by_case.get(case)
+            t = (b.timing or {}).get("median_us") if b else None
+            g = (b.graph_timing or {}).get("median_us") if b and b.graph_timing else None
+            row[kernel] = {"median_us": t, "graph_us": g, "check_ok": b.check_ok if b else False,
+                           "vs_eager": round(eager / t, 3) if eager and t else None,
+                           "vs_compile": round(comp / t, 3) if comp and t else None,
+                           "of_floor": round(t / floor, 3) if t else None}
+        rows.append(row)
+        print(json.dumps(row))
+    return rows
+
+
+def report(name: str, gpu: str, dtype: str) -> None:
+    """Merge the rows files of every variant run on this GPU and dtype into NAME.json, NAME.md and a plot."""
+    parts = [json.loads(f.read_text()) for f in sorted((HERE / "results").glob(f"{name}.*.{dtype}.rows.json"))]
+    rows = [r for part in parts for r in part["rows"]]
+    kernels = [k for k in KERNELS if all(k in r for r in rows)]
+    summary = {}
+    for kernel in kernels:
+        sp = [r[kernel]["vs_eager"] for r in rows if r[kernel]["vs_eager"]]
+        summary[kernel] = {
+            "geomean_vs_eager": round(math.exp(sum(map(math.log, sp)) / len(sp)), 3) if sp else None,
+            "faster_than_compile": sum(1 for r in rows if (r[kernel]["vs_compile"] or 0) > 1),
+            "cases": len(rows),
+            "worst_of_floor_at_8192_tokens_or_more": max(
+                (r[kernel]["of_floor"] or 99 for r in rows if r["params"]["tokens"] >= 8192), default=None),
+            "within_1_5x_floor_at_8192_tokens_or_more": all(
+                (r[kernel]["of_floor"] or 99) <= 1.5 for r in rows if r["params"]["tokens"] >= 8192),
+            "all_timed_outputs_ok": all(r[kernel]["check_ok"] for r in rows),
+        }
+    out = {"gpu": gpu, "dtype": dtype, "runs": [{k: p[k] for k in ("variant", "date", "launch_floor_us")} for p in parts],
+           "summary": summary, "rows": rows, "method": METHOD}
+    (HERE / "results" / f"{name}.json").write_text(json.dumps(out, indent=1))
+    from kernelpilot.runs.plot import PALETTE, series_png
+
+    series = {k: [r[k]["vs_eager"] for r in rows] for k in kernels}
+    series["torch.compile"] = [r["eager_us"] / r["compile_us"] if r["eager_us"] and r["compile_us"] else None
+                               for r in rows]
+    series_png(series, HERE / "results" / f"{name}_speedup.png")
+    legend = ", ".join(f"{k}: rgb{PALETTE[i]}" for i, k in enumerate(series))
+    md = [f"# MoE top-k sigmoid routing on {gpu} ({dtype})", "", METHOD, "",
+          f"![speedup over eager per case]({name}_speedup.png)", "",
+          f"Speedup over PyTorch eager per case (log scale; grey: 1x). Colours: {legend}.", "",
+          "| variant | case | eager us | compile us | floor us | "
+          + " | ".join(f"{k} us (graph us)" for k in kernels) + " |",
+          "| --- | --- | --- | --- | --- | " + " | ".join("---" for _ in kernels) + " |"]
+    for r in rows:
+        md.append(f"| {r['variant']} | {r['case']} | {r['eager_us']} | {r['compile_us']} | {r['floor_us']} | "
+                  + " | ".join(f"{r[k]['median_us']} ({r[k]['graph_us']})" for k in kernels) + " |")
+    md += ["", "```json", json.dumps(summary, indent=1), "```"]
+    (HERE / "results" / f"{name}.md").write_text("\n".join(md) + "\n")
+    print(json.dumps(summary, indent=1))
+
+
+METHOD = ("kpilot bench: CUDA events around each call, L2 flushed (read pass) and new inputs before every call, "
+          "median until stable; timed outputs re-checked; CUDA-graph replay also timed (graph_us). Baselines: the "
+          "reference in eager PyTorch and under torch.compile (default options), timed the same way. Floor: the "
+          "larger of the case's bytes over the GPU's peak bandwidth and the launch floor (a one-element kernel "
+          "timed the same way).")
 
 
 def main() -> None:
@@ -62,78 +142,15 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("bench.py needs a GPU")
     gpu = torch.cuda.get_device_name()
-    floor_launch = launch_floor_us()
-    rows = []
-    for variant in args.variant or ["plain", "biased"]:
-        prob = load_problem(HERE / variant)
-        cases = [c.name for c in prob.cases if not c.hidden and c.params["dtype"] == args.dtype
-                 and (not args.tokens or c.params["tokens"] in args.tokens)]
-        per_kernel = {}
-        baselines = None
-        for i, kernel in enumerate(KERNELS):
-            opts = EvalOptions(device="cuda", cases=cases, graphs=True, timing={"budget_s": args.budget},
-                               baselines=["eager", "compile"] if i == 0 else [])
-            res = bench(prob, HERE / "kernels" / kernel, opts)
-            per_kernel[kernel] = {b.case: b for b in res.bench}
-            if i == 0:
-                baselines = {b.case: b.baselines for b in res.bench}
-                floors = {b.case: (b.roofline or {}).get("floor_us") for b in res.bench}
-            if not res.passed:
-                print(f"{variant} {kernel}: did not pass: {res.error or [f.message for f in res.flags][:2]}")
-        for case in cases:
-            base = baselines.get(case, {})
-            eager = (base.get("eager") or {}).get("median_us")
-            comp = (base.get("compile") or {}).get("median_us")
-            floor = max(floors.get(case) or 0.0, floor_launch)
-            row = {"variant": variant, "case": case, "params": prob.case(case).params, "eager_us": eager,
-                   "compile_us": comp, "floor_us": round(floor, 3)}
-            for kernel, by_case in per_kernel.items():
-                b = by_case.get(case)
-                t = (b.timing or {}).get("median_us") if b else None
-                g = (b.graph_timing or {}).get("median_us") if b and b.graph_timing else None
-                row[kernel] = {"median_us": t, "graph_us": g, "check_ok": b.check_ok if b else False,
-                               "vs_eager": round(eager / t, 3) if eager and t else None,
-                               "vs_compile": round(comp / t, 3) if comp and t else None,
-                               "of_floor": round(t / floor, 3) if t else None}
-            rows.append(row)
-            print(json.dumps(row))
-    summary = {}
-    for kernel in KERNELS:
-        sp = [r[kernel]["vs_eager"] for r in rows if r[kernel]["vs_eager"]]
-        summary[kernel] = {
-            "geomean_vs_eager": round(math.exp(sum(map(math.log, sp)) / len(sp)), 3) if sp else None,
-            "faster_than_compile": sum(1 for r in rows if (r[kernel]["vs_compile"] or 0) > 1),
-            "cases": len(rows),
-            "within_1_5x_floor_at_8192_tokens_or_more": all(
-                (r[kernel]["of_floor"] or 99) <= 1.5 for r in rows if r["params"]["tokens"] >= 8192),
-        }
-    out = {"gpu": gpu, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "dtype": args.dtype,
-           "launch_floor_us": round(floor_launch, 3), "summary": summary, "rows": rows,
-           "method": "kpilot bench: CUDA events around each call, L2 flushed (read pass) and new inputs before every "
-                     "call, median until stable; timed outputs re-checked; CUDA-graph replay also timed (graph_us). "
-                     "Baselines: the reference in eager PyTorch and under torch.compile, timed the same way."}
     name = gpu.replace("NVIDIA ", "").replace(" ", "_").lower()
+    floor_launch = launch_floor_us()
     (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / f"{name}.json").write_text(json.dumps(out, indent=1))
-    from kernelpilot.runs.plot import PALETTE, series_png
-
-    series = {k: [r[k]["vs_eager"] for r in rows] for k in KERNELS}
-    series["torch.compile"] = [r["eager_us"] / r["compile_us"] if r["eager_us"] and r["compile_us"] else None
-                               for r in rows]
-    series_png(series, HERE / "results" / f"{name}_speedup.png")
-    legend = ", ".join(f"{k}: rgb{PALETTE[i]}" for i, k in enumerate(series))
-    md = [f"# MoE top-k sigmoid routing on {gpu} ({args.dtype})", "", out["method"], "",
-          f"![speedup over eager per case]({name}_speedup.png)", "",
-          f"Speedup over PyTorch eager per case (log scale; grey: 1x). Colours: {legend}.", "",
-          "| variant | case | eager us | compile us | floor us | "
-          + " | ".join(f"{k} us (graph us)" for k in KERNELS) + " |",
-          "| --- | --- | --- | --- | --- | " + " | ".join("---" for _ in KERNELS) + " |"]
-    for r in rows:
-        md.append(f"| {r['variant']} | {r['case']} | {r['eager_us']} | {r['compile_us']} | {r['floor_us']} | "
-                  + " | ".join(f"{r[k]['median_us']} ({r[k]['graph_us']})" for k in KERNELS) + " |")
-    md += ["", "```json", json.dumps(summary, indent=1), "```"]
-    (HERE / "results" / f"{name}.md").write_text("\n".join(md) + "\n")
-    print(json.dumps(summary, indent=1))
+    for variant in args.variant or ["plain", "biased"]:
+        rows = bench_variant(variant, args.dtype, args.budget, args.tokens, floor_launch)
+        part = {"variant": variant, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "launch_floor_us": round(floor_launch, 3), "rows": rows}
+        (HERE / "results" / f"{name}.{variant}.{args.dtype}.rows.json").write_text(json.dumps(part, indent=1))
+    report(name, gpu, args.dtype)
 
 
 if __name__ == "__main__":

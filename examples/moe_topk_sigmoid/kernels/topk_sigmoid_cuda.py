@@ -1,6 +1,13 @@
-"""The CUDA C++ warp-per-token kernel (topk_sigmoid_warp.cu) bound to PyTorch with load_inline: built on
-first use for the GPU it runs on (sm_80 or newer), for 64, 128 or 256 experts, k 4 or 8, fp32/fp16/bf16."""
+"""The CUDA C++ routing kernels bound to PyTorch: built on first use for the GPU it runs on (sm_80 or newer),
+for 64, 128 or 256 experts, k 4 or 8, fp32/fp16/bf16 logits, one source file per dtype so that the build
+runs in parallel.
 
+- ``keys`` (the default, topk_sigmoid_keys.cu): packed selection keys, EXPERTS/8 lanes per token.
+- ``warp`` (topk_sigmoid_warp.cu, the first version): one warp per token, a REDUX and a ballot per round.
+"""
+
+import hashlib
+import os
 from pathlib import Path
 
 import torch
@@ -8,72 +15,114 @@ import torch
 HERE = Path(__file__).resolve().parent
 EXPERTS = (64, 128, 256)
 KS = (4, 8)
+ALGOS = {"warp": 0, "keys": 1}
+ALGO = "keys"
+DTYPES = {"f32": "float", "f16": "__half", "bf16": "__nv_bfloat16"}
 
-_BINDING = r"""
+_PER_DTYPE = r"""
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
+#include "topk_sigmoid_warp.cu"
+#include "topk_sigmoid_keys.cu"
 
-template <typename T, int E, int NK, bool B>
-static void launch(const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& w, torch::Tensor& ids) {
+namespace {
+using T = DTYPE;
+
+template <int E, int NK, bool B>
+void launch(int algo, const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& w, torch::Tensor& ids) {
   const int tokens = (int)x.size(0);
-  const int blocks = (tokens + 7) / 8;        // 8 warps per block, one token each
-  if (blocks == 0) return;
-  moe::topk_sigmoid_warp<T, E, NK, B><<<blocks, 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
-      reinterpret_cast<const T*>(x.data_ptr()), B ? bias.data_ptr<float>() : nullptr, w.data_ptr<float>(),
-      ids.data_ptr<int>(), tokens);
+  if (tokens == 0) return;
+  const T* xp = reinterpret_cast<const T*>(x.data_ptr());
+  const float* bp = B ? bias.data_ptr<float>() : nullptr;
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  if (algo == 0) {          // one token per warp, 8 warps per block
+    moe::topk_sigmoid_warp<T, E, NK, B><<<(tokens + 7) / 8, 256, 0, stream>>>(xp, bp, w.data_ptr<float>(),
+                                                                              ids.data_ptr<int>(), tokens);
+  } else {                  // E/8 lanes per token, 4 warps per block
+    constexpr int per_block = 4 * (32 / (E / 8));
+    moe::topk_sigmoid_keys<T, E, NK, B><<<(tokens + per_block - 1) / per_block, 128, 0, stream>>>(
+        xp, bp, w.data_ptr<float>(), ids.data_ptr<int>(), tokens);
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-template <typename T, int E>
-static void by_k(int64_t k, bool b, const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& w,
-                 torch::Tensor& ids) {
-  if (k == 4) { b ? launch<T, E, 4, true>(x, bias, w, ids) : launch<T, E, 4, false>(x, bias, w, ids); return; }
-  if (k == 8) { b ? launch<T, E, 8, true>(x, bias, w, ids) : launch<T, E, 8, false>(x, bias, w, ids); return; }
+template <int E>
+void by_k(int algo, int64_t k, bool b, const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& w,
+          torch::Tensor& ids) {
+  if (k == 4) { b ? launch<E, 4, true>(algo, x, bias, w, ids) : launch<E, 4, false>(algo, x, bias, w, ids); return; }
+  if (k == 8) { b ? launch<E, 8, true>(algo, x, bias, w, ids) : launch<E, 8, false>(algo, x, bias, w, ids); return; }
   TORCH_CHECK(false, "k must be 4 or 8, not ", k);
 }
+}  // namespace
 
-template <typename T>
-static void by_experts(int64_t k, bool b, const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& w,
-                       torch::Tensor& ids) {
+void topk_sigmoid_NAME(int algo, int64_t k, bool b, const torch::Tensor& x, const torch::Tensor& bias,
+                       torch::Tensor& w, torch::Tensor& ids) {
   switch (x.size(1)) {
-    case 64: return by_k<T, 64>(k, b, x, bias, w, ids);
-    case 128: return by_k<T, 128>(k, b, x, bias, w, ids);
-    case 256: return by_k<T, 256>(k, b, x, bias, w, ids);
+    case 64: return by_k<64>(algo, k, b, x, bias, w, ids);
+    case 128: return by_k<128>(algo, k, b, x, bias, w, ids);
+    case 256: return by_k<256>(algo, k, b, x, bias, w, ids);
     default: TORCH_CHECK(false, "experts must be 64, 128 or 256, not ", x.size(1));
   }
 }
+"""
 
-std::vector<torch::Tensor> topk_sigmoid_warp(torch::Tensor x, torch::Tensor bias, bool has_bias, int64_t k) {
+_MODULE = r"""
+#include <torch/extension.h>
+
+#define DECLARE(NAME) void topk_sigmoid_##NAME(int algo, int64_t k, bool b, const torch::Tensor& x, \
+    const torch::Tensor& bias, torch::Tensor& w, torch::Tensor& ids);
+DECLARE(f32)
+DECLARE(f16)
+DECLARE(bf16)
+
+std::vector<torch::Tensor> topk_sigmoid(torch::Tensor x, torch::Tensor bias, bool has_bias, int64_t k, int64_t algo) {
   TORCH_CHECK(x.is_cuda() && x.dim() == 2 && x.is_contiguous(), "logits: a contiguous [tokens, experts] CUDA tensor");
   TORCH_CHECK(reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0, "logits must be 16-byte aligned");
-  if (has_bias) TORCH_CHECK(bias.is_cuda() && bias.scalar_type() == at::kFloat && bias.is_contiguous(),
-                            "bias: a contiguous float32 CUDA tensor");
+  if (has_bias) TORCH_CHECK(bias.is_cuda() && bias.scalar_type() == at::kFloat && bias.is_contiguous() &&
+                            bias.numel() == x.size(1), "bias: a contiguous float32 CUDA tensor of one value per expert");
   auto w = torch::empty({x.size(0), k}, x.options().dtype(at::kFloat));
   auto ids = torch::empty({x.size(0), k}, x.options().dtype(at::kInt));
   switch (x.scalar_type()) {
-    case at::kFloat: by_experts<float>(k, has_bias, x, bias, w, ids); break;
-    case at::kHalf: by_experts<__half>(k, has_bias, x, bias, w, ids); break;
-    case at::kBFloat16: by_experts<__nv_bfloat16>(k, has_bias, x, bias, w, ids); break;
+    case at::kFloat: topk_sigmoid_f32((int)algo, k, has_bias, x, bias, w, ids); break;
+    case at::kHalf: topk_sigmoid_f16((int)algo, k, has_bias, x, bias, w, ids); break;
+    case at::kBFloat16: topk_sigmoid_bf16((int)algo, k, has_bias, x, bias, w, ids); break;
     default: TORCH_CHECK(false, "logits must be float32, float16 or bfloat16");
   }
   return {w, ids};
 }
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("topk_sigmoid", &topk_sigmoid); }
 """
 
 _ext = None
 
 
+def _sources() -> tuple[str, list[Path]]:
+    """Write the build's sources (named by a hash of everything they hold) and return (name, files)."""
+    kernel_files = [HERE / n for n in ("topk_sigmoid_common.cuh", "topk_sigmoid_warp.cu", "topk_sigmoid_keys.cu")]
+    texts = {f"{name}.cu": _PER_DTYPE.replace("DTYPE", ctype).replace("NAME", name) for name, ctype in DTYPES.items()}
+    texts["module.cpp"] = _MODULE
+    digest = hashlib.sha256("".join([*texts.values(), *(f.read_text() for f in kernel_files)]).encode()).hexdigest()
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
+    src = root / f"kpilot_moe_src_{digest[:12]}"
+    src.mkdir(parents=True, exist_ok=True)
+    for name, text in texts.items():
+        if not (src / name).exists():
+            tmp = src / f".{name}.{os.getpid()}"
+            tmp.write_text(text)
+            tmp.replace(src / name)
+    return f"kpilot_moe_topk_sigmoid_{digest[:12]}", [src / "module.cpp", *(src / f"{n}.cu" for n in DTYPES)]
+
+
 def _extension():
     global _ext
     if _ext is None:
-        from torch.utils.cpp_extension import load_inline
+        from torch.utils.cpp_extension import load
 
-        # load_inline binds the functions named in `functions`: their declarations go in cpp_sources
-        decl = "std::vector<torch::Tensor> topk_sigmoid_warp(torch::Tensor x, torch::Tensor bias, bool has_bias, int64_t k);"
-        _ext = load_inline(name="kpilot_moe_topk_sigmoid_warp", cpp_sources=decl,
-                           cuda_sources=[(HERE / "topk_sigmoid_warp.cu").read_text() + _BINDING],
-                           functions=["topk_sigmoid_warp"], extra_cuda_cflags=["-O3"], verbose=False)
+        name, sources = _sources()
+        _ext = load(name=name, sources=[str(s) for s in sources], extra_cuda_cflags=["-O3", f"-I{HERE}"],
+                    verbose=False)
     return _ext
 
 
@@ -82,10 +131,13 @@ def supported(logits: torch.Tensor, k: int) -> bool:
             and k in KS and torch.cuda.get_device_capability(logits.device) >= (8, 0))
 
 
-def topk_sigmoid(logits: torch.Tensor, bias, k: int):
+def run(logits: torch.Tensor, bias, k: int, algo: str):
     x = logits.contiguous()
     if x.data_ptr() % 16:
         x = x.clone()
-    b = bias if bias is not None else x.new_empty(0, dtype=torch.float32)
-    w, ids = _extension().topk_sigmoid_warp(x, b.contiguous(), bias is not None, int(k))
-    return w, ids
+    b = bias.float().contiguous() if bias is not None else x.new_empty(0, dtype=torch.float32)
+    return tuple(_extension().topk_sigmoid(x, b, bias is not None, int(k), ALGOS[algo]))
+
+
+def topk_sigmoid(logits: torch.Tensor, bias, k: int):
+    return run(logits, bias, k, ALGO)

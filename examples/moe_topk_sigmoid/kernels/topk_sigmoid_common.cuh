@@ -1,0 +1,47 @@
+// Helpers of the MoE routing kernels (topk_sigmoid_warp.cu, topk_sigmoid_keys.cu).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace moe {
+
+template <typename T> __device__ inline float to_float(T v);
+template <> __device__ inline float to_float<float>(float v) { return v; }
+template <> __device__ inline float to_float<__half>(__half v) { return __half2float(v); }
+template <> __device__ inline float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// Unsigned keys that order like the floats (-0.0 first made +0.0).
+__device__ inline unsigned order_key(float f) {
+  const unsigned b = __float_as_uint(f + 0.0f);
+  return b ^ ((b >> 31) ? 0xffffffffu : 0x80000000u);
+}
+
+// P consecutive elements of type T, loaded as wide as they allow (16 or 8 bytes; the caller keeps rows
+// 16-byte aligned).
+template <typename V, typename T, int P>
+__device__ inline void load_vectors(const T* __restrict__ src, float (&out)[P]) {
+  constexpr int PER_VEC = sizeof(V) / sizeof(T);
+#pragma unroll
+  for (int v = 0; v < P / PER_VEC; ++v) {
+    const V raw = __ldg(reinterpret_cast<const V*>(src) + v);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int j = 0; j < PER_VEC; ++j) out[v * PER_VEC + j] = to_float<T>(e[j]);
+  }
+}
+
+template <typename T, int P>
+__device__ inline void load_row(const T* __restrict__ src, float (&out)[P]) {
+  constexpr int BYTES = P * (int)sizeof(T);
+  if constexpr (BYTES % 16 == 0) {
+    load_vectors<uint4, T, P>(src, out);
+  } else if constexpr (BYTES % 8 == 0) {
+    load_vectors<uint2, T, P>(src, out);
+  } else {
+#pragma unroll
+    for (int j = 0; j < P; ++j) out[j] = to_float<T>(src[j]);
+  }
+}
+
+}  // namespace moe
