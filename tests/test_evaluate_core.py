@@ -182,3 +182,21 @@ def test_fingerprint_is_the_same_on_cpu_and_gpu():
 
     for t in _digest_samples():
         assert fingerprint(t) == fingerprint(t.cuda()), (t.dtype, tuple(t.shape))
+
+
+@pytest.mark.parametrize("excess,median,level", [
+    (22.5, 1.3, "error"),      # side_stream_late on an H200: the hidden softmax, against a 1.3 us timed launch
+    (37.2, 1.3, "error"),
+    (500.0, 400.0, "error"),   # most of a long kernel's work hidden
+    (13.5, 23.7, "warning"),   # honest kernels on a busy H200 host: the host's wake-up jitter
+    (11.1, 41.0, "warning"),
+    (10.0, 5.0, None),
+    (9.2, 3.8, None),
+    (30.0, 200.0, None),
+])
+def test_side_stream_levels(excess, median, level):
+    from kernelpilot.evaluate.timing import Tails, side_stream_level
+
+    assert side_stream_level(excess, median) == level
+    tails = Tails(baseline=[5.0, 6.0, 7.0], samples=[5.0 + excess, 6.0 + excess, 7.0 + excess])
+    assert tails.excess_us() == pytest.approx(excess)
