@@ -3,16 +3,18 @@
 //
 // Each lane loads 8 experts (one 16-byte load for fp16/bf16, two for fp32) and makes one unsigned key per
 // expert whose order is the selection order: the score in the high bits, 255 - expert in the low 8 (equal
-// scores: the lower expert first). A lane keeps its best two keys. Each of the K rounds takes the group's
-// largest best key (one REDUX for a whole warp, xor shuffles for smaller groups); the lane holding it moves
-// its second key up, and lane r of the group keeps round r's key. A lane whose two kept keys are both taken
-// refills from the keys below the last one taken (rare: three of the top k among one lane's 8 experts).
-// Lane r then writes expert r and its weight, the sigmoid of the logit (divided by the k weights' sum with a
-// bias). The key carries the expert, so no lane needs another lane's scores.
+// scores: the lower expert first). A lane keeps its best two keys (a tournament of 8). Each of the K rounds
+// takes the group's largest best key (one REDUX for a whole warp, xor shuffles for smaller groups); the lane
+// holding it moves its second key up, and lane r of the group keeps round r's key. A lane whose two keys
+// were both taken may hold a third of the top k (three of the top k among one lane's 8 experts: about one
+// token in twenty for 256 experts, k 8); when its next key is above the last round's, the warp selects again
+// with refills from the keys below the last one taken. Lane r then writes expert r and its weight, the
+// sigmoid of the logit (divided by the k weights' sum with a bias). The key carries the expert, so no lane
+// needs another lane's scores.
 //
 // The keys:
-// - fp16/bf16 logits, no bias: 32 bits, exact. The float order key of the logit keeps its sign, exponent and
-//   15 mantissa bits in the high 24, every bit a 16-bit float has.
+// - fp16/bf16 logits, no bias: 32 bits, exact, made from the bits two at a time (-0 made +0; the 16-bit order
+//   key, then the expert twice).
 // - a bias spanning less than 1.5 (DeepSeek-V3's is about 0.1): 32 bits. The score sigmoid(x) + bias is moved
 //   into [1, 4) by adding 1 - min(bias); the float bits of that, less 1.0's, fit 24 bits and order like the
 //   scores, to about 2.4e-7 (the problem lets scores within 1e-6 come in either order).
@@ -101,6 +103,81 @@ __device__ inline Key select_rounds(const Key (&keys)[P], int sub) {
   return mine;
 }
 
+template <typename Key>
+__device__ inline Key kmax(Key a, Key b) { return a < b ? b : a; }
+template <typename Key>
+__device__ inline Key kmin(Key a, Key b) { return a < b ? a : b; }
+
+// The best two of 8 keys by a tournament: pairs, then merges of (best, second) lists.
+template <typename Key>
+__device__ inline void best_two_of_8(const Key (&k)[8], Key& best, Key& second) {
+  Key hi[4], lo[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) { hi[i] = kmax(k[2 * i], k[2 * i + 1]); lo[i] = kmin(k[2 * i], k[2 * i + 1]); }
+  const Key h01 = kmax(hi[0], hi[1]), s01 = kmax(kmin(hi[0], hi[1]), kmax(lo[0], lo[1]));
+  const Key h23 = kmax(hi[2], hi[3]), s23 = kmax(kmin(hi[2], hi[3]), kmax(lo[2], lo[3]));
+  best = kmax(h01, h23);
+  second = kmax(kmin(h01, h23), kmax(s01, s23));
+}
+
+// K rounds over the group with each lane's best two keys and no refills on the way. A lane whose two keys were
+// both taken may hold a third of the top k: if its next key is above the last round's, the selection is done
+// again with refills (select_rounds), for the whole warp. Returns round `sub`'s key on lane `sub`.
+template <typename Key, int G, int K>
+__device__ inline Key select_fast(const Key (&keys)[8], int sub) {
+  Key best, second;
+  best_two_of_8<Key>(keys, best, second);
+  const Key second0 = second;
+  Key mine = 0, top = 0;
+#pragma unroll
+  for (int r = 0; r < K; ++r) {
+    top = group_max<G>(best);
+    const bool win = best == top;
+    best = win ? second : best;
+    second = win ? Key(0) : second;
+    if (sub == r) mine = top;
+  }
+  const bool spent = best == 0;
+  if (__any_sync(FULL, spent)) {
+    bool wrong = false;
+    if (spent) {
+      Key next, unused;
+      best_two<Key, 8>(keys, second0, next, unused);
+      wrong = next > top;
+    }
+    if (__any_sync(FULL, wrong)) mine = select_rounds<Key, G, K, 8>(keys, sub);
+  }
+  return mine;
+}
+
+// The selection for a group of G lanes: the fast one, unless k is as large as the group (64 experts, k 8),
+// where a lane holds three of the top k too often (more than two warps in five would select again).
+template <typename Key, int G, int K>
+__device__ inline Key select(const Key (&keys)[8], int sub) {
+  if constexpr (K < G) {
+    return select_fast<Key, G, K>(keys, sub);
+  } else {
+    return select_rounds<Key, G, K, 8>(keys, sub);
+  }
+}
+
+// Keys of 8 consecutive fp16 or bf16 logits (4 words), two per word with integer and byte-permute operations:
+// -0 made +0, the order key of each half (negative halves inverted, the sign bit set on the others), then
+// [order key (16 bits), 255 - expert, 255 - expert].
+__device__ inline void keys_of_halves(const unsigned (&words)[4], int e0, unsigned (&keys)[8]) {
+  const unsigned b = (255u - (unsigned)e0) * 0x01010101u;
+  const unsigned idx[2] = {b - 0x03020100u, b - 0x07060504u};   // bytes: 255 - (e0 + j), j = 0..3 and 4..7
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    unsigned w = words[p];
+    w &= ((w & 0x7fff7fffu) + 0x7fff7fffu) | 0x7fff7fffu;   // bit 15 of a half survives if its magnitude is not 0
+    const unsigned k2 = w ^ (__byte_perm(w, 0u, 0xbb99u) | 0x80008000u);
+    const unsigned ib = idx[p / 2], s = 4u + 2u * (p % 2);
+    keys[2 * p] = __byte_perm(k2, ib, 0x1000u | (s << 4) | s);
+    keys[2 * p + 1] = __byte_perm(k2, ib, 0x3200u | ((s + 1) << 4) | (s + 1));
+  }
+}
+
 __device__ inline float sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
 
 __device__ inline float from_order_key(unsigned k) {
@@ -124,61 +201,59 @@ __global__ __launch_bounds__(128) void topk_sigmoid_keys(const T* __restrict__ l
   const bool live = token < tokens;
   const int e0 = sub * P;
 
-  float x[P];
-  if (live) {
-    load_row<T, P>(logits + (size_t)token * EXPERTS + e0, x);
-  } else {
-#pragma unroll
-    for (int j = 0; j < P; ++j) x[j] = 0.0f;
-  }
-
   unsigned long long key = 0;   // round `sub`'s key on lanes sub < K
-  bool wide = true;
-  float shift[P];               // 1 - min(bias) + bias[e]
-  if constexpr (HAS_BIAS) {
-    float b[P];
-    load_row<float, P>(bias + e0, b);
-    float lo = b[0], hi = b[0];
-#pragma unroll
-    for (int j = 1; j < P; ++j) { lo = fminf(lo, b[j]); hi = fmaxf(hi, b[j]); }
-    lo = from_order_key(__reduce_min_sync(FULL, order_key(lo)));
-    hi = from_order_key(__reduce_max_sync(FULL, order_key(hi)));
-    wide = !(hi - lo < 1.5f);
-#pragma unroll
-    for (int j = 0; j < P; ++j) shift[j] = (1.0f - lo) + b[j];
-  } else {
-    wide = sizeof(T) == 4;
-  }
-
-  if (!wide) {   // 32-bit keys
+  if constexpr (!HAS_BIAS && sizeof(T) == 2) {   // 16-bit logits: exact 32-bit keys straight from the bits
+    const uint4 raw = live ? __ldg(reinterpret_cast<const uint4*>(logits + (size_t)token * EXPERTS + e0))
+                           : make_uint4(0u, 0u, 0u, 0u);
+    const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
     unsigned keys[P];
+    keys_of_halves(words, e0, keys);
+    key = select<unsigned, G, K>(keys, sub);
+  } else {
+    float x[P];
+    if (live) {
+      load_row<T, P>(logits + (size_t)token * EXPERTS + e0, x);
+    } else {
 #pragma unroll
-    for (int j = 0; j < P; ++j) {
-      const unsigned low = live ? 255u - (unsigned)(e0 + j) : 0u;
-      unsigned high;
-      if constexpr (HAS_BIAS) {
+      for (int j = 0; j < P; ++j) x[j] = 0.0f;
+    }
+    bool wide = true;
+    float shift[P];               // 1 - min(bias) + bias[e]
+    if constexpr (HAS_BIAS) {
+      float b[P];
+      load_row<float, P>(bias + e0, b);
+      float lo = b[0], hi = b[0];
+#pragma unroll
+      for (int j = 1; j < P; ++j) { lo = fminf(lo, b[j]); hi = fmaxf(hi, b[j]); }
+      lo = from_order_key(__reduce_min_sync(FULL, order_key(lo)));
+      hi = from_order_key(__reduce_max_sync(FULL, order_key(hi)));
+      wide = !(hi - lo < 1.5f);
+#pragma unroll
+      for (int j = 0; j < P; ++j) shift[j] = (1.0f - lo) + b[j];
+    }
+    if (!wide) {   // 32-bit keys of the biased score
+      unsigned keys[P];
+#pragma unroll
+      for (int j = 0; j < P; ++j) {
         const float s = __fdividef(1.0f, 1.0f + __expf(-x[j])) + shift[j];   // in [1, 4)
-        high = (max(__float_as_uint(s), 0x3f800000u) - 0x3f800000u) << 8;   // s rounded below 1: 1
-      } else {
-        high = order_key(x[j]) & 0xffffff00u;
+        keys[j] = ((max(__float_as_uint(s), 0x3f800000u) - 0x3f800000u) << 8) | (255u - (unsigned)(e0 + j));
       }
-      keys[j] = live ? (high | low) : 0u;
-    }
-    key = select_rounds<unsigned, G, K, P>(keys, sub);
-  } else {       // 64-bit keys
-    unsigned long long keys[P];
+      key = select<unsigned, G, K>(keys, sub);
+    } else {       // 64-bit keys
+      unsigned long long keys[P];
 #pragma unroll
-    for (int j = 0; j < P; ++j) {
-      const float s = HAS_BIAS ? sigmoid(x[j]) + shift[j] : x[j];
-      keys[j] = live ? ((unsigned long long)order_key(s) << 32) | (255u - (unsigned)(e0 + j)) : 0ull;
+      for (int j = 0; j < P; ++j) {
+        const float s = HAS_BIAS ? sigmoid(x[j]) + shift[j] : x[j];
+        keys[j] = ((unsigned long long)order_key(s) << 32) | (255u - (unsigned)(e0 + j));
+      }
+      key = select<unsigned long long, G, K>(keys, sub);
     }
-    key = select_rounds<unsigned long long, G, K, P>(keys, sub);
   }
 
   const bool writes = live && sub < K;
   const int expert = 255 - (int)(key & 0xffu);
   float w = 0.0f;
-  if (writes) w = sigmoid(to_float<T>(logits[(size_t)token * EXPERTS + expert]));
+  if (writes) w = __fdividef(1.0f, 1.0f + __expf(-to_float<T>(logits[(size_t)token * EXPERTS + expert])));
   if constexpr (HAS_BIAS) w = w / group_sum<G>(w);
   if (writes) {
     weights[(size_t)token * K + sub] = w;
