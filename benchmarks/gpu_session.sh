@@ -47,17 +47,19 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
       return $rc ;;
     moe-profile)
       for variant in plain biased; do
-        for kernel in topk_sigmoid_cuda_warp topk_sigmoid_cuda; do
+        for kernel in ${MOE_PROFILE_KERNELS:-topk_sigmoid_cuda_warp topk_sigmoid_cuda}; do
           python3 -m kernelpilot profile --problem "$MOE/$variant" --candidate "$MOE/kernels/$kernel.py" \
               --case experts=256,tokens=65536,k=8,dtype=bfloat16 --kernel topk_sigmoid --launch-count 1 \
               --out "$dir" --name "${variant}_$kernel" --json > "$dir/${variant}_$kernel.json"
           python3 -m kernelpilot profile --import "$dir/${variant}_$kernel.ncu-rep"
         done
-        python3 -m kernelpilot profile diff "$dir/${variant}_topk_sigmoid_cuda_warp.json" "$dir/${variant}_topk_sigmoid_cuda.json"
+        [ -e "$dir/${variant}_topk_sigmoid_cuda_warp.json" ] && python3 -m kernelpilot profile diff \
+            "$dir/${variant}_topk_sigmoid_cuda_warp.json" "$dir/${variant}_topk_sigmoid_cuda.json"
       done ;;
     moe-bench-large) python3 "$MOE/bench.py" --dtype bfloat16 --tokens 8192 --tokens 65536 && cp "$MOE"/results/* "$dir/" ;;
     moe-bench-plain|moe-bench-biased)
-      python3 "$MOE/bench.py" --dtype bfloat16 --variant "${name#moe-bench-}" && cp "$MOE"/results/* "$dir/" ;;
+      python3 "$MOE/bench.py" --dtype bfloat16 --variant "${name#moe-bench-}" ${MOE_BUDGET:+--budget $MOE_BUDGET} \
+          && cp "$MOE"/results/* "$dir/" ;;
     *) echo "unknown step $name"; return 2 ;;
   esac
 }

@@ -12,11 +12,11 @@ import torch
 
 
 def _inputs(case: dict, seed: int, device: str, with_bias: bool):
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    logits = torch.randn(case["tokens"], case["experts"], generator=g) * 2.0
-    bias = (torch.randn(case["experts"], generator=g) * 0.1) if with_bias else None
-    dtype = getattr(torch, case["dtype"])
-    return (logits.to(device=device, dtype=dtype), None if bias is None else bias.to(device), int(case["k"]))
+    # made on the device itself: a [65536, 256] draw on the host would take longer than the kernels' timing
+    g = torch.Generator(device=device).manual_seed(seed)
+    logits = torch.randn(case["tokens"], case["experts"], generator=g, device=device) * 2.0
+    bias = (torch.randn(case["experts"], generator=g, device=device) * 0.1) if with_bias else None
+    return (logits.to(getattr(torch, case["dtype"])), bias, int(case["k"]))
 
 
 def make_inputs(case: dict, seed: int, device: str):
