@@ -255,3 +255,38 @@ def test_live_profile_of_a_candidate_on_its_problem(tmp_path):
     assert r.returncode == 0, r.stderr
     names = {k["name"] for k in json.loads(r.stdout)["kernels"]}
     assert names == {"softmax_kernel"}            # only the marked range: no input generation, no warm-up
+
+
+PLANTED = ROOT / "tests" / "fixtures" / "ncu_profile"   # capture.sh on an H200, 2026-11-30 (environment.txt)
+
+
+@pytest.mark.parametrize("name,kernel,first,bound", [
+    ("triton_underfill", "underfill_sum", "launch.underfill", "latency"),
+    ("cuda_registers", "hold_many", "occupancy.registers", "latency"),
+    ("torch_strided", "elementwise_kernel", "memory.uncoalesced", "memory"),
+])
+def test_each_planted_problem_is_the_first_diagnosis(name, kernel, first, bound):
+    """Three programs with one planted problem each (examples/profile/), profiled live by `kpilot profile` on
+    an H200: ncu's raw page and details page parse to the same first diagnosis that the live run printed."""
+    prof = load_profile(PLANTED / f"{name}.raw.csv", details=PLANTED / f"{name}.details.txt")
+    (k,) = prof.kernels
+    assert k.name.startswith(kernel)
+    assert k.diagnoses[0].id == first and k.bound == bound
+    assert k.tool_rules, "the details page's rule messages are attached"
+    live = json.loads((PLANTED / f"{name}.summary.json").read_text())["kernels"][0]
+    assert [d["id"] for d in live["diagnoses"]][:1] == [first] and live["bound"] == bound
+
+
+def test_a_rewritten_kernel_is_paired_with_the_one_it_replaces():
+    """Two live H200 profiles of the MoE routing problem, before and after a rewrite that renamed the kernel:
+    the diff pairs the two launches instead of listing each as only on one side."""
+    prof = ROOT / "examples" / "moe_topk_sigmoid" / "results" / "profiles"
+    a = json.loads((prof / "plain_1_warp.json").read_text())
+    b = json.loads((prof / "plain_2_keys.json").read_text())
+    d = diff_profiles(a, b)
+    (row,) = d["kernels"]
+    assert row["name_a"].startswith("topk_sigmoid_warp<") and row["name"].startswith("topk_sigmoid_keys<")
+    assert row["speedup"] == pytest.approx(73.536 / 27.904, rel=1e-3)
+    assert d["only_in_a"] == [] and d["only_in_b"] == []
+    same = diff_profiles(a, a)
+    assert "name_a" not in same["kernels"][0]

@@ -161,7 +161,8 @@ __device__ inline Key select(const Key (&keys)[8], int sub) {
   }
 }
 
-// Keys of 8 consecutive fp16 or bf16 logits (4 words), two per word with integer and byte-permute operations:
+// Keys of 8 consecutive fp16 or bf16 logits (4 words), two per word with integer and byte-permute operations
+// (__byte_perm ignores the sign-replicating bit of PTX's prmt selectors: the negative halves' mask is arithmetic):
 // -0 made +0, the order key of each half (negative halves inverted, the sign bit set on the others), then
 // [order key (16 bits), 255 - expert, 255 - expert].
 __device__ inline void keys_of_halves(const unsigned (&words)[4], int e0, unsigned (&keys)[8]) {
@@ -171,7 +172,7 @@ __device__ inline void keys_of_halves(const unsigned (&words)[4], int e0, unsign
   for (int p = 0; p < 4; ++p) {
     unsigned w = words[p];
     w &= ((w & 0x7fff7fffu) + 0x7fff7fffu) | 0x7fff7fffu;   // bit 15 of a half survives if its magnitude is not 0
-    const unsigned k2 = w ^ (__byte_perm(w, 0u, 0xbb99u) | 0x80008000u);
+    const unsigned k2 = w ^ ((((w >> 15) & 0x00010001u) * 0xffffu) | 0x80008000u);   // 0xffff: negative half
     const unsigned ib = idx[p / 2], s = 4u + 2u * (p % 2);
     keys[2 * p] = __byte_perm(k2, ib, 0x1000u | (s << 4) | s);
     keys[2 * p + 1] = __byte_perm(k2, ib, 0x3200u | ((s + 1) << 4) | (s + 1));

@@ -151,7 +151,8 @@ def _diff(args: list[str], as_json: bool) -> None:
     rows = []
     for k in d["kernels"]:
         ch = k["changes"]
-        rows.append([f"{k['name']} #{k['launch']}", ch.get("duration_us", {}).get("a"), ch.get("duration_us", {}).get("b"),
+        name = f"{k['name_a']} -> {k['name']}" if k.get("name_a") else k["name"]
+        rows.append([f"{name} #{k['launch']}", ch.get("duration_us", {}).get("a"), ch.get("duration_us", {}).get("b"),
                      f"{k['speedup']:g}x" if k.get("speedup") else "-", f"{k['bound']['a']} -> {k['bound']['b']}",
                      ", ".join(k["diagnoses_resolved"]) or "-", ", ".join(k["diagnoses_new"]) or "-"])
     echo(table(rows, ["kernel", "A us", "B us", "speedup", "bound", "resolved", "new"]))

@@ -1,6 +1,7 @@
 """Compare two profiles of the same program (``kernelpilot.profile/1`` dicts): per kernel launch, matched by
 name and by order among launches of that name, the change in time and in the numbers that decide the next
-step, and the diagnoses resolved and new."""
+step, and the diagnoses resolved and new. Launches left unmatched on both sides in equal numbers (a kernel
+rewritten under a new name) are paired in launch order, and the row says so (``name_a``)."""
 
 from __future__ import annotations
 
@@ -34,25 +35,33 @@ def _keyed(profile: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
     return out
 
 
+def _row(x: dict[str, Any], y: dict[str, Any], launch: int) -> dict[str, Any]:
+    row: dict[str, Any] = {"name": y["name"], "launch": launch, "changes": {}}
+    if x["name"] != y["name"]:
+        row["name_a"] = x["name"]
+    for label, path in _FIELDS:
+        va, vb = _get(x, path), _get(y, path)
+        if va is not None or vb is not None:
+            row["changes"][label] = {"a": va, "b": vb}
+    da, db = x.get("duration_us"), y.get("duration_us")
+    if da and db:
+        row["speedup"] = round(da / db, 4)
+    row["bound"] = {"a": x.get("bound"), "b": y.get("bound")}
+    ids_a = {d["id"] for d in x.get("diagnoses", [])}
+    ids_b = {d["id"] for d in y.get("diagnoses", [])}
+    row["diagnoses_resolved"] = sorted(ids_a - ids_b)
+    row["diagnoses_new"] = sorted(ids_b - ids_a)
+    return row
+
+
 def diff_profiles(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     ka, kb = _keyed(a), _keyed(b)
-    rows = []
-    for key in [k for k in ka if k in kb]:
-        x, y = ka[key], kb[key]
-        row: dict[str, Any] = {"name": key[0], "launch": key[1], "changes": {}}
-        for label, path in _FIELDS:
-            va, vb = _get(x, path), _get(y, path)
-            if va is not None or vb is not None:
-                row["changes"][label] = {"a": va, "b": vb}
-        da, db = x.get("duration_us"), y.get("duration_us")
-        if da and db:
-            row["speedup"] = round(da / db, 4)
-        row["bound"] = {"a": x.get("bound"), "b": y.get("bound")}
-        ids_a = {d["id"] for d in x.get("diagnoses", [])}
-        ids_b = {d["id"] for d in y.get("diagnoses", [])}
-        row["diagnoses_resolved"] = sorted(ids_a - ids_b)
-        row["diagnoses_new"] = sorted(ids_b - ids_a)
-        rows.append(row)
+    rows = [_row(ka[key], kb[key], key[1]) for key in ka if key in kb]
+    left_a = [key for key in ka if key not in kb]
+    left_b = [key for key in kb if key not in ka]
+    if left_a and len(left_a) == len(left_b):
+        rows += [_row(ka[x], kb[y], y[1]) for x, y in zip(left_a, left_b)]
+        left_a, left_b = [], []
     total_a = sum(k.get("duration_us") or 0 for k in a.get("kernels", []))
     total_b = sum(k.get("duration_us") or 0 for k in b.get("kernels", []))
     return {
@@ -61,6 +70,6 @@ def diff_profiles(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         "total_us": {"a": round(total_a, 3), "b": round(total_b, 3)},
         "speedup": round(total_a / total_b, 4) if total_a and total_b else None,
         "kernels": rows,
-        "only_in_a": [f"{n} #{i}" for (n, i) in ka if (n, i) not in kb],
-        "only_in_b": [f"{n} #{i}" for (n, i) in kb if (n, i) not in ka],
+        "only_in_a": [f"{n} #{i}" for (n, i) in left_a],
+        "only_in_b": [f"{n} #{i}" for (n, i) in left_b],
     }
