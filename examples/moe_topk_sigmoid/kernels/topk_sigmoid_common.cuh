@@ -4,6 +4,18 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#ifdef MOE_EXPERTS   // an analysis build of one instantiation (`kpilot isa analyze ... -D MOE_EXPERTS=256`)
+#ifndef MOE_K
+#define MOE_K 8
+#endif
+#ifndef MOE_BIAS
+#define MOE_BIAS 0
+#endif
+#ifndef MOE_DTYPE
+#define MOE_DTYPE float
+#endif
+#endif
+
 namespace moe {
 
 template <typename T> __device__ inline float to_float(T v);

@@ -264,17 +264,7 @@ __global__ __launch_bounds__(128) void topk_sigmoid_keys(const T* __restrict__ l
 
 }  // namespace moe
 
-#ifdef MOE_EXPERTS   // one instantiation for `kpilot isa analyze` (-DMOE_EXPERTS=... -DMOE_K=... -DMOE_BIAS=... -DMOE_DTYPE=...)
-#ifndef MOE_K
-#define MOE_K 8
-#endif
-#ifndef MOE_BIAS
-#define MOE_BIAS 0
-#endif
-#ifndef MOE_DTYPE
-#define MOE_DTYPE __nv_bfloat16
-#endif
-template __global__ void moe::topk_sigmoid_keys<MOE_DTYPE, MOE_EXPERTS, MOE_K, (bool)MOE_BIAS>(const MOE_DTYPE*,
-                                                                                              const float*, float*,
-                                                                                              int*, int);
+#ifdef MOE_EXPERTS   // one instantiation for `kpilot isa analyze` (-D MOE_EXPERTS, MOE_K, MOE_BIAS, MOE_DTYPE)
+template __global__ void moe::topk_sigmoid_keys<MOE_DTYPE, MOE_EXPERTS, MOE_K, (bool)MOE_BIAS>(const MOE_DTYPE*, const float*,
+                                                                                    float*, int*, int);
 #endif

@@ -8,7 +8,7 @@
 // positions: ids (int32) and weights (fp32, sigmoid; divided by their sum with HAS_BIAS).
 //
 // Score: the logit (no bias), or sigmoid(logit) + bias[e] (DeepSeek-V3 routing).
-// Analysis build: nvcc -arch=sm_90 -O3 -cubin -DMOE_EXPERTS=256 -DMOE_K=8 -DMOE_BIAS=0 topk_sigmoid_warp.cu
+// Analysis build: nvcc -arch=sm_90 -O3 -cubin -DMOE_EXPERTS=256 -DMOE_K=8 -DMOE_BIAS=0 [-DMOE_DTYPE=__nv_bfloat16] topk_sigmoid_warp.cu
 // The PyTorch binding (topk_sigmoid_cuda.py) includes this file and instantiates every supported shape.
 #include "topk_sigmoid_common.cuh"
 
@@ -72,13 +72,7 @@ __global__ __launch_bounds__(256) void topk_sigmoid_warp(const T* __restrict__ l
 
 }  // namespace moe
 
-#ifdef MOE_EXPERTS   // one instantiation for `kpilot isa analyze` (-DMOE_EXPERTS=... -DMOE_K=... -DMOE_BIAS=...)
-#ifndef MOE_K
-#define MOE_K 8
-#endif
-#ifndef MOE_BIAS
-#define MOE_BIAS 0
-#endif
-template __global__ void moe::topk_sigmoid_warp<float, MOE_EXPERTS, MOE_K, (bool)MOE_BIAS>(const float*, const float*,
-                                                                                           float*, int*, int);
+#ifdef MOE_EXPERTS   // one instantiation for `kpilot isa analyze` (-D MOE_EXPERTS, MOE_K, MOE_BIAS, MOE_DTYPE)
+template __global__ void moe::topk_sigmoid_warp<MOE_DTYPE, MOE_EXPERTS, MOE_K, (bool)MOE_BIAS>(const MOE_DTYPE*, const float*,
+                                                                                    float*, int*, int);
 #endif
