@@ -2,7 +2,9 @@
 
 1. Agreement with Nsight Compute: for each case of benchmarks/problems/softmax_large, the harness's median
    (CUDA events, L2 flushed) against ncu's gpu__time_duration of the same kernel on the same inputs (ncu
-   flushes caches between kernels by default). Target: within 5% for kernels of 20 us or more.
+   flushes caches between kernels by default). Target: within 5% for kernels of 20 us or more. Also the
+   kernel's CUPTI duration in-process (where a difference comes from: the events or the GPU's state), and the
+   harness's host launch time and untimed tail.
 2. Repeatability: the same candidate benchmarked twice in separate runs; median-to-median difference.
    Target: under 2%.
 3. Speed: `evaluate` (check on one small case with one seed, then bench it) of one candidate with Triton's
@@ -84,6 +86,37 @@ def ncu_times(case: str, reps: int = 20) -> list[float]:
     return out
 
 
+def cupti_times(case: str, reps: int = 20) -> list[float]:
+    """The kernel's duration per launch from CUPTI's activity records (the PyTorch profiler), in this process,
+    the L2 flushed (read pass) before each call as the harness does. Against the harness it isolates what the
+    events add (their own overhead, gaps before a late launch); against ncu, what differs in the GPU's state."""
+    import torch
+
+    from kernelpilot.evaluate.formats import runtime_for
+    from kernelpilot.evaluate.problem import load_problem
+    from kernelpilot.evaluate.pyload import import_file
+    from kernelpilot.evaluate.timing import l2_flusher
+    from kernelpilot.profile.torch_timing import launches_from_trace
+
+    prob = load_problem(PROBLEM)
+    fn = getattr(import_file(CANDIDATE), prob.entry)
+    x = runtime_for(prob).make_inputs(prob.case(case), 1234, "cuda")
+    flush = l2_flusher("cuda", "read")
+    for _ in range(3):
+        fn(*x)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            flush()
+            fn(*x)
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as d:
+        trace = Path(d) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        launches = launches_from_trace(json.loads(trace.read_text()), kernel="softmax_kernel")
+    return [k.duration_us for k in launches if k.duration_us]
+
+
 def agreement() -> dict:
     """Parts 1 and 2: the harness against Nsight Compute, and against itself."""
     opts = EvalOptions(device="cuda", cases=TIMED_CASES, verify=2, timing={"budget_s": 3.0, "max_n": 500})
@@ -100,7 +133,14 @@ def agreement() -> dict:
                "repeat_diff_pct": round(100 * abs(a.timing["median_us"] - b.timing["median_us"]) / a.timing["median_us"], 3),
                "floor_us": (a.roofline or {}).get("floor_us"), "timed_outputs_ok": a.check_ok and b.check_ok,
                "prepare_s": a.timing.get("prepare_s"), "converged": a.timing.get("converged"),
-               "write_flush_median_us": (w.timing or {}).get("median_us")}
+               "write_flush_median_us": (w.timing or {}).get("median_us"),
+               "host_median_us": a.timing.get("host_median_us"), "untimed_tail_us": a.timing.get("untimed_tail_us")}
+        try:
+            t = cupti_times(a.case)
+            row["cupti_median_us"] = round(statistics.median(t), 3)
+            row["diff_vs_cupti_pct"] = round(100 * (a.timing["median_us"] - row["cupti_median_us"]) / row["cupti_median_us"], 3)
+        except Exception as e:  # record why, keep the rest
+            row["cupti_error"] = str(e)[:500]
         if shutil.which("ncu"):
             try:
                 t = ncu_times(a.case)
@@ -120,7 +160,9 @@ def agreement() -> dict:
             "repeat_within_2pct": all(r["repeat_diff_pct"] < 2 for r in rows),
             "method": "harness: CUDA events around each call, L2 flushed (read pass; write_flush: zeroing pass) "
                       "and new inputs before every call, median; ncu: gpu__time_duration.sum per launch "
-                      "(--clock-control none, default cache control: flush all)"}
+                      "(--clock-control none, default cache control: flush all); cupti: the kernel's duration in "
+                      "the PyTorch profiler's activity records, same process, L2 flushed (read pass) before each "
+                      "call"}
 
 
 def _small(res, seconds: float) -> dict:
