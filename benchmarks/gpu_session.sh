@@ -17,6 +17,7 @@
 #   moe-profile       kpilot profile of both CUDA kernels on the largest bfloat16 cases, and their diff
 #   moe-bench-large   examples/moe_topk_sigmoid/bench.py on the cases of 8192 tokens or more (bfloat16)
 #   moe-bench-plain, moe-bench-biased    bench.py on every bfloat16 case of one variant (the report merges both)
+#   moe-optimize      kpilot optimize (search) of the MoE Triton kernel on three bf16 plain cases, report exported
 set -uo pipefail
 out=${1:?usage: gpu_session.sh OUTDIR TARBALL DEADLINE_S LANE [LANE...]}
 tarball=${2:?usage: gpu_session.sh OUTDIR TARBALL DEADLINE_S LANE [LANE...]}
@@ -56,6 +57,12 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
         [ -e "$dir/${variant}_topk_sigmoid_cuda_warp.json" ] && python3 -m kernelpilot profile diff \
             "$dir/${variant}_topk_sigmoid_cuda_warp.json" "$dir/${variant}_topk_sigmoid_cuda.json"
       done ;;
+    moe-optimize)
+      python3 -m kernelpilot optimize "$MOE/plain" -c "$MOE/kernels/topk_sigmoid_triton.py" --arch sm_90 --budget 20 \
+          --case experts=256,tokens=65536,k=8,dtype=bfloat16 --case experts=128,tokens=8192,k=8,dtype=bfloat16 \
+          --case experts=64,tokens=1024,k=4,dtype=bfloat16 --store "$dir/runs.db" --json > "$dir/events.jsonl"
+      python3 -m kernelpilot runs show 1 --store "$dir/runs.db"
+      python3 -m kernelpilot runs export 1 --store "$dir/runs.db" --out "$dir/report" ;;
     moe-bench-large) python3 "$MOE/bench.py" --dtype bfloat16 --tokens 8192 --tokens 65536 && cp "$MOE"/results/* "$dir/" ;;
     moe-bench-plain|moe-bench-biased)
       python3 "$MOE/bench.py" --dtype bfloat16 --variant "${name#moe-bench-}" ${MOE_BUDGET:+--budget $MOE_BUDGET} \
