@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, require_module
 
 from kernelpilot.errors import InputFormatError
 from kernelpilot.profile.diff import diff_profiles
@@ -290,3 +290,59 @@ def test_a_rewritten_kernel_is_paired_with_the_one_it_replaces():
     assert d["only_in_a"] == [] and d["only_in_b"] == []
     same = diff_profiles(a, a)
     assert "name_a" not in same["kernels"][0]
+
+
+SAMPLED = ROOT / "tests" / "fixtures" / "ncu_source" / "moe_keys_plain.ncu-rep"   # an H200 report, README.md
+
+
+def test_hotspots_from_the_warp_samples_of_a_real_report():
+    require_module("ncu_report")
+    from kernelpilot.profile.ncu_source import read_hotspots
+
+    (k,) = read_hotspots(SAMPLED, top=5)
+    assert k["name"] == "topk_sigmoid_keys" and k["samples"] == 3253
+    top = k["instructions"]
+    assert [h.where for h in top][:2] == ["0x0050", "0x0150"]
+    assert top[0].samples == 850 and top[0].share_pct == pytest.approx(100 * 850 / 3253, abs=0.01)
+    assert top[1].sass.startswith("PRMT") and top[1].stalls[0] == {"reason": "long_scoreboard", "share_pct": 54.1}
+    assert all(a.samples >= b.samples for a, b in zip(top, top[1:]))
+    assert all(sum(s["share_pct"] for s in h.stalls) <= 100.05 for h in top)
+    assert k["lines"] == []   # built without -lineinfo
+
+
+def test_hotspots_attach_to_the_launches_and_say_what_is_missing():
+    require_module("ncu_report")
+    from kernelpilot.profile.load import attach_hotspots
+    from kernelpilot.profile.model import KernelLaunch, Profile
+
+    prof = attach_hotspots(Profile(tool="ncu", kernels=[KernelLaunch(name="topk_sigmoid_keys", id=0)]), SAMPLED)
+    (k,) = prof.kernels
+    assert len(k.hotspots) == 10 and k.hot_lines == []
+    assert any("-lineinfo" in n for n in prof.notes)
+    d = prof.to_json()["kernels"][0]
+    assert d["hotspots"][0]["where"] == "0x0050" and d["hotspots"][0]["stalls"][0]["reason"] == "not_selected"
+    two = attach_hotspots(Profile(tool="ncu", kernels=[KernelLaunch(name="a", id=0), KernelLaunch(name="b", id=1)]),
+                          SAMPLED)
+    assert all(not k.hotspots for k in two.kernels) and "none attached" in two.notes[0]
+
+
+def test_hotspots_need_the_report_itself(fx):
+    from kernelpilot.errors import UsageError
+
+    with pytest.raises(UsageError, match="ncu-rep"):
+        load_profile(fx / "ncu_raw.csv", hotspots=True)
+
+
+def test_without_a_report_reader_hotspots_say_how_to_get_one(monkeypatch):
+    from kernelpilot.errors import KernelpilotError
+    from kernelpilot.profile import ncu_source
+
+    from kernelpilot.errors import ToolNotFoundError
+
+    def no_ncu(name):
+        raise ToolNotFoundError(name, "Nsight Compute")
+
+    monkeypatch.setitem(sys.modules, "ncu_report", None)                   # import fails
+    monkeypatch.setattr("kernelpilot.toolchain.find.find_tool", no_ncu)    # and no Nsight Compute to take it from
+    with pytest.raises(KernelpilotError, match="pip install ncu-report"):
+        ncu_source.load_ncu_report(SAMPLED)

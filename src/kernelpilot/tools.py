@@ -201,7 +201,8 @@ def _isa_diff(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
             "gpu": _str("The GPU, when the report does not name a known one."),
             "out": _str("Folder to keep the report in (default: the workspace)."),
             "name": _str("The report's file name (NAME.ncu-rep)."),
-            "source": {"type": "boolean", "description": "Per-line hotspots (the code needs -lineinfo)."},
+            "source": {"type": "boolean", "description": "Hotspots: each launch's hottest SASS instructions, and "
+                       "source lines where the code has line info (-lineinfo), from ncu's warp samples."},
             "pmc": {"type": "array", "items": {"type": "string"}, "description": "rocprofv3 counters to collect."},
             "metrics": {"type": "boolean", "description": "Every raw metric of each launch in the result."},
             "bytes_per_launch": {"type": "number", "description": "Bytes each launch moves (bandwidth without counters)."}})
@@ -221,7 +222,8 @@ def _profile(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
                                 "(to read).")
     every = bool(a.get("metrics"))
     if a.get("report"):
-        prof = load_profile(a["report"], details=a.get("details"), gpu=a.get("gpu"), all_metrics=every)
+        prof = load_profile(a["report"], details=a.get("details"), gpu=a.get("gpu"), all_metrics=every,
+                            hotspots=bool(a.get("source")))
         return prof.to_json(metrics=every)
     opts = ProfileOptions(full=bool(a.get("full")), kernel=a.get("kernel"), launch_count=a.get("launch_count"),
                           source=bool(a.get("source")), out_dir=Path(a.get("out") or ctx.workspace),

@@ -28,7 +28,8 @@ __all__ = ["profile_cmd"]
 @click.option("--full", is_flag=True, help="Collect every section (ncu --set full); slower.")
 @click.option("--kernel", "-k", help="Only kernels whose name matches this regular expression.")
 @click.option("--launch-count", "-c", type=int, help="Profile at most this many launches.")
-@click.option("--source", is_flag=True, help="Per-line hotspots (build the code with -lineinfo).")
+@click.option("--source", is_flag=True, help="Hotspots: the hottest SASS instructions of each launch, and "
+              "source lines where the code has line info (-lineinfo), from ncu's warp samples.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True, help="Where to keep the .ncu-rep.")
 @click.option("--name", default="profile", show_default=True, help="The report's file name (NAME.ncu-rep).")
 @click.option("--gpu", help="The GPU to take peaks and limits from, when the report's device is not known.")
@@ -112,6 +113,12 @@ def _print(p: dict[str, Any]) -> None:
         for i, d in enumerate(k.get("diagnoses", []), 1):
             echo(f"  {i}. [{d['severity']}] {d['id']}: {d['title']}")
             echo(f"     -> {d['suggestion']}")
+        for title, spots in (("hottest lines", k.get("hot_lines")), ("hottest instructions", k.get("hotspots"))):
+            if spots:
+                echo(f"  {title} (share of warp samples; their stall reasons):")
+                for h in spots[:5]:
+                    why = ", ".join(f"{x['reason']} {x['share_pct']:g}%" for x in h["stalls"])
+                    echo(f"    {h['share_pct']:5.1f}%  {h['where']}  {h.get('sass') or ''}  ({why})")
         rules = [r for r in k.get("tool_rules", []) if r["kind"] in ("OPT", "WRN")][:3]
         for r in rules:
             est = f" (est. {'local ' if r['local'] else ''}speedup {r['est_speedup_pct']:g}%)" if r.get("est_speedup_pct") else ""

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelpilot.arch.registry import ArchSpec, GPUSpec, resolve
-from kernelpilot.errors import InputFormatError, KernelpilotError
+from kernelpilot.errors import InputFormatError, KernelpilotError, UsageError
 from kernelpilot.profile.diagnose import diagnose_profile
 from kernelpilot.profile.model import Profile
 from kernelpilot.profile.ncu_csv import read_raw_csv
@@ -71,10 +71,32 @@ def from_ncu_pages(raw_csv: str, details: str | None, *, source: str, gpu: str |
     return diagnose_profile(prof, aspec)
 
 
+def attach_hotspots(prof: Profile, report: Path, *, top: int = 10) -> Profile:
+    """Each launch's hottest SASS instructions (and source lines, with line info) from the report's warp
+    samples (SourceCounters), matched to the profile's launches in order."""
+    from kernelpilot.profile.ncu_source import read_hotspots
+
+    spots = read_hotspots(report, top=top)
+    if len(spots) != len(prof.kernels):
+        prof.notes.append(f"hotspots: the report holds {len(spots)} launches, the profile {len(prof.kernels)}; "
+                          "none attached")
+        return prof
+    for k, s in zip(prof.kernels, spots):
+        k.hotspots, k.hot_lines = s["instructions"], s["lines"]
+    if not any(s["samples"] for s in spots):
+        prof.notes.append("hotspots: the report has no warp samples (profile with the SourceCounters section, "
+                          "which kpilot's default set and --full include)")
+    elif not any(s["lines"] for s in spots):
+        prof.notes.append("hotspots per SASS instruction only: the code has no line info (build CUDA C++ with "
+                          "-lineinfo; Triton keeps it unless TRITON_DISABLE_LINE_INFO=1)")
+    return prof
+
+
 def load_profile(path: str | Path, *, details: str | Path | None = None, gpu: str | None = None,
-                 all_metrics: bool = False) -> Profile:
+                 all_metrics: bool = False, hotspots: bool = False) -> Profile:
     """A profile from an ``.ncu-rep`` (read through ncu), an ncu raw-page CSV (``details``: the details page
-    as text, for the rule messages), or rocprofv3's CSV output (its folder, or its kernel trace)."""
+    as text, for the rule messages), or rocprofv3's CSV output (its folder, or its kernel trace). ``hotspots``
+    (an ``.ncu-rep`` only): each launch's hottest instructions and lines from its warp samples."""
     from kernelpilot.toolchain.ncu import export_pages
 
     p = Path(path)
@@ -82,9 +104,12 @@ def load_profile(path: str | Path, *, details: str | Path | None = None, gpu: st
         return read_rocprof(p, gpu=gpu)
     if not p.is_file():
         raise KernelpilotError(f"{p}: no such file.")
+    if hotspots and p.suffix != ".ncu-rep":
+        raise UsageError(f"{p}: hotspots come from the warp samples in an .ncu-rep; import the report itself.")
     if p.suffix == ".ncu-rep":
         raw, det = export_pages(p)
-        return from_ncu_pages(raw, det, source=str(p), gpu=gpu, report=str(p), all_metrics=all_metrics)
+        prof = from_ncu_pages(raw, det, source=str(p), gpu=gpu, report=str(p), all_metrics=all_metrics)
+        return attach_hotspots(prof, p) if hotspots else prof
     data = p.read_bytes()[:4096]
     if b"\0" in data:
         raise InputFormatError(str(p), "not a profile: a binary file that is not an .ncu-rep (name Nsight Compute "
@@ -129,6 +154,8 @@ def run_profile(command: list[str], opts: ProfileOptions, *, gpu: str | None = N
     raw, det = export_pages(run.report)
     prof = from_ncu_pages(raw, det, source=" ".join(command), gpu=gpu, report=str(run.report),
                           all_metrics=all_metrics)
+    if opts.source:
+        attach_hotspots(prof, run.report)
     if run.app_exit_code:
         prof.notes.append(f"the profiled command exited with status {run.app_exit_code}")
     return prof

@@ -35,6 +35,19 @@ class ToolRule:
 
 
 @dataclass
+class Hotspot:
+    """Where a kernel's sampled warps sat: one SASS instruction (``where``: its offset from the kernel's first
+    sampled instruction) or one source line (``file:line``), its share of the kernel's samples, and the stall
+    reasons those samples were taken in (largest first, as shares of this spot's samples)."""
+
+    where: str
+    samples: int
+    share_pct: float
+    stalls: list[dict[str, Any]] = field(default_factory=list)   # {"reason", "share_pct"}
+    sass: str | None = None
+
+
+@dataclass
 class KernelLaunch:
     """One kernel launch. Fields the profiler did not measure are None."""
 
@@ -62,6 +75,8 @@ class KernelLaunch:
     bound_evidence: dict[str, Any] = field(default_factory=dict)
     diagnoses: list[Finding] = field(default_factory=list)     # most important first
     tool_rules: list[ToolRule] = field(default_factory=list)
+    hotspots: list[Hotspot] = field(default_factory=list)      # --source: hottest SASS instructions
+    hot_lines: list[Hotspot] = field(default_factory=list)     # --source with line info: hottest source lines
     metrics: dict[str, float] = field(default_factory=dict, repr=False)   # every raw metric read, base units
 
     @property

@@ -1,0 +1,121 @@
+"""Hotspots from Nsight Compute's warp-state sampling (the SourceCounters section, in kpilot's default set):
+for each kernel launch of an ``.ncu-rep``, the SASS instructions where sampled warps sat most often, with the
+stall reasons they were sampled in, and, where the code was built with line info (-lineinfo), the same summed
+per source line.
+
+The report is read with NVIDIA's ``ncu_report`` module: the one in Nsight Compute's ``extras/python`` folder,
+or the ``ncu-report`` package from PyPI (no GPU or ncu needed).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from kernelpilot.errors import KernelpilotError
+from kernelpilot.profile.model import Hotspot
+
+__all__ = ["load_ncu_report", "read_hotspots"]
+
+_SAMPLES = "smsp__pcsamp_sample_count"
+_STALL = "smsp__pcsamp_warps_issue_stalled_"
+
+
+def load_ncu_report(path: Path) -> Any:
+    """The report loaded with ``ncu_report`` (from PyPI, or from the installed Nsight Compute)."""
+    try:
+        import ncu_report  # type: ignore[import-not-found]
+    except ImportError:
+        ncu_report = _from_nsight_compute()
+    try:
+        return ncu_report.load_report(str(path))
+    except Exception as e:  # the module raises several kinds for a file that is not a report
+        raise KernelpilotError(f"{path}: Nsight Compute's report reader could not read it ({e}).") from None
+
+
+def _from_nsight_compute() -> Any:
+    from kernelpilot.errors import ToolNotFoundError
+    from kernelpilot.toolchain.find import find_tool
+
+    try:
+        ncu = find_tool("ncu").resolve()
+    except ToolNotFoundError:
+        ncu = None
+    for root in ([ncu.parent, ncu.parent.parent] if ncu else []):
+        extras = root / "extras" / "python"
+        if (extras / "ncu_report.py").is_file():
+            sys.path.insert(0, str(extras))
+            import ncu_report  # type: ignore[import-not-found]
+
+            return ncu_report
+    raise KernelpilotError("hotspots need NVIDIA's ncu_report module: `pip install ncu-report`, or an Nsight "
+                           "Compute installation (its extras/python folder).")
+
+
+def _per_pc(action: Any, name: str) -> dict[int, int]:
+    m = action.metric_by_name(name)
+    if m is None or not m.has_correlation_ids():
+        return {}
+    ids = m.correlation_ids()
+    return {int(ids.as_uint64(i)): int(m.as_uint64(i)) for i in range(m.num_instances()) if m.as_uint64(i)}
+
+
+def _line_of(action: Any, pc: int) -> str | None:
+    info = action.source_info(pc)
+    if info is None:
+        return None
+    name, line = info.file_name(), info.line()
+    return f"{Path(name).name}:{line}" if name and line else None
+
+
+def _spots(samples: dict[str, int], stalls: dict[str, dict[str, int]], total: int, top: int,
+           sass: dict[str, str] | None) -> list[Hotspot]:
+    out = []
+    for where, n in sorted(samples.items(), key=lambda kv: (-kv[1], kv[0]))[:top]:
+        reasons = sorted(stalls.get(where, {}).items(), key=lambda kv: -kv[1])[:3]
+        out.append(Hotspot(where=where, samples=n, share_pct=round(100 * n / total, 2),
+                           stalls=[{"reason": r, "share_pct": round(100 * c / n, 1)} for r, c in reasons],
+                           sass=(sass or {}).get(where)))
+    return out
+
+
+def _kernel_hotspots(action: Any, top: int) -> tuple[list[Hotspot], list[Hotspot], int]:
+    samples = _per_pc(action, _SAMPLES)
+    total = sum(samples.values())
+    if not total:
+        return [], [], 0
+    base = min(samples)
+    by_pc: dict[int, dict[str, int]] = {}
+    for name in action.metric_names():
+        if name.startswith(_STALL) and not name.endswith("_not_issued"):
+            for pc, n in _per_pc(action, name).items():
+                by_pc.setdefault(pc, {})[name[len(_STALL):]] = n
+    key = {pc: f"0x{pc - base:04x}" for pc in samples}
+    sass = {key[pc]: " ".join(str(action.sass_by_pc(pc)).split()) for pc in samples}
+    instructions = _spots({key[pc]: n for pc, n in samples.items()}, {key[pc]: s for pc, s in by_pc.items()
+                                                                     if pc in key}, total, top, sass)
+    lines: dict[str, int] = {}
+    line_stalls: dict[str, dict[str, int]] = {}
+    for pc, n in samples.items():
+        where = _line_of(action, pc)
+        if where:
+            lines[where] = lines.get(where, 0) + n
+            for r, c in by_pc.get(pc, {}).items():
+                line_stalls.setdefault(where, {})[r] = line_stalls.get(where, {}).get(r, 0) + c
+    return instructions, _spots(lines, line_stalls, total, top, None), total
+
+
+def read_hotspots(path: Path, *, top: int = 10) -> list[dict[str, Any]]:
+    """Per kernel launch of the report, in launch order: ``{"name", "samples", "instructions", "lines"}``, the
+    ``top`` hottest SASS instructions (``where``: offset from the kernel's first sampled instruction) and
+    source lines (empty without line info). A launch profiled without SourceCounters has no samples."""
+    report = load_ncu_report(path)
+    out = []
+    for r in range(report.num_ranges()):
+        rng = report.range_by_idx(r)
+        for i in range(rng.num_actions()):
+            action = rng.action_by_idx(i)
+            instructions, lines, total = _kernel_hotspots(action, top)
+            out.append({"name": action.name(), "samples": total, "instructions": instructions, "lines": lines})
+    return out
