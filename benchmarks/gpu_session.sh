@@ -48,10 +48,10 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
       return $rc ;;
     moe-profile)
       for variant in plain biased; do
-        for kernel in ${MOE_PROFILE_KERNELS:-topk_sigmoid_cuda_warp topk_sigmoid_cuda}; do
+        for kernel in ${MOE_PROFILE_KERNELS:-topk_sigmoid_cuda_warp topk_sigmoid_cuda topk_sigmoid_cuda_persistent}; do
           python3 -m kernelpilot profile --problem "$MOE/$variant" --candidate "$MOE/kernels/$kernel.py" \
               --case experts=256,tokens=65536,k=8,dtype=bfloat16 --kernel topk_sigmoid --launch-count 1 \
-              --out "$dir" --name "${variant}_$kernel" --json > "$dir/${variant}_$kernel.json"
+              --source --out "$dir" --name "${variant}_$kernel" --json > "$dir/${variant}_$kernel.json"
           python3 -m kernelpilot profile --import "$dir/${variant}_$kernel.ncu-rep"
         done
         [ -e "$dir/${variant}_topk_sigmoid_cuda_warp.json" ] && python3 -m kernelpilot profile diff \

@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE.parents[1] / "src"))
 from kernelpilot.evaluate.problem import load_problem  # noqa: E402
 from kernelpilot.evaluate.runner import EvalOptions, bench  # noqa: E402
 
-KERNELS = ["topk_sigmoid_triton.py", "topk_sigmoid_cuda_warp.py", "topk_sigmoid_cuda.py"]
+KERNELS = ["topk_sigmoid_triton.py", "topk_sigmoid_cuda_warp.py", "topk_sigmoid_cuda.py", "topk_sigmoid_cuda_persistent.py"]
 
 
 def launch_floor_us() -> float:

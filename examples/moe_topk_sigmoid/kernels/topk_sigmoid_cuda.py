@@ -2,7 +2,10 @@
 for 64, 128 or 256 experts, k 4 or 8, fp32/fp16/bf16 logits, one source file per dtype so that the build
 runs in parallel.
 
-- ``keys`` (the default, topk_sigmoid_keys.cu): packed selection keys, EXPERTS/8 lanes per token.
+- ``keys`` (the default, topk_sigmoid_keys.cu): packed selection keys, EXPERTS/8 lanes per token, a grid
+  that covers the tokens in one pass.
+- ``keys_persistent``: the same kernel on a grid of at most 16 blocks per SM, each warp taking token after
+  token, the next row's load issued before the current row's selection (16-bit logits).
 - ``warp`` (topk_sigmoid_warp.cu, the first version): one warp per token, a REDUX and a ballot per round.
 """
 
@@ -15,7 +18,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 EXPERTS = (64, 128, 256)
 KS = (4, 8)
-ALGOS = {"warp": 0, "keys": 1}
+ALGOS = {"warp": 0, "keys": 1, "keys_persistent": 2}
 ALGO = "keys"
 DTYPES = {"f32": "float", "f16": "__half", "bf16": "__nv_bfloat16"}
 
@@ -23,11 +26,24 @@ _PER_DTYPE = r"""
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
+#include <algorithm>
 #include "topk_sigmoid_warp.cu"
 #include "topk_sigmoid_keys.cu"
 
 namespace {
 using T = DTYPE;
+
+int sm_count() {              // of the current device, asked once per device
+  static int count[64] = {0};
+  int dev = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&dev));
+  int n = dev < 64 ? count[dev] : 0;
+  if (!n) {
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    if (dev < 64) count[dev] = n;
+  }
+  return n;
+}
 
 template <int E, int NK, bool B>
 void launch(int algo, const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& w, torch::Tensor& ids) {
@@ -41,8 +57,10 @@ void launch(int algo, const torch::Tensor& x, const torch::Tensor& bias, torch::
                                                                               ids.data_ptr<int>(), tokens);
   } else {                  // E/8 lanes per token, 4 warps per block
     constexpr int per_block = 4 * (32 / (E / 8));
-    moe::topk_sigmoid_keys<T, E, NK, B><<<(tokens + per_block - 1) / per_block, 128, 0, stream>>>(
-        xp, bp, w.data_ptr<float>(), ids.data_ptr<int>(), tokens);
+    int blocks = (tokens + per_block - 1) / per_block;
+    if (algo == 2) blocks = std::min(blocks, 16 * sm_count());
+    moe::topk_sigmoid_keys<T, E, NK, B><<<blocks, 128, 0, stream>>>(xp, bp, w.data_ptr<float>(),
+                                                                     ids.data_ptr<int>(), tokens);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -12,6 +12,11 @@
 // sigmoid of the logit (divided by the k weights' sum with a bias). The key carries the expert, so no lane
 // needs another lane's scores.
 //
+// The grid may cover the tokens in one pass or be smaller (at most 16 blocks per SM, "keys_persistent" in
+// topk_sigmoid_cuda.py): blocks then take pass after pass, and with 16-bit logits each lane loads its next
+// row before the current row's selection. Warp samples (kpilot profile --source) of the one-pass launch put
+// half of them at the kernel's first instructions and at the wait for the row's load.
+//
 // The keys:
 // - fp16/bf16 logits, no bias: 32 bits, exact, made from the bits two at a time (-0 made +0; the 16-bit order
 //   key, then the expert twice).
@@ -196,69 +201,86 @@ __global__ __launch_bounds__(128) void topk_sigmoid_keys(const T* __restrict__ l
   static_assert(K >= 1 && K <= G, "K must be 1..EXPERTS/8");
   const int lane = threadIdx.x % 32;
   const int sub = lane % G;
-  const int first = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * PER_WARP;
-  if (first >= tokens) return;   // whole warps leave together
-  const int token = first + lane / G;
-  const bool live = token < tokens;
   const int e0 = sub * P;
+  // Passes over the tokens are counted per block (a value the compiler knows is the same for the whole
+  // warp, so the warp-wide reductions need no fallback for diverged lanes); a warp past the last token still
+  // takes part, with zero rows, and writes nothing.
+  const int per_block = (blockDim.x / 32) * PER_WARP;
+  const int step = gridDim.x * per_block;
+  const int in_block = (threadIdx.x / 32) * PER_WARP + lane / G;   // this lane's token within its block's pass
 
-  unsigned long long key = 0;   // round `sub`'s key on lanes sub < K
-  if constexpr (!HAS_BIAS && sizeof(T) == 2) {   // 16-bit logits: exact 32-bit keys straight from the bits
-    const uint4 raw = live ? __ldg(reinterpret_cast<const uint4*>(logits + (size_t)token * EXPERTS + e0))
-                           : make_uint4(0u, 0u, 0u, 0u);
-    const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
-    unsigned keys[P];
-    keys_of_halves(words, e0, keys);
-    key = select<unsigned, G, K>(keys, sub);
-  } else {
-    float x[P];
-    if (live) {
-      load_row<T, P>(logits + (size_t)token * EXPERTS + e0, x);
-    } else {
+  // With a bias: its shift into [1, 4) and whether it is too wide for 32-bit keys, once per warp.
+  bool wide = sizeof(T) == 4;
+  float shift[P];                // 1 - min(bias) + bias[e]
+  if constexpr (HAS_BIAS) {
+    float b[P];
+    load_row<float, P>(bias + e0, b);
+    float lo = b[0], hi = b[0];
 #pragma unroll
-      for (int j = 0; j < P; ++j) x[j] = 0.0f;
-    }
-    bool wide = true;
-    float shift[P];               // 1 - min(bias) + bias[e]
-    if constexpr (HAS_BIAS) {
-      float b[P];
-      load_row<float, P>(bias + e0, b);
-      float lo = b[0], hi = b[0];
+    for (int j = 1; j < P; ++j) { lo = fminf(lo, b[j]); hi = fmaxf(hi, b[j]); }
+    lo = from_order_key(__reduce_min_sync(FULL, order_key(lo)));
+    hi = from_order_key(__reduce_max_sync(FULL, order_key(hi)));
+    wide = !(hi - lo < 1.5f);
 #pragma unroll
-      for (int j = 1; j < P; ++j) { lo = fminf(lo, b[j]); hi = fmaxf(hi, b[j]); }
-      lo = from_order_key(__reduce_min_sync(FULL, order_key(lo)));
-      hi = from_order_key(__reduce_max_sync(FULL, order_key(hi)));
-      wide = !(hi - lo < 1.5f);
-#pragma unroll
-      for (int j = 0; j < P; ++j) shift[j] = (1.0f - lo) + b[j];
-    }
-    if (!wide) {   // 32-bit keys of the biased score
-      unsigned keys[P];
-#pragma unroll
-      for (int j = 0; j < P; ++j) {
-        const float s = __fdividef(1.0f, 1.0f + __expf(-x[j])) + shift[j];   // in [1, 4)
-        keys[j] = ((max(__float_as_uint(s), 0x3f800000u) - 0x3f800000u) << 8) | (255u - (unsigned)(e0 + j));
-      }
-      key = select<unsigned, G, K>(keys, sub);
-    } else {       // 64-bit keys
-      unsigned long long keys[P];
-#pragma unroll
-      for (int j = 0; j < P; ++j) {
-        const float s = HAS_BIAS ? sigmoid(x[j]) + shift[j] : x[j];
-        keys[j] = ((unsigned long long)order_key(s) << 32) | (255u - (unsigned)(e0 + j));
-      }
-      key = select<unsigned long long, G, K>(keys, sub);
-    }
+    for (int j = 0; j < P; ++j) shift[j] = (1.0f - lo) + b[j];
   }
 
-  const bool writes = live && sub < K;
-  const int expert = 255 - (int)(key & 0xffu);
-  float w = 0.0f;
-  if (writes) w = __fdividef(1.0f, 1.0f + __expf(-to_float<T>(logits[(size_t)token * EXPERTS + expert])));
-  if constexpr (HAS_BIAS) w = w / group_sum<G>(w);
-  if (writes) {
-    weights[(size_t)token * K + sub] = w;
-    ids[(size_t)token * K + sub] = expert;
+  // 16-bit logits without a bias: the next pass's row is loaded before this one's selection.
+  constexpr bool HALVES = !HAS_BIAS && sizeof(T) == 2;
+  const auto row_bits = [&](int tok) {
+    return tok < tokens ? __ldg(reinterpret_cast<const uint4*>(logits + (size_t)tok * EXPERTS + e0))
+                        : make_uint4(0u, 0u, 0u, 0u);
+  };
+  uint4 next;
+  if constexpr (HALVES) next = row_bits(blockIdx.x * per_block + in_block);
+
+  for (int base = blockIdx.x * per_block; base < tokens; base += step) {   // one pass, or several
+    const int token = base + in_block;
+    const bool live = token < tokens;
+    unsigned long long key = 0;   // round `sub`'s key on lanes sub < K
+    if constexpr (HALVES) {       // exact 32-bit keys straight from the bits
+      const uint4 raw = next;
+      if (base + step < tokens) next = row_bits(token + step);
+      const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
+      unsigned keys[P];
+      keys_of_halves(words, e0, keys);
+      key = select<unsigned, G, K>(keys, sub);
+    } else {
+      float x[P];
+      if (live) {
+        load_row<T, P>(logits + (size_t)token * EXPERTS + e0, x);
+      } else {
+#pragma unroll
+        for (int j = 0; j < P; ++j) x[j] = 0.0f;
+      }
+      if (!wide) {   // 32-bit keys of the biased score
+        unsigned keys[P];
+#pragma unroll
+        for (int j = 0; j < P; ++j) {
+          const float s = __fdividef(1.0f, 1.0f + __expf(-x[j])) + shift[j];   // in [1, 4)
+          keys[j] = ((max(__float_as_uint(s), 0x3f800000u) - 0x3f800000u) << 8) | (255u - (unsigned)(e0 + j));
+        }
+        key = select<unsigned, G, K>(keys, sub);
+      } else {       // 64-bit keys
+        unsigned long long keys[P];
+#pragma unroll
+        for (int j = 0; j < P; ++j) {
+          const float s = HAS_BIAS ? sigmoid(x[j]) + shift[j] : x[j];
+          keys[j] = ((unsigned long long)order_key(s) << 32) | (255u - (unsigned)(e0 + j));
+        }
+        key = select<unsigned long long, G, K>(keys, sub);
+      }
+    }
+
+    const bool writes = live && sub < K;
+    const int expert = 255 - (int)(key & 0xffu);
+    float w = 0.0f;
+    if (writes) w = __fdividef(1.0f, 1.0f + __expf(-to_float<T>(logits[(size_t)token * EXPERTS + expert])));
+    if constexpr (HAS_BIAS) w = w / group_sum<G>(w);
+    if (writes) {
+      weights[(size_t)token * K + sub] = w;
+      ids[(size_t)token * K + sub] = expert;
+    }
   }
 }
 
