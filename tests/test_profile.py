@@ -167,12 +167,49 @@ def test_bad_input_is_one_line(tmp_path, fx, case):
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in r.stderr, r.stderr
 
 
-def test_ncu_missing_is_one_line(tmp_path, fx):
+def _no_ncu(tmp_path, **more):
     # KPILOT_NCU names the binary to use: one that does not exist is what a machine without ncu looks like
-    for args in (["--", "true"], ["--import", str(fx / "k.ncu-rep")]):
-        r = kp("profile", *args, env={"KPILOT_NCU": str(tmp_path / "no-ncu"), "PATH": "/usr/bin:/bin"})
-        assert r.returncode == 1, r.stderr
-        assert r.stderr.startswith("error: ncu") and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    return {"KPILOT_NCU": str(tmp_path / "no-ncu"), "PATH": "/usr/bin:/bin", **more}
+
+
+def test_ncu_missing_is_one_line(tmp_path, fx):
+    r = kp("profile", "--", "true", env=_no_ncu(tmp_path))
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith("error: ncu") and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_a_report_is_read_without_ncu(tmp_path, fx):
+    """No ncu on the machine: the .ncu-rep is read with NVIDIA's report reader instead, same diagnosis."""
+    require_module("ncu_report")
+    r = kp("profile", "--import", str(fx / "k.ncu-rep"), "--json", env=_no_ncu(tmp_path))
+    assert r.returncode == 0, r.stderr
+    small, full = json.loads(r.stdout)["kernels"]
+    assert small["diagnoses"][0]["id"] == "launch.underfill" and full["bound"] == "memory"
+
+
+def test_without_ncu_or_its_report_reader_an_import_is_one_line(tmp_path, fx):
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / "ncu_report.py").write_text("raise ImportError('not installed')\n")
+    env = _no_ncu(tmp_path, PYTHONPATH=f"{blocked}:{ROOT / 'src'}")
+    r = kp("profile", "--import", str(fx / "k.ncu-rep"), env=env)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith("error: ncu") and "pip install ncu-report" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_the_report_reader_gives_what_ncus_pages_give(fx):
+    """The H200 fixture read two ways: ncu's raw and details pages, and the .ncu-rep through ncu_report."""
+    require_module("ncu_report")
+    from kernelpilot.profile.load import from_ncu_report
+
+    pages = load_profile(fx / "ncu_raw.csv", details=fx / "ncu_details.txt").to_json()["kernels"]
+    report = from_ncu_report(fx / "k.ncu-rep").to_json()["kernels"]
+    assert len(pages) == len(report) == 2
+    for a, b in zip(pages, report):
+        order = lambda rules: sorted(rules, key=lambda r: (r["section"], r["message"]))  # noqa: E731
+        assert order(a.pop("tool_rules")) == order(b.pop("tool_rules"))
+        assert a == b
 
 
 def test_reader_errors_name_the_file():

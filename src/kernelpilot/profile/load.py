@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelpilot.arch.registry import ArchSpec, GPUSpec, resolve
-from kernelpilot.errors import InputFormatError, KernelpilotError, UsageError
+from kernelpilot.errors import InputFormatError, KernelpilotError, ToolNotFoundError, UsageError
 from kernelpilot.profile.diagnose import diagnose_profile
 from kernelpilot.profile.model import Profile
 from kernelpilot.profile.ncu_csv import read_raw_csv
@@ -52,6 +52,21 @@ def from_ncu_pages(raw_csv: str, details: str | None, *, source: str, gpu: str |
     """A diagnosed profile from ncu's raw page (CSV) and, when given, its details page (rule messages).
     ``all_metrics``: keep every metric of the report in each launch's ``metrics`` (else those used)."""
     raws = read_raw_csv(raw_csv, source, keep=None if all_metrics else used_metric)
+    return from_raw_launches(raws, read_rules(details) if details else None, source=source, gpu=gpu,
+                             report=report, rules_from="the details page")
+
+
+def from_ncu_report(path: Path, *, gpu: str | None = None, all_metrics: bool = False) -> Profile:
+    """A diagnosed profile from an ``.ncu-rep`` read with NVIDIA's ``ncu_report`` module (no ncu needed)."""
+    from kernelpilot.profile.ncu_rep import launches_from_report, rules_from_report
+
+    raws = launches_from_report(path, keep=None if all_metrics else used_metric)
+    return from_raw_launches(raws, rules_from_report(path), source=str(path), gpu=gpu, report=str(path),
+                             rules_from="the report's rule results")
+
+
+def from_raw_launches(raws: list, rules: list | None, *, source: str, gpu: str | None, report: str | None,
+                      rules_from: str) -> Profile:
     device = next((r.text.get("device__attribute_display_name") for r in raws
                    if r.text.get("device__attribute_display_name")), None)
     gspec, aspec = device_specs(device, gpu)
@@ -60,13 +75,12 @@ def from_ncu_pages(raw_csv: str, details: str | None, *, source: str, gpu: str |
     if device and gspec is None:
         prof.notes.append(f"{device} is not in kernelpilot's arch data: no peak bandwidth or occupancy step "
                           "(pass --gpu NAME)")
-    if details:
-        rules = read_rules(details)
+    if rules:
         if len(rules) == len(prof.kernels):
             for k, rs in zip(prof.kernels, rules):
                 k.tool_rules = rs
-        elif rules:
-            prof.notes.append(f"the details page lists {len(rules)} launches and the raw page {len(prof.kernels)}: "
+        else:
+            prof.notes.append(f"{rules_from} lists {len(rules)} launches and the metrics {len(prof.kernels)}: "
                               "rule messages left out")
     return diagnose_profile(prof, aspec)
 
@@ -107,8 +121,18 @@ def load_profile(path: str | Path, *, details: str | Path | None = None, gpu: st
     if hotspots and p.suffix != ".ncu-rep":
         raise UsageError(f"{p}: hotspots come from the warp samples in an .ncu-rep; import the report itself.")
     if p.suffix == ".ncu-rep":
-        raw, det = export_pages(p)
-        prof = from_ncu_pages(raw, det, source=str(p), gpu=gpu, report=str(p), all_metrics=all_metrics)
+        try:
+            raw, det = export_pages(p)
+        except ToolNotFoundError as e:    # no ncu here: NVIDIA's report reader, where installed
+            from kernelpilot.profile.ncu_source import ReportReaderMissing
+
+            try:
+                prof = from_ncu_report(p, gpu=gpu, all_metrics=all_metrics)
+            except ReportReaderMissing:
+                raise KernelpilotError(f"{e.message.rstrip('.')}, or `pip install ncu-report` to read .ncu-rep "
+                                       "files without it.", hint=e.hint) from None
+        else:
+            prof = from_ncu_pages(raw, det, source=str(p), gpu=gpu, report=str(p), all_metrics=all_metrics)
         return attach_hotspots(prof, p) if hotspots else prof
     data = p.read_bytes()[:4096]
     if b"\0" in data:

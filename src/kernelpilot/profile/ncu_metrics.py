@@ -89,7 +89,8 @@ def launch_from_ncu(raw: RawLaunch, index: int, gpu: GPUSpec | None = None) -> K
     if static is not None or dynamic is not None:
         k.shared_bytes_per_block = int((static or 0) + (dynamic or 0))
     k.sm_count = int(m["launch__sm_count"]) if m.get("launch__sm_count") else None
-    k.waves_per_sm = m.get("launch__waves_per_multiprocessor")
+    waves = m.get("launch__waves_per_multiprocessor")
+    k.waves_per_sm = None if waves is None else round(waves, 2)   # as ncu prints it
 
     occ: dict = {}
     if m.get("sm__maximum_warps_per_active_cycle_pct") is not None:

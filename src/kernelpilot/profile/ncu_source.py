@@ -16,10 +16,14 @@ from typing import Any
 from kernelpilot.errors import KernelpilotError
 from kernelpilot.profile.model import Hotspot
 
-__all__ = ["load_ncu_report", "read_hotspots"]
+__all__ = ["ReportReaderMissing", "load_ncu_report", "read_hotspots"]
 
 _SAMPLES = "smsp__pcsamp_sample_count"
 _STALL = "smsp__pcsamp_warps_issue_stalled_"
+
+
+class ReportReaderMissing(KernelpilotError):
+    """Neither the ``ncu_report`` package nor an Nsight Compute installation to take it from."""
 
 
 def load_ncu_report(path: Path) -> Any:
@@ -49,8 +53,8 @@ def _from_nsight_compute() -> Any:
             import ncu_report  # type: ignore[import-not-found]
 
             return ncu_report
-    raise KernelpilotError("hotspots need NVIDIA's ncu_report module: `pip install ncu-report`, or an Nsight "
-                           "Compute installation (its extras/python folder).")
+    raise ReportReaderMissing("reading an .ncu-rep needs NVIDIA's ncu_report module: `pip install ncu-report`, "
+                              "or an Nsight Compute installation (its extras/python folder).")
 
 
 def _per_pc(action: Any, name: str) -> dict[int, int]:
