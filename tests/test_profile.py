@@ -383,3 +383,21 @@ def test_without_a_report_reader_hotspots_say_how_to_get_one(monkeypatch):
     monkeypatch.setattr("kernelpilot.toolchain.find.find_tool", no_ncu)    # and no Nsight Compute to take it from
     with pytest.raises(KernelpilotError, match="pip install ncu-report"):
         ncu_source.load_ncu_report(SAMPLED)
+
+
+def test_a_hotspot_waiting_on_a_load_is_a_diagnosis():
+    """The MoE report's warp samples: 26% at an early instruction, but not_selected (ready warps) is nothing to
+    act on; 23.6% at the PRMT after the row's load, mostly long_scoreboard: that one is diagnosed."""
+    require_module("ncu_report")
+    from kernelpilot.profile.diagnose import diagnose
+    from kernelpilot.profile.load import attach_hotspots
+    from kernelpilot.profile.model import KernelLaunch, Profile
+
+    prof = attach_hotspots(Profile(tool="ncu", kernels=[KernelLaunch(name="topk_sigmoid_keys", id=0)]), SAMPLED)
+    (k,) = prof.kernels
+    d = next(f for f in diagnose(k).diagnoses if f.id == "stall.hotspot")
+    assert d.evidence["where"] == "0x0150" and d.evidence["sass"].startswith("PRMT")
+    assert "long_scoreboard 54.1%" in d.title and "load" in d.suggestion
+    assert d.docs == ["builtin/profiling.md#warp-sampling"]
+    k.hotspots = [h for h in k.hotspots if h.where != "0x0150"]
+    assert "stall.hotspot" not in {f.id for f in diagnose(k).diagnoses}

@@ -21,6 +21,7 @@ FINDING_DOCS: dict[str, list[str]] = {
     "launch.underfill": ["builtin/nvidia.md#waves-per-sm"],
     "launch.tail": ["builtin/nvidia.md#waves-per-sm"],
     "stall.long-scoreboard": ["builtin/profiling.md#long-scoreboard"],
+    "stall.hotspot": ["builtin/profiling.md#warp-sampling"],
     "memory.uncoalesced": ["builtin/nvidia.md#coalescing"],
     "memory.bank-conflicts": ["builtin/nvidia.md#bank-conflicts"],
     "memory.dram-bandwidth-low": ["builtin/profiling.md#speed-of-light"],

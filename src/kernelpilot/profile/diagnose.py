@@ -25,6 +25,7 @@ EXCESS_SECTORS = 0.2       # share of global sectors that coalesced access would
 BANK_CONFLICTS = 0.1       # extra shared-memory wavefronts per wavefront
 DRAM_LOW = 0.7             # a DRAM-bound kernel below this share of peak bandwidth
 TAIL_IDLE = 0.1            # the last partial wave leaves this share of the launch's SM time idle
+HOTSPOT_PCT = 15.0         # one instruction or line holding this share of the warp samples (--source)
 
 
 def classify(k: KernelLaunch) -> tuple[str | None, dict[str, Any]]:
@@ -233,7 +234,43 @@ def _dram_low(k: KernelLaunch) -> tuple[float, Finding] | None:
                    "enough resident warps; and move fewer bytes (fuse with neighbouring kernels, narrower dtypes)")
 
 
-_RULES = (_underfill, _uncoalesced, _bank_conflicts, _long_scoreboard, _dram_low, _achieved, _tail)
+# What a hotspot's main stall reason asks for (reasons that say nothing to act on, such as not_selected, are
+# left out: the warp was ready and another one issued).
+_STALL_ADVICE = {
+    "long_scoreboard": "it waits on a global or local load: issue that load earlier (load the next iteration's "
+                       "data before working on this one's) or keep more independent loads in flight",
+    "short_scoreboard": "it waits on shared memory or a special-function result (MUFU): fewer of those on the "
+                        "critical path, or more independent work between them and their use",
+    "math_pipe_throttle": "the pipe it needs is saturated: fewer instructions of that kind, or part of the work "
+                          "moved to another pipe",
+    "mio_throttle": "the shared-memory and special-instruction queue is full: wider accesses, fewer instructions",
+    "lg_throttle": "the global and local memory queue is full: wider (vector) accesses, fewer instructions",
+    "barrier": "warps wait at a barrier: even out the work between the warps of a block",
+    "membar": "warps wait at a memory fence: fewer fences, or weaker ones",
+    "wait": "a fixed-latency dependency: more independent instructions between producer and consumer",
+    "branch_resolving": "branch targets being resolved: fewer divergent branches",
+    "no_instructions": "instruction fetch misses: smaller code (less unrolling)",
+}
+
+
+def _hotspot(k: KernelLaunch) -> tuple[float, Finding] | None:
+    for spot in k.hot_lines or k.hotspots:
+        if spot.share_pct < HOTSPOT_PCT:
+            return None    # hottest first: the rest are cooler
+        reason = spot.stalls[0]["reason"] if spot.stalls else None
+        if reason in _STALL_ADVICE:
+            where = f"{spot.where} {spot.sass}" if spot.sass else spot.where
+            return 40.0 + spot.share_pct / 2, Finding(
+                id="stall.hotspot", severity="high" if spot.share_pct >= 30 else "medium",
+                title=f"{spot.share_pct:g}% of the warp samples sit at {where} ({reason} "
+                      f"{spot.stalls[0]['share_pct']:g}%)",
+                evidence={"where": spot.where, "sass": spot.sass, "share_pct": spot.share_pct,
+                          "stalls": spot.stalls},
+                suggestion=_STALL_ADVICE[reason])
+    return None
+
+
+_RULES = (_underfill, _uncoalesced, _bank_conflicts, _long_scoreboard, _dram_low, _achieved, _tail, _hotspot)
 
 
 def diagnose(k: KernelLaunch, spec: ArchSpec | None = None) -> KernelLaunch:

@@ -48,25 +48,27 @@ def device_specs(device_name: str | None, override: str | None = None) -> tuple[
 
 
 def from_ncu_pages(raw_csv: str, details: str | None, *, source: str, gpu: str | None = None,
-                   report: str | None = None, all_metrics: bool = False) -> Profile:
+                   report: str | None = None, all_metrics: bool = False, hotspots_from: Path | None = None) -> Profile:
     """A diagnosed profile from ncu's raw page (CSV) and, when given, its details page (rule messages).
-    ``all_metrics``: keep every metric of the report in each launch's ``metrics`` (else those used)."""
+    ``all_metrics``: keep every metric of the report in each launch's ``metrics`` (else those used).
+    ``hotspots_from``: the .ncu-rep whose warp samples give each launch's hotspots."""
     raws = read_raw_csv(raw_csv, source, keep=None if all_metrics else used_metric)
     return from_raw_launches(raws, read_rules(details) if details else None, source=source, gpu=gpu,
-                             report=report, rules_from="the details page")
+                             report=report, rules_from="the details page", hotspots_from=hotspots_from)
 
 
-def from_ncu_report(path: Path, *, gpu: str | None = None, all_metrics: bool = False) -> Profile:
+def from_ncu_report(path: Path, *, gpu: str | None = None, all_metrics: bool = False,
+                    hotspots: bool = False) -> Profile:
     """A diagnosed profile from an ``.ncu-rep`` read with NVIDIA's ``ncu_report`` module (no ncu needed)."""
     from kernelpilot.profile.ncu_rep import launches_from_report, rules_from_report
 
     raws = launches_from_report(path, keep=None if all_metrics else used_metric)
     return from_raw_launches(raws, rules_from_report(path), source=str(path), gpu=gpu, report=str(path),
-                             rules_from="the report's rule results")
+                             rules_from="the report's rule results", hotspots_from=path if hotspots else None)
 
 
 def from_raw_launches(raws: list, rules: list | None, *, source: str, gpu: str | None, report: str | None,
-                      rules_from: str) -> Profile:
+                      rules_from: str, hotspots_from: Path | None = None) -> Profile:
     device = next((r.text.get("device__attribute_display_name") for r in raws
                    if r.text.get("device__attribute_display_name")), None)
     gspec, aspec = device_specs(device, gpu)
@@ -127,13 +129,12 @@ def load_profile(path: str | Path, *, details: str | Path | None = None, gpu: st
             from kernelpilot.profile.ncu_source import ReportReaderMissing
 
             try:
-                prof = from_ncu_report(p, gpu=gpu, all_metrics=all_metrics)
+                return from_ncu_report(p, gpu=gpu, all_metrics=all_metrics, hotspots=hotspots)
             except ReportReaderMissing:
                 raise KernelpilotError(f"{e.message.rstrip('.')}, or `pip install ncu-report` to read .ncu-rep "
                                        "files without it.", hint=e.hint) from None
-        else:
-            prof = from_ncu_pages(raw, det, source=str(p), gpu=gpu, report=str(p), all_metrics=all_metrics)
-        return attach_hotspots(prof, p) if hotspots else prof
+        return from_ncu_pages(raw, det, source=str(p), gpu=gpu, report=str(p), all_metrics=all_metrics,
+                              hotspots_from=p if hotspots else None)
     data = p.read_bytes()[:4096]
     if b"\0" in data:
         raise InputFormatError(str(p), "not a profile: a binary file that is not an .ncu-rep (name Nsight Compute "
@@ -177,9 +178,7 @@ def run_profile(command: list[str], opts: ProfileOptions, *, gpu: str | None = N
         return prof
     raw, det = export_pages(run.report)
     prof = from_ncu_pages(raw, det, source=" ".join(command), gpu=gpu, report=str(run.report),
-                          all_metrics=all_metrics)
-    if opts.source:
-        attach_hotspots(prof, run.report)
+                          all_metrics=all_metrics, hotspots_from=run.report if opts.source else None)
     if run.app_exit_code:
         prof.notes.append(f"the profiled command exited with status {run.app_exit_code}")
     return prof
