@@ -370,17 +370,23 @@ def test_hotspots_need_the_report_itself(fx):
         load_profile(fx / "ncu_raw.csv", hotspots=True)
 
 
-def test_without_a_report_reader_hotspots_say_how_to_get_one(monkeypatch):
-    from kernelpilot.errors import KernelpilotError
-    from kernelpilot.profile import ncu_source
-
+@pytest.fixture
+def no_report_reader(monkeypatch):
+    """Neither the ncu_report package, nor ncu, nor a standalone Nsight Compute to take the module from."""
     from kernelpilot.errors import ToolNotFoundError
 
     def no_ncu(name):
         raise ToolNotFoundError(name, "Nsight Compute")
 
-    monkeypatch.setitem(sys.modules, "ncu_report", None)                   # import fails
-    monkeypatch.setattr("kernelpilot.toolchain.find.find_tool", no_ncu)    # and no Nsight Compute to take it from
+    monkeypatch.setitem(sys.modules, "ncu_report", None)
+    monkeypatch.setattr("kernelpilot.toolchain.find.find_tool", no_ncu)
+    monkeypatch.setattr("pathlib.Path.glob", lambda self, pattern: iter(()))
+
+
+def test_without_a_report_reader_hotspots_say_how_to_get_one(no_report_reader):
+    from kernelpilot.errors import KernelpilotError
+    from kernelpilot.profile import ncu_source
+
     with pytest.raises(KernelpilotError, match="pip install ncu-report"):
         ncu_source.load_ncu_report(SAMPLED)
 
@@ -401,3 +407,11 @@ def test_a_hotspot_waiting_on_a_load_is_a_diagnosis():
     assert d.docs == ["builtin/profiling.md#warp-sampling"]
     k.hotspots = [h for h in k.hotspots if h.where != "0x0150"]
     assert "stall.hotspot" not in {f.id for f in diagnose(k).diagnoses}
+
+
+def test_without_a_report_reader_the_profile_stands_and_says_why(no_report_reader):
+    from kernelpilot.profile.load import attach_hotspots
+    from kernelpilot.profile.model import KernelLaunch, Profile
+
+    prof = attach_hotspots(Profile(tool="ncu", kernels=[KernelLaunch(name="k", id=0)]), SAMPLED)
+    assert prof.kernels[0].hotspots == [] and "pip install ncu-report" in prof.notes[0]

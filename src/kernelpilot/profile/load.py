@@ -90,9 +90,13 @@ def from_raw_launches(raws: list, rules: list | None, *, source: str, gpu: str |
 def attach_hotspots(prof: Profile, report: Path, *, top: int = 10) -> Profile:
     """Each launch's hottest SASS instructions (and source lines, with line info) from the report's warp
     samples (SourceCounters), matched to the profile's launches in order."""
-    from kernelpilot.profile.ncu_source import read_hotspots
+    from kernelpilot.profile.ncu_source import ReportReaderMissing, read_hotspots
 
-    spots = read_hotspots(report, top=top)
+    try:
+        spots = read_hotspots(report, top=top)
+    except ReportReaderMissing as e:   # the rest of the profile stands without them
+        prof.notes.append(f"no hotspots: {e.message}")
+        return prof
     if len(spots) != len(prof.kernels):
         prof.notes.append(f"hotspots: the report holds {len(spots)} launches, the profile {len(prof.kernels)}; "
                           "none attached")

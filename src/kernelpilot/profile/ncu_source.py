@@ -46,7 +46,11 @@ def _from_nsight_compute() -> Any:
         ncu = find_tool("ncu").resolve()
     except ToolNotFoundError:
         ncu = None
-    for root in ([ncu.parent, ncu.parent.parent] if ncu else []):
+    # ncu's own folder, or (where ncu is the CUDA toolkit's bin/ncu wrapper script) the toolkit's
+    # nsight-compute-VERSION folder; the standalone installs under /opt/nvidia/nsight-compute
+    roots = [ncu.parent, *sorted(ncu.parent.parent.glob("nsight-compute*"), reverse=True)] if ncu else []
+    roots += sorted(Path("/opt/nvidia/nsight-compute").glob("*"), reverse=True)
+    for root in roots:
         extras = root / "extras" / "python"
         if (extras / "ncu_report.py").is_file():
             sys.path.insert(0, str(extras))
