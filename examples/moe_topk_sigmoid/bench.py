@@ -18,11 +18,13 @@ import json
 import math
 import statistics
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "src"))
+sys.path.insert(0, str(HERE.parents[1] / "benchmarks"))
+
+from _common import environment  # noqa: E402
 
 from kernelpilot.evaluate.problem import load_problem  # noqa: E402
 from kernelpilot.evaluate.runner import EvalOptions, bench  # noqa: E402
@@ -100,7 +102,8 @@ def report(name: str, gpu: str, dtype: str) -> None:
             "within_1_5x_floor_at_8192_tokens_or_more": len(ok) == len(rows) and all(
                 (r[kernel]["of_floor"] or 99) <= 1.5 for r in rows if r["params"]["tokens"] >= 8192),
         }
-    out = {"gpu": gpu, "dtype": dtype, "runs": [{k: p[k] for k in ("variant", "date", "launch_floor_us")} for p in parts],
+    out = {"gpu": gpu, "dtype": dtype,
+           "runs": [{k: p.get(k) for k in ("variant", "date", "git", "launch_floor_us")} for p in parts],
            "summary": summary, "rows": rows, "method": METHOD}
     (HERE / "results" / f"{name}.json").write_text(json.dumps(out, indent=1))
     from kernelpilot.runs.plot import PALETTE, series_png
@@ -155,7 +158,8 @@ def main() -> None:
     (HERE / "results").mkdir(exist_ok=True)
     for variant in args.variant or ["plain", "biased"]:
         rows = bench_variant(variant, args.dtype, args.budget, args.tokens, floor_launch)
-        part = {"variant": variant, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        env = environment()   # tool versions and the commit measured (KPILOT_GIT_REV where git history is absent)
+        part = {"variant": variant, "date": env["date"], "git": env["git"], "environment": env,
                 "launch_floor_us": round(floor_launch, 3), "rows": rows}
         (HERE / "results" / f"{name}.{variant}.{args.dtype}.rows.json").write_text(json.dumps(part, indent=1))
     report(name, gpu, args.dtype)
