@@ -10,6 +10,7 @@
 # Steps:
 #   pytest-gpu        python -m pytest -m gpu tests
 #   timing            benchmarks/eval_timing.py (agreement with Nsight Compute, repeatability, speed)
+#   startup           benchmarks/eval_startup.py (where a cold evaluation's seconds go)
 #   profile-capture   tests/fixtures/ncu_profile/capture.sh (three planted problems under ncu)
 #   optimize-search   benchmarks/optimize_search.sh (the search strategy on softmax_wide)
 #   e2e-kernelbench, e2e-gpumode, e2e-native    benchmarks/gpu_eval_validation.sh, one part each
@@ -32,6 +33,7 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
   case $name in
     pytest-gpu) python3 -m pytest -q -m gpu -p no:cacheprovider tests ;;
     timing) python3 benchmarks/eval_timing.py && cp benchmarks/results/eval_timing.json "$dir/" ;;
+    startup) python3 benchmarks/eval_startup.py && cp benchmarks/results/eval_startup.json "$dir/" ;;
     profile-capture) bash tests/fixtures/ncu_profile/capture.sh "$dir" ;;
     optimize-search) bash benchmarks/optimize_search.sh "$dir" ;;
     e2e-kernelbench|e2e-gpumode|e2e-native) bash benchmarks/gpu_eval_validation.sh "$dir" "${name#e2e-}" ;;
