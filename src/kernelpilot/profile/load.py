@@ -1,10 +1,12 @@
-"""Profiles from files and from runs: an ``.ncu-rep`` (through ncu), ncu's raw-page CSV (with the details
-page beside it for the rule messages), or a command profiled now. Each ends diagnosed (diagnose.py)."""
+"""Profiles from files and from runs: an ``.ncu-rep`` (through ncu, or NVIDIA's report reader where ncu is absent), ncu's
+raw-page CSV (with the details page beside it for the rule messages), or a command profiled now. Each ends
+diagnosed (diagnose.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kernelpilot.arch.registry import ArchSpec, GPUSpec, resolve
 from kernelpilot.errors import InputFormatError, KernelpilotError, ToolNotFoundError, UsageError
@@ -61,14 +63,16 @@ def from_ncu_report(path: Path, *, gpu: str | None = None, all_metrics: bool = F
                     hotspots: bool = False) -> Profile:
     """A diagnosed profile from an ``.ncu-rep`` read with NVIDIA's ``ncu_report`` module (no ncu needed)."""
     from kernelpilot.profile.ncu_rep import launches_from_report, rules_from_report
+    from kernelpilot.profile.ncu_source import load_ncu_report
 
-    raws = launches_from_report(path, keep=None if all_metrics else used_metric)
-    return from_raw_launches(raws, rules_from_report(path), source=str(path), gpu=gpu, report=str(path),
-                             rules_from="the report's rule results", hotspots_from=path if hotspots else None)
+    report = load_ncu_report(path)     # once, for the metrics, the rule results and the warp samples
+    raws = launches_from_report(report, keep=None if all_metrics else used_metric)
+    return from_raw_launches(raws, rules_from_report(report), source=str(path), gpu=gpu, report=str(path),
+                             rules_from="the report's rule results", hotspots_from=report if hotspots else None)
 
 
 def from_raw_launches(raws: list, rules: list | None, *, source: str, gpu: str | None, report: str | None,
-                      rules_from: str, hotspots_from: Path | None = None) -> Profile:
+                      rules_from: str, hotspots_from: Any = None) -> Profile:
     device = next((r.text.get("device__attribute_display_name") for r in raws
                    if r.text.get("device__attribute_display_name")), None)
     gspec, aspec = device_specs(device, gpu)
@@ -87,9 +91,9 @@ def from_raw_launches(raws: list, rules: list | None, *, source: str, gpu: str |
     return diagnose_profile(prof, aspec)
 
 
-def attach_hotspots(prof: Profile, report: Path, *, top: int = 10) -> Profile:
-    """Each launch's hottest SASS instructions (and source lines, with line info) from the report's warp
-    samples (SourceCounters), matched to the profile's launches in order."""
+def attach_hotspots(prof: Profile, report: Any, *, top: int = 10) -> Profile:
+    """Each launch's hottest SASS instructions (and source lines, with line info) from the warp samples
+    (SourceCounters) of the report (loaded, or its path), matched to the profile's launches in order."""
     from kernelpilot.profile.ncu_source import ReportReaderMissing, read_hotspots
 
     try:

@@ -6,26 +6,17 @@ machine without a GPU reading a report made on one."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any, Callable
 
 from kernelpilot.profile.model import ToolRule
 from kernelpilot.profile.ncu_csv import RawLaunch, to_base
-from kernelpilot.profile.ncu_source import load_ncu_report
+from kernelpilot.profile.ncu_source import actions
 
 __all__ = ["launches_from_report", "rules_from_report"]
 
 _KIND = {1: "INF", 2: "OPT", 3: "WRN", 4: "ERR"}          # ncu_report.MsgType values
 _LOCAL = 1                                                # ncu_report.SpeedupType_LOCAL
 _LINK = re.compile(r"@(section|url):([^:@]*):([^@]*)@")
-
-
-def _actions(report: Any) -> list[Any]:
-    out = []
-    for r in range(report.num_ranges()):
-        rng = report.range_by_idx(r)
-        out += [rng.action_by_idx(i) for i in range(rng.num_actions())]
-    return out
 
 
 def _dims(action: Any, prefix: str) -> str:
@@ -36,10 +27,11 @@ def _dims(action: Any, prefix: str) -> str:
     return f"({', '.join(vals)})"
 
 
-def launches_from_report(path: Path, *, keep: Callable[[str], bool] | None = None) -> list[RawLaunch]:
-    """Every launch of the report, in order, with its metrics in base units (only those ``keep`` accepts)."""
+def launches_from_report(report: Any, *, keep: Callable[[str], bool] | None = None) -> list[RawLaunch]:
+    """Every launch of the report (loaded, or its path), in order, with its metrics in base units (only those
+    ``keep`` accepts)."""
     out = []
-    for i, action in enumerate(_actions(load_ncu_report(path))):
+    for i, action in enumerate(actions(report)):
         launch = RawLaunch(info={"ID": str(i), "Kernel Name": action.name(action.NameBase_DEMANGLED),
                                  "Block Size": _dims(action, "launch__block_dim"),
                                  "Grid Size": _dims(action, "launch__grid_dim")})
@@ -71,11 +63,11 @@ def _message(text: str) -> str:
     return " ".join(_LINK.sub(link, text).split())
 
 
-def rules_from_report(path: Path) -> list[list[ToolRule]]:
-    """ncu's rule results of each launch, in order: section title, kind (OPT, WRN, INF), message, estimated
-    speedup (``local`` for "Est. Local Speedup")."""
+def rules_from_report(report: Any) -> list[list[ToolRule]]:
+    """ncu's rule results of each launch of the report (loaded, or its path), in order: section title, kind
+    (OPT, WRN, INF), message, estimated speedup (``local`` for "Est. Local Speedup")."""
     out = []
-    for action in _actions(load_ncu_report(path)):
+    for action in actions(report):
         titles = {s.identifier(): s.name() for s in action.sections()}
         rules = []
         for r in action.rule_results_as_dicts():

@@ -16,7 +16,7 @@ from typing import Any
 from kernelpilot.errors import KernelpilotError
 from kernelpilot.profile.model import Hotspot
 
-__all__ = ["ReportReaderMissing", "load_ncu_report", "read_hotspots"]
+__all__ = ["ReportReaderMissing", "actions", "load_ncu_report", "read_hotspots"]
 
 _SAMPLES = "smsp__pcsamp_sample_count"
 _STALL = "smsp__pcsamp_warps_issue_stalled_"
@@ -59,6 +59,17 @@ def _from_nsight_compute() -> Any:
             return ncu_report
     raise ReportReaderMissing("reading an .ncu-rep needs NVIDIA's ncu_report module: `pip install ncu-report`, "
                               "or an Nsight Compute installation (its extras/python folder).")
+
+
+def actions(report: Any) -> list[Any]:
+    """Every kernel launch (ncu's "action") of a report, in order. ``report``: a loaded report, or its path."""
+    if isinstance(report, (str, Path)):
+        report = load_ncu_report(Path(report))
+    out = []
+    for r in range(report.num_ranges()):
+        rng = report.range_by_idx(r)
+        out += [rng.action_by_idx(i) for i in range(rng.num_actions())]
+    return out
 
 
 def _per_pc(action: Any, name: str) -> dict[int, int]:
@@ -114,16 +125,13 @@ def _kernel_hotspots(action: Any, top: int) -> tuple[list[Hotspot], list[Hotspot
     return instructions, _spots(lines, line_stalls, total, top, None), total
 
 
-def read_hotspots(path: Path, *, top: int = 10) -> list[dict[str, Any]]:
-    """Per kernel launch of the report, in launch order: ``{"name", "samples", "instructions", "lines"}``, the
-    ``top`` hottest SASS instructions (``where``: offset from the kernel's first sampled instruction) and
-    source lines (empty without line info). A launch profiled without SourceCounters has no samples."""
-    report = load_ncu_report(path)
+def read_hotspots(report: Any, *, top: int = 10) -> list[dict[str, Any]]:
+    """Per kernel launch of the report (loaded, or its path), in launch order: ``{"name", "samples",
+    "instructions", "lines"}``, the ``top`` hottest SASS instructions (``where``: offset from the kernel's first
+    sampled instruction) and source lines (empty without line info). A launch profiled without SourceCounters
+    has no samples."""
     out = []
-    for r in range(report.num_ranges()):
-        rng = report.range_by_idx(r)
-        for i in range(rng.num_actions()):
-            action = rng.action_by_idx(i)
-            instructions, lines, total = _kernel_hotspots(action, top)
-            out.append({"name": action.name(), "samples": total, "instructions": instructions, "lines": lines})
+    for action in actions(report):
+        instructions, lines, total = _kernel_hotspots(action, top)
+        out.append({"name": action.name(), "samples": total, "instructions": instructions, "lines": lines})
     return out
