@@ -1,6 +1,6 @@
-"""Profiles from files and from runs: an ``.ncu-rep`` (through ncu, or NVIDIA's report reader where ncu is absent), ncu's
-raw-page CSV (with the details page beside it for the rule messages), or a command profiled now. Each ends
-diagnosed (diagnose.py)."""
+"""Profiles from files and from runs: an ``.ncu-rep`` (through ncu, or NVIDIA's report reader where ncu is
+absent), ncu's raw-page CSV (with the details page beside it for the rule messages), or a command profiled
+now. Each ends diagnosed (diagnose.py)."""
 
 from __future__ import annotations
 
