@@ -35,54 +35,30 @@ from _common import write_results  # noqa: E402
 
 from kernelpilot.evaluate.isolation import WorkerPool  # noqa: E402
 from kernelpilot.evaluate.runner import EvalOptions, bench, evaluate  # noqa: E402
+from kernelpilot.profile.ncu_csv import to_base  # noqa: E402
+from kernelpilot.toolchain.run import kernelpilot_env  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "benchmarks" / "problems" / "softmax_large"
 CANDIDATE = ROOT / "examples" / "problems" / "row_softmax" / "candidates" / "triton_softmax.py"
 TIMED_CASES = ["20us", "100us", "400us"]
 
-NCU_DRIVER = r"""
-import sys, torch
-sys.path.insert(0, {src!r})
-from kernelpilot.evaluate.problem import load_problem
-from kernelpilot.evaluate.formats import runtime_for
-from kernelpilot.evaluate.pyload import import_file
-p = load_problem({problem!r})
-rt = runtime_for(p)
-fn = getattr(import_file({candidate!r}), p.entry)
-case = p.case({case!r})
-x = rt.make_inputs(case, 1234, "cuda")
-for _ in range(3):          # compile and warm up outside the profiled range
-    fn(*x)
-torch.cuda.synchronize()
-torch.cuda.cudart().cudaProfilerStart()
-for _ in range({reps}):
-    fn(*x)
-torch.cuda.synchronize()
-torch.cuda.cudart().cudaProfilerStop()
-"""
-
-
 def ncu_times(case: str, reps: int = 20) -> list[float]:
-    """gpu__time_duration (us) of each launch of the candidate's kernel under Nsight Compute."""
-    src = str(ROOT / "src")
-    with tempfile.TemporaryDirectory() as d:
-        driver = Path(d) / "drive.py"
-        driver.write_text(NCU_DRIVER.format(src=src, problem=str(PROBLEM), candidate=str(CANDIDATE), case=case,
-                                            reps=reps))
-        cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--metrics",
-               "gpu__time_duration.sum", "-k", "regex:softmax_kernel", "--csv", sys.executable, str(driver)]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        if p.returncode != 0:
-            raise RuntimeError(f"ncu failed ({p.returncode}): {p.stderr[-2000:]}")
+    """gpu__time_duration (us) of each launch of the candidate's kernel under Nsight Compute: the candidate
+    driven on the case as `kpilot profile --problem` drives it (warm-up outside the profiled range)."""
+    from kernelpilot.evaluate.drive import command
+
+    cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--metrics", "gpu__time_duration.sum",
+           "-k", "regex:softmax_kernel", "--csv", *command(PROBLEM, CANDIDATE, case=case, calls=reps, device="cuda")]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=kernelpilot_env())
+    if p.returncode != 0:
+        raise RuntimeError(f"ncu failed ({p.returncode}): {p.stderr[-2000:]}")
     lines = [l for l in p.stdout.splitlines() if l.startswith('"')]
     rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
     out = []
     for r in rows:
         if r.get("Metric Name") == "gpu__time_duration.sum":
-            v = float(r["Metric Value"].replace(",", ""))
-            unit = r.get("Metric Unit", "")
-            out.append(v / 1000.0 if unit in ("nsecond", "ns") else v * 1000.0 if unit in ("msecond", "ms") else v)
+            out.append(to_base(float(r["Metric Value"].replace(",", "")), r.get("Metric Unit", ""))[0])   # us
     return out
 
 
@@ -94,13 +70,13 @@ def cupti_times(case: str, reps: int = 20) -> list[float]:
 
     from kernelpilot.evaluate.formats import runtime_for
     from kernelpilot.evaluate.problem import load_problem
-    from kernelpilot.evaluate.pyload import import_file
     from kernelpilot.evaluate.timing import l2_flusher
     from kernelpilot.profile.torch_timing import launches_from_trace
 
     prob = load_problem(PROBLEM)
-    fn = getattr(import_file(CANDIDATE), prob.entry)
-    x = runtime_for(prob).make_inputs(prob.case(case), 1234, "cuda")
+    rt = runtime_for(prob)
+    fn = rt.load_candidate(CANDIDATE, "cuda", 0)
+    x = rt.make_inputs(prob.case(case), 1234, "cuda")
     flush = l2_flusher("cuda", "read")
     for _ in range(3):
         fn(*x)
