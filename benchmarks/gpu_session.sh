@@ -12,6 +12,7 @@
 #   timing            benchmarks/eval_timing.py (agreement with Nsight Compute, repeatability, speed)
 #   startup           benchmarks/eval_startup.py (where a cold evaluation's seconds go)
 #   profile-capture   tests/fixtures/ncu_profile/capture.sh (three planted problems under ncu)
+#   profile-source    kpilot profile --source on a Triton kernel and a CUDA one built with -lineinfo (per-line hotspots)
 #   optimize-search   benchmarks/optimize_search.sh (the search strategy on softmax_wide)
 #   e2e-kernelbench, e2e-gpumode, e2e-native    benchmarks/gpu_eval_validation.sh, one part each
 #   moe-check         kpilot check of the MoE CUDA kernel and the dispatcher on every case of both variants
@@ -35,6 +36,18 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
     timing) python3 benchmarks/eval_timing.py && cp benchmarks/results/eval_timing.json "$dir/" ;;
     startup) python3 benchmarks/eval_startup.py && cp benchmarks/results/eval_startup.json "$dir/" ;;
     profile-capture) bash tests/fixtures/ncu_profile/capture.sh "$dir" ;;
+    profile-source)   # per-line hotspots on code with line info: a Triton kernel (Triton keeps it) and nvcc -lineinfo
+      local rc=0
+      nvcc -arch=sm_90 -O3 -lineinfo -o "$dir/cuda_registers" examples/profile/cuda_registers.cu || rc=1
+      for run in "triton_underfill underfill_sum python3 examples/profile/triton_underfill.py" \
+                 "cuda_registers hold_many $dir/cuda_registers"; do
+        set -- $run
+        local name=$1 kernel=$2; shift 2
+        python3 -m kernelpilot profile --source --kernel "$kernel" --launch-count 1 --out "$dir" --name "$name" \
+            --json -- "$@" > "$dir/$name.json" || rc=1
+        python3 -m kernelpilot profile --import "$dir/$name.ncu-rep" --source || rc=1
+      done
+      return $rc ;;
     optimize-search) bash benchmarks/optimize_search.sh "$dir" ;;
     e2e-kernelbench|e2e-gpumode|e2e-native) bash benchmarks/gpu_eval_validation.sh "$dir" "${name#e2e-}" ;;
     moe-check)

@@ -16,11 +16,13 @@ parent reports with this process's stderr.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import statistics
 import struct
 import sys
+import threading
 import time
 import traceback
 from contextlib import contextmanager
@@ -557,6 +559,26 @@ def _low_signal(expected: Any, problem) -> str | None:
     return "the reference output is within 10x atol of zero: an all-zero answer would pass the elementwise test"
 
 
+def _start_triton_key() -> threading.Thread | None:
+    """Compute Triton's version key (a hash of its compiler, about 500 MB with libtriton) on a thread while
+    torch imports: a Triton kernel's first call needs it even when the kernel comes from Triton's cache.
+    Hashing and file reads release the GIL, so the main thread's imports go on meanwhile."""
+    if importlib.util.find_spec("triton") is None:
+        return None
+
+    def key() -> None:
+        try:
+            from triton.runtime.cache import triton_key
+
+            triton_key()
+        except Exception:
+            pass   # a Triton without it (or broken) computes what it needs on its first call, as usual
+
+    t = threading.Thread(target=key, name="kpilot-triton-key", daemon=True)
+    t.start()
+    return t
+
+
 def _warm_up(device: str) -> None:
     """Create the CUDA context and start the profiler once, before the job (and any candidate code)."""
     try:
@@ -572,6 +594,7 @@ def _warm_up(device: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    triton_key = _start_triton_key()
     if args and args[0] == "--stdin":
         # Started ahead of its job: do the slow imports now, then wait for the job.
         import torch  # noqa: F401
@@ -588,6 +611,8 @@ def main(argv: list[str] | None = None) -> int:
     result_path = Path(job["out_dir"]) / f"{job['name']}_result.json"
     try:
         w = Worker(job)
+        if triton_key is not None:
+            triton_key.join()   # before any candidate code runs (its threads are watched from then on)
         w.run()
         result = w.result
     except ProblemError as e:
