@@ -10,6 +10,7 @@
 # Steps:
 #   pytest-gpu        python -m pytest -m gpu tests
 #   timing            benchmarks/eval_timing.py (agreement with Nsight Compute, repeatability, speed)
+#   speed             benchmarks/eval_timing.py --only speed (check and bench of one small case, cold and ready)
 #   startup           benchmarks/eval_startup.py (where a cold evaluation's seconds go)
 #   profile-capture   tests/fixtures/ncu_profile/capture.sh (three planted problems under ncu)
 #   profile-source    kpilot profile --source on a Triton kernel and a CUDA one built with -lineinfo (per-line hotspots)
@@ -34,6 +35,7 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
   case $name in
     pytest-gpu) python3 -m pytest -q -m gpu -p no:cacheprovider tests ;;
     timing) python3 benchmarks/eval_timing.py && cp benchmarks/results/eval_timing.json "$dir/" ;;
+    speed) python3 benchmarks/eval_timing.py --only speed && cp benchmarks/results/eval_timing.json "$dir/" ;;
     startup) python3 benchmarks/eval_startup.py && cp benchmarks/results/eval_startup.json "$dir/" ;;
     profile-capture) bash tests/fixtures/ncu_profile/capture.sh "$dir" ;;
     profile-source)   # per-line hotspots on code with line info: a Triton kernel (Triton keeps it) and nvcc -lineinfo
@@ -78,10 +80,10 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
           --case experts=64,tokens=1024,k=4,dtype=bfloat16 --store "$dir/runs.db" --json > "$dir/events.jsonl"
       python3 -m kernelpilot runs show 1 --store "$dir/runs.db"
       python3 -m kernelpilot runs export 1 --store "$dir/runs.db" --out "$dir/report" ;;
-    moe-bench-large) python3 "$MOE/bench.py" --dtype bfloat16 --tokens 8192 --tokens 65536 && cp "$MOE"/results/* "$dir/" ;;
+    moe-bench-large) python3 "$MOE/bench.py" --dtype bfloat16 --tokens 8192 --tokens 65536 && cp -r "$MOE"/results/* "$dir/" ;;
     moe-bench-plain|moe-bench-biased)
       python3 "$MOE/bench.py" --dtype bfloat16 --variant "${name#moe-bench-}" ${MOE_BUDGET:+--budget $MOE_BUDGET} \
-          && cp "$MOE"/results/* "$dir/" ;;
+          && cp -r "$MOE"/results/* "$dir/" ;;
     *) echo "unknown step $name"; return 2 ;;
   esac
 }
