@@ -560,9 +560,9 @@ def _low_signal(expected: Any, problem) -> str | None:
 
 
 def _start_triton_key() -> threading.Thread | None:
-    """Compute Triton's version key (a hash of its compiler, about 500 MB with libtriton) on a thread while
-    torch imports: a Triton kernel's first call needs it even when the kernel comes from Triton's cache.
-    Hashing and file reads release the GIL, so the main thread's imports go on meanwhile."""
+    """Compute Triton's version key (a hash of its compiler, about 500 MB with libtriton) on a thread while the
+    worker sets up (CUDA context, problem, inputs): a Triton kernel's first call needs it even when the kernel
+    comes from Triton's cache. Hashing and file reads release the GIL, so the main thread goes on meanwhile."""
     if importlib.util.find_spec("triton") is None:
         return None
 
@@ -594,11 +594,13 @@ def _warm_up(device: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    triton_key = _start_triton_key()
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass   # the job reports it
+    triton_key = _start_triton_key()   # after torch: both read hundreds of MB of libraries
     if args and args[0] == "--stdin":
         # Started ahead of its job: do the slow imports now, then wait for the job.
-        import torch  # noqa: F401
-
         import kernelpilot.evaluate.compare  # noqa: F401
         import kernelpilot.evaluate.formats  # noqa: F401
 
