@@ -415,3 +415,25 @@ def test_without_a_report_reader_the_profile_stands_and_says_why(no_report_reade
 
     prof = attach_hotspots(Profile(tool="ncu", kernels=[KernelLaunch(name="k", id=0)]), SAMPLED)
     assert prof.kernels[0].hotspots == [] and "pip install ncu-report" in prof.notes[0]
+
+
+@pytest.mark.parametrize("name, first, line, text, share", [
+    ("triton_underfill", "launch.underfill", 21, "tl.load(x_ptr + idx", 98.84),
+    ("cuda_registers", "occupancy.registers", 21, "static_cast<int>(prev)", 90.53),
+])
+def test_per_line_hotspots_of_code_built_with_line_info(name, first, line, text, share):
+    """Two H200 reports of code with line info (README.md), through `kpilot profile --import --source`: the hot
+    line is where warps wait for the kernel's load (the load itself; in the CUDA kernel the next offset, which
+    depends on the loaded value), it is diagnosed after the planted problem and before the stall it places."""
+    require_module("ncu_report")
+    p = kp("profile", "--import", str(SAMPLED.parent / f"{name}.ncu-rep"), "--source", "--json")
+    assert p.returncode == 0, p.stderr
+    (k,) = json.loads(p.stdout)["kernels"]
+    src = "triton_underfill.py" if name.startswith("triton") else "cuda_registers.cu"
+    assert k["hot_lines"][0]["where"] == f"{src}:{line}" and k["hot_lines"][0]["share_pct"] == pytest.approx(share)
+    assert text in (ROOT / "examples" / "profile" / src).read_text().splitlines()[line - 1]
+    assert k["hot_lines"][0]["stalls"][0]["reason"] == "long_scoreboard"
+    ids = [d["id"] for d in k["diagnoses"]]
+    assert ids[0] == first and ids.index("stall.hotspot") < ids.index("stall.long-scoreboard")
+    assert f"{src}:{line}" in k["diagnoses"][ids.index("stall.hotspot")]["title"]
+    assert len(k["hotspots"]) == 10 and all("line info" not in n for n in json.loads(p.stdout).get("notes", []))

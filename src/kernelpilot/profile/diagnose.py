@@ -260,7 +260,8 @@ def _hotspot(k: KernelLaunch) -> tuple[float, Finding] | None:
         reason = spot.stalls[0]["reason"] if spot.stalls else None
         if reason in _STALL_ADVICE:
             where = f"{spot.where} {spot.sass}" if spot.sass else spot.where
-            return 40.0 + spot.share_pct / 2, Finding(
+            # after the structural causes (launch shape, occupancy, access pattern), before the stall it places
+            return 60.0 + spot.share_pct / 10, Finding(
                 id="stall.hotspot", severity="high" if spot.share_pct >= 30 else "medium",
                 title=f"{spot.share_pct:g}% of the warp samples sit at {where} ({reason} "
                       f"{spot.stalls[0]['share_pct']:g}%)",

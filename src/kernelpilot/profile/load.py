@@ -88,6 +88,8 @@ def from_raw_launches(raws: list, rules: list | None, *, source: str, gpu: str |
         else:
             prof.notes.append(f"{rules_from} lists {len(rules)} launches and the metrics {len(prof.kernels)}: "
                               "rule messages left out")
+    if hotspots_from is not None:
+        attach_hotspots(prof, hotspots_from)
     return diagnose_profile(prof, aspec)
 
 
