@@ -1,6 +1,6 @@
-"""The MoE routing kernel for the GPU it runs on: the CUDA C++ warp kernel on NVIDIA sm_80 and newer, the
-HIP DPP kernel on AMD GFX9 (gfx90a, gfx942, gfx950: not run here, there being no AMD GPU), and the portable
-Triton kernel otherwise (other shapes, other GPUs, and the CPU through Triton's interpreter)."""
+"""The MoE routing kernel for the GPU it runs on: the CUDA C++ packed-key kernel on NVIDIA sm_80 and newer,
+the HIP DPP kernel on AMD GFX9 (gfx90a, gfx942, gfx950: not run here, there being no AMD GPU), and the
+portable Triton kernel otherwise (other shapes, other GPUs, and the CPU through Triton's interpreter)."""
 
 import sys
 from pathlib import Path
