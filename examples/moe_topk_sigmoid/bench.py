@@ -29,7 +29,8 @@ from _common import environment  # noqa: E402
 from kernelpilot.evaluate.problem import load_problem  # noqa: E402
 from kernelpilot.evaluate.runner import EvalOptions, bench  # noqa: E402
 
-KERNELS = ["topk_sigmoid_triton.py", "topk_sigmoid_cuda_warp.py", "topk_sigmoid_cuda.py", "topk_sigmoid_cuda_persistent.py"]
+KERNELS = ["topk_sigmoid_triton.py", "topk_sigmoid_cuda_warp.py", "topk_sigmoid_cuda.py", "topk_sigmoid_cuda_persistent.py",
+           "dispatch.py"]
 
 
 def launch_floor_us() -> float:

@@ -115,16 +115,23 @@ class WorkerProcess:
         except (BrokenPipeError, OSError):
             pass   # it died before reading: reported below from its exit status
         t_job = time.perf_counter()
-        try:
-            rc = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.close()
-            return {"fatal": f"did not finish within {timeout:.0f} s (a hang, or a candidate far too slow); "
-                             "it was killed", "stderr": _tail(self.stderr),
-                    "seconds": round(time.perf_counter() - t_job, 2)}
+        # Finished when the worker says its result is written (its process may take a while more to tear
+        # down a CUDA context: not waited for), or when the process ends.
+        end = t_job + timeout
+        while not self.reader.done.wait(0.02) and self.proc.poll() is None:
+            if time.perf_counter() > end:
+                self.close()
+                return {"fatal": f"did not finish within {timeout:.0f} s (a hang, or a candidate far too slow); "
+                                 "it was killed", "stderr": _tail(self.stderr),
+                        "seconds": round(time.perf_counter() - t_job, 2)}
+        rc = 0 if self.reader.done.is_set() else self.proc.poll()
         _kill(self.proc)   # anything it left behind in its session
         journal = self.reader.finish()
         result_path = out / f"{job['name']}_result.json"
+        if rc == 0 and self.reader.done.is_set() and not result_path.exists():
+            return {"fatal": "the worker's journal said the result was written, but there is none (the candidate "
+                             "wrote to the harness's journal)", "stderr": _tail(self.stderr),
+                    "seconds": round(time.perf_counter() - t_job, 2)}
         if rc != 0 or not result_path.exists():
             return {"fatal": f"the worker process {describe_exit(rc)}", "stderr": _tail(self.stderr),
                     "seconds": round(time.perf_counter() - t_job, 2)}
@@ -218,48 +225,64 @@ class WorkerPool:
 
 
 class _Drain:
-    """Read the journal pipe on a thread (so a full pipe never blocks the worker) into JSON records."""
+    """Read the journal pipe on a thread (so a full pipe never blocks the worker) into JSON records. ``ready``:
+    the worker has started up (its first record); ``done``: its result is written (``{"done": true}``)."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self.chunks: list[bytes] = []
+        self.records: list[dict[str, Any]] = []
         self.ready = False
+        self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
-        while True:
-            try:
-                data = os.read(self.fd, 65536)
-            except OSError:
-                break
-            if not data:
-                break
-            self.chunks.append(data)
-            self.ready = True    # the worker's first record is written once it has started up
+        pending = b""
+        try:
+            while True:
+                try:
+                    data = os.read(self.fd, 65536)
+                except OSError:
+                    break
+                if not data:
+                    break
+                self.ready = True    # the worker's first record is written once it has started up
+                *lines, pending = (pending + data).split(b"\n")
+                for line in lines:
+                    rec = _record(line)
+                    if rec is not None:
+                        self.records.append(rec)
+                        if rec.get("done") is True:
+                            self.done.set()
+        finally:
+            os.close(self.fd)    # here, not in finish(): a descriptor closed under a blocked read may be reused
 
     def finish(self) -> list[dict[str, Any]]:
-        self.thread.join(timeout=5)
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
-        records = []
-        for line in b"".join(self.chunks).decode("utf-8", "replace").splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(rec, dict):
-                records.append(rec)
-        return records
+        """The records so far; once the result is written, what follows (the process ending) is not waited for."""
+        if not self.done.is_set():
+            self.thread.join(timeout=5)
+        return list(self.records)
+
+
+def _record(line: bytes) -> dict[str, Any] | None:
+    try:
+        rec = json.loads(line.decode("utf-8", "replace"))
+    except json.JSONDecodeError:
+        return None
+    return rec if isinstance(rec, dict) else None
 
 
 def _kill(proc: subprocess.Popen) -> None:
+    """SIGKILL the worker's whole session and reap it on a thread: a process with a CUDA context can take a
+    second to end, which no result waits on."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    threading.Thread(target=_reap, args=(proc,), daemon=True).start()
+
+
+def _reap(proc: subprocess.Popen) -> None:
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:

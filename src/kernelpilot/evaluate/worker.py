@@ -627,6 +627,7 @@ def main(argv: list[str] | None = None) -> int:
     result_path.write_text(json.dumps(result, default=str))
     sys.stdout.flush()
     sys.stderr.flush()
+    _journal({"done": True})   # the parent reads the result now, not after the CUDA context is torn down
     os._exit(0)   # do not wait for threads the candidate may have left running
 
 
