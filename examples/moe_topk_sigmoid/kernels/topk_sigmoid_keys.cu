@@ -9,8 +9,9 @@
 // were both taken may hold a third of the top k (three of the top k among one lane's 8 experts: about one
 // token in twenty for 256 experts, k 8); when its next key is above the last round's, the warp selects again
 // with refills from the keys below the last one taken. Lane r then writes expert r and its weight, the
-// sigmoid of the logit (divided by the k weights' sum with a bias). The key carries the expert, so no lane
-// needs another lane's scores.
+// sigmoid of the logit: without a bias the key holds the logit exactly, so it is not loaded again; with one
+// the logit is re-read and the weights divided by their sum. The key carries the expert, so no lane needs
+// another lane's scores.
 //
 // The grid may cover the tokens in one pass or be smaller (at most 16 blocks per SM, "keys_persistent" in
 // topk_sigmoid_cuda.py): blocks then take pass after pass, and with 16-bit logits each lane loads its next
@@ -27,6 +28,8 @@
 //
 // Analysis build: nvcc -arch=sm_90 -O3 -cubin -DMOE_EXPERTS=256 -DMOE_K=8 -DMOE_BIAS=0 -DMOE_DTYPE=__nv_bfloat16 topk_sigmoid_keys.cu
 // The PyTorch binding (topk_sigmoid_cuda.py) includes this file and instantiates every supported shape.
+#include <type_traits>
+
 #include "topk_sigmoid_common.cuh"
 
 namespace moe {
@@ -186,6 +189,18 @@ __device__ inline void keys_of_halves(const unsigned (&words)[4], int e0, unsign
 
 __device__ inline float sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
 
+// The fp16 or bf16 logit whose 16-bit order key (keys_of_halves) is k: positive halves carry the sign bit set,
+// negative ones are inverted.
+template <typename T>
+__device__ inline float from_half_key(unsigned k) {
+  const unsigned h = (k ^ ((((~k >> 15) & 1u) * 0x7fffu) | 0x8000u)) & 0xffffu;
+  if constexpr (sizeof(T) == 2 && std::is_same_v<T, __half>) {
+    return __half2float(__ushort_as_half((unsigned short)h));
+  } else {
+    return __uint_as_float(h << 16);
+  }
+}
+
 __device__ inline float from_order_key(unsigned k) {
   return __uint_as_float((k >> 31) ? (k ^ 0x80000000u) : ~k);
 }
@@ -275,7 +290,17 @@ __global__ __launch_bounds__(128) void topk_sigmoid_keys(const T* __restrict__ l
     const bool writes = live && sub < K;
     const int expert = 255 - (int)(key & 0xffu);
     float w = 0.0f;
-    if (writes) w = __fdividef(1.0f, 1.0f + __expf(-to_float<T>(logits[(size_t)token * EXPERTS + expert])));
+    if (writes) {   // without a bias the key holds the logit exactly: no second load
+      float x;
+      if constexpr (HALVES) {
+        x = from_half_key<T>((unsigned)key >> 16);
+      } else if constexpr (!HAS_BIAS) {   // fp32: 64-bit keys, the order key in the high word
+        x = from_order_key((unsigned)(key >> 32));
+      } else {
+        x = to_float<T>(logits[(size_t)token * EXPERTS + expert]);
+      }
+      w = __fdividef(1.0f, 1.0f + __expf(-x));
+    }
     if constexpr (HAS_BIAS) w = w / group_sum<G>(w);
     if (writes) {
       weights[(size_t)token * K + sub] = w;
