@@ -10,7 +10,7 @@
 # Steps:
 #   pytest-gpu        python -m pytest -m gpu tests
 #   timing            benchmarks/eval_timing.py (agreement with Nsight Compute, repeatability, speed)
-#   speed             benchmarks/eval_timing.py --only speed (check and bench of one small case, cold and ready)
+#   speed             benchmarks/eval_timing.py --only speed, SPEED_RUNS times (check and bench of one small case)
 #   startup           benchmarks/eval_startup.py (where a cold evaluation's seconds go)
 #   profile-capture   tests/fixtures/ncu_profile/capture.sh (three planted problems under ncu)
 #   profile-source    kpilot profile --source on a Triton kernel and a CUDA one built with -lineinfo (per-line hotspots)
@@ -35,7 +35,9 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
   case $name in
     pytest-gpu) python3 -m pytest -q -m gpu -p no:cacheprovider tests ;;
     timing) python3 benchmarks/eval_timing.py && cp benchmarks/results/eval_timing.json "$dir/" ;;
-    speed) python3 benchmarks/eval_timing.py --only speed && cp benchmarks/results/eval_timing.json "$dir/" ;;
+    speed)   # SPEED_RUNS times (default 1); every run is appended to eval_timing.jsonl
+      for _ in $(seq "${SPEED_RUNS:-1}"); do python3 benchmarks/eval_timing.py --only speed || return 1; done
+      cp benchmarks/results/eval_timing.json benchmarks/results/eval_timing.jsonl "$dir/" ;;
     startup) python3 benchmarks/eval_startup.py && cp benchmarks/results/eval_startup.json "$dir/" ;;
     profile-capture) bash tests/fixtures/ncu_profile/capture.sh "$dir" ;;
     profile-source)   # per-line hotspots on code with line info: a Triton kernel (Triton keeps it) and nvcc -lineinfo
