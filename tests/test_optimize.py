@@ -239,3 +239,34 @@ def test_series_plot_is_a_png(tmp_path):
     data = p.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
     assert int.from_bytes(data[16:20], "big") == 200 and int.from_bytes(data[20:24], "big") == 100
+
+
+def test_variants_find_the_files_beside_their_start(tmp_path):
+    """A candidate that imports a sibling module and reads a file beside itself: its variants, written into
+    the run's folder, still find both (they are imported as if they stood where the start file does)."""
+    require_module("torch")
+    from kernelpilot.variant_origin import PREFIX, origin_of
+
+    (tmp_path / "helper_for_variants.py").write_text("def twice(x):\n    return x * 2\n")
+    (tmp_path / "factor.txt").write_text("1.0\n")
+    start = tmp_path / "sibling_tunable.py"
+    start.write_text('from pathlib import Path\n\nimport torch\nfrom helper_for_variants import twice\n\n'
+                     'FACTOR = float((Path(__file__).parent / "factor.txt").read_text())\nCHUNK = 256\n'
+                     'KPILOT_TUNE = {"CHUNK": [256, 1024]}\n\n\ndef scale(x):\n'
+                     '    return torch.cat([twice(c) for c in x.split(CHUNK)]) * FACTOR\n')
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    r = kp("optimize", SCALE, "-c", start, "--device", "cpu", "--budget", "3", "--bench-budget", "0.05", "--json",
+           cwd=work)
+    assert r.returncode == 0, r.stderr
+    steps = [e for e in map(json.loads, r.stdout.splitlines()) if e["event"] == "step"]
+    assert [s["kind"] for s in steps] == ["start", "variant", "variant"] and all(s["passed"] for s in steps), steps
+    variant = next((work / ".kpilot").glob("run-*/step-1.py"))
+    assert variant.read_text().splitlines()[-1] == PREFIX + str(start.resolve())
+    assert origin_of(variant) == start.resolve()
+    # a mark naming no file is ignored; the stored code has no mark
+    stray = tmp_path / "stray.py"
+    stray.write_text("x = 1\n" + PREFIX + str(tmp_path / "gone.py") + "\n")
+    assert origin_of(stray) is None and origin_of(start) is None
+    with RunStore(work / ".kpilot" / "runs.db", create=False) as s:
+        assert all(PREFIX not in (x.code or "") for x in s.steps(1))

@@ -9,6 +9,7 @@ from pathlib import Path
 from types import ModuleType
 
 from kernelpilot.errors import InputFormatError
+from kernelpilot.variant_origin import importable_beside
 
 __all__ = ["import_file", "attribute"]
 
@@ -26,20 +27,15 @@ def import_file(path: Path, *, what: str = "file") -> ModuleType:
         raise InputFormatError(str(path), f"cannot import this {what}.")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
-    folder = str(path.parent)
-    added = folder not in sys.path
-    if added:
-        sys.path.insert(0, folder)
-    try:
-        spec.loader.exec_module(mod)
-    except SyntaxError as e:
-        raise InputFormatError(str(path), f"{what} has a syntax error at line {e.lineno}: {e.msg}.") from None
-    except Exception as e:  # the file's own code failed at import
-        raise InputFormatError(str(path), f"{what} failed to import: {type(e).__name__}: {e}") from None
-    finally:
-        if added and folder in sys.path:
-            sys.path.remove(folder)
+    with importable_beside(path, mod):
+        try:
+            spec.loader.exec_module(mod)
+        except SyntaxError as e:
+            raise InputFormatError(str(path), f"{what} has a syntax error at line {e.lineno}: {e.msg}.") from None
+        except Exception as e:  # the file's own code failed at import
+            raise InputFormatError(str(path), f"{what} failed to import: {type(e).__name__}: {e}") from None
     return mod
+
 
 
 def attribute(mod: ModuleType, name: str, path: Path, *, what: str):

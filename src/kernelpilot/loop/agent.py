@@ -144,6 +144,8 @@ def _context(run, best: StepRecord, steps: list[StepRecord], gpu: str | None) ->
 
 def run_agent(r, model: ChatModel, *, max_turns: int = 12, max_failures: int = 3) -> tuple[str, str]:
     """Steps until the budget, the target, or the model stops. ``r`` is the engine's run in progress."""
+    from kernelpilot.loop.engine import _write_variant
+
     opts, run = r.opts, r.run
     first = r.start_step()
     ctx = ToolContext(workspace=r.dir, pool=r.pool)
@@ -152,11 +154,11 @@ def run_agent(r, model: ChatModel, *, max_turns: int = 12, max_failures: int = 3
         if r.evaluations() >= opts.budget:
             return "done", f"budget of {opts.budget} evaluations spent"
         best = r.best() or first
-        (r.dir / "best.py").write_text(best.code or "")
+        best_file = _write_variant(r, "best", best.code or "")
         if best.isa is None and best.code:
-            best.isa = candidate_isa(r, r.dir / "best.py", best.code)
+            best.isa = candidate_isa(r, best_file, best.code)
         if best.profile is None and best.code:
-            best.profile = candidate_profile(r, r.dir / "best.py", best.n or 0)
+            best.profile = candidate_profile(r, best_file, best.n or 0)
         history = [Turn("user", _context(run, best, r.steps, r.gpu))]
         tokens = [0, 0]
         failures, passed = 0, False

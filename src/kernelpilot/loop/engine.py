@@ -24,6 +24,7 @@ from kernelpilot.loop.llm_client import LLMError
 from kernelpilot.loop.prune import spec_kernels, static_verdict
 from kernelpilot.loop.space import config_key, read_space
 from kernelpilot.runs.store import DEFAULT_PATH, RunRecord, RunStore, StepRecord
+from kernelpilot.variant_origin import mark
 
 __all__ = ["OptimizeOptions", "optimize", "resume"]
 
@@ -289,8 +290,11 @@ def _config(step: StepRecord) -> dict[str, Any]:
 
 
 def _write_variant(r: _Run, stem: str, text: str) -> Path:
+    """The variant's file in the run's folder, marked with its start file (variant_origin.py) so that it
+    finds what lies beside that file."""
     path = r.dir / f"{stem}.py"
-    path.write_text(text)
+    start = r.run.start_candidate
+    path.write_text(mark(text, start) if start and Path(start).is_file() else text)
     return path
 
 

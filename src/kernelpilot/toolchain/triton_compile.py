@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any, Iterator, Literal
 
 from kernelpilot.errors import CompileError, KernelpilotError, ToolNotFoundError, UsageError
+from kernelpilot.variant_origin import importable_beside
 
 __all__ = [
     "SPECS_NAME",
@@ -315,7 +316,8 @@ def list_jit_kernels(module: Any) -> list[str]:
 
 
 def _import_file(path: Path) -> Any:
-    """Import ``path`` as a fresh module with a unique name, its directory on sys.path while it runs."""
+    """Import ``path`` as a fresh module with a unique name, its directory on sys.path while it runs (and a
+    variant's start file's, variant_origin.py)."""
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:8]
     mod_name = f"_kpilot_triton_{re.sub(r'[^0-9A-Za-z_]', '_', path.stem)}_{digest}_{next(_counter)}"
     spec = importlib.util.spec_from_file_location(mod_name, path)
@@ -323,11 +325,9 @@ def _import_file(path: Path) -> Any:
         raise UsageError(f"{path}: cannot be imported as Python (is it a .py file?).")
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module   # dataclasses, pickling and Triton's source lookup want it registered
-    added = str(path.parent) not in sys.path
-    if added:
-        sys.path.insert(0, str(path.parent))
     try:
-        spec.loader.exec_module(module)
+        with importable_beside(path, module):
+            spec.loader.exec_module(module)
     except SyntaxError as e:
         sys.modules.pop(mod_name, None)
         raise UsageError(f"{path}:{e.lineno}: syntax error: {e.msg}.") from None
@@ -342,10 +342,6 @@ def _import_file(path: Path) -> Any:
         line = _line_in(e, path)
         where = f"{path}:{line}" if line else str(path)
         raise UsageError(f"{where}: importing the file failed: {type(e).__name__}: {e}".rstrip() + ".") from None
-    finally:
-        if added:
-            with contextlib.suppress(ValueError):
-                sys.path.remove(str(path.parent))
     return module
 
 
