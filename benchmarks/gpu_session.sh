@@ -21,6 +21,7 @@
 #   moe-bench-large   examples/moe_topk_sigmoid/bench.py on the cases of 8192 tokens or more (bfloat16)
 #   moe-bench-plain, moe-bench-biased    bench.py on every bfloat16 case of one variant (the report merges both)
 #   moe-optimize      kpilot optimize (search) of the MoE Triton kernel on three bf16 plain cases, report exported
+#   moe-optimize-cuda kpilot optimize (search) of the persistent CUDA kernel's blocks per SM, report exported
 set -uo pipefail
 out=${1:?usage: gpu_session.sh OUTDIR TARBALL DEADLINE_S LANE [LANE...]}
 tarball=${2:?usage: gpu_session.sh OUTDIR TARBALL DEADLINE_S LANE [LANE...]}
@@ -29,6 +30,11 @@ shift 3
 mkdir -p "$out"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 MOE=examples/moe_topk_sigmoid
+
+report() {  # directory: the optimize run stored there, shown and exported
+  python3 -m kernelpilot runs show 1 --store "$1/runs.db"
+  python3 -m kernelpilot runs export 1 --store "$1/runs.db" --out "$1/report"
+}
 
 step() {  # name, directory: the step's commands; stdout and stderr go to log.txt
   local name=$1 dir=$2
@@ -80,8 +86,12 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
       python3 -m kernelpilot optimize "$MOE/plain" -c "$MOE/kernels/topk_sigmoid_triton.py" --arch sm_90 --budget 20 \
           --case experts=256,tokens=65536,k=8,dtype=bfloat16 --case experts=128,tokens=8192,k=8,dtype=bfloat16 \
           --case experts=64,tokens=1024,k=4,dtype=bfloat16 --store "$dir/runs.db" --json > "$dir/events.jsonl"
-      python3 -m kernelpilot runs show 1 --store "$dir/runs.db"
-      python3 -m kernelpilot runs export 1 --store "$dir/runs.db" --out "$dir/report" ;;
+      report "$dir" ;;
+    moe-optimize-cuda)   # the persistent grid's blocks per SM (a launch setting: one build serves every variant)
+      python3 -m kernelpilot optimize "$MOE/plain" -c "$MOE/kernels/topk_sigmoid_cuda_persistent.py" --budget 10 \
+          --case experts=256,tokens=65536,k=8,dtype=bfloat16 --case experts=128,tokens=65536,k=8,dtype=bfloat16 \
+          --case experts=256,tokens=8192,k=8,dtype=bfloat16 --store "$dir/runs.db" --json > "$dir/events.jsonl"
+      report "$dir" ;;
     moe-bench-large) python3 "$MOE/bench.py" --dtype bfloat16 --tokens 8192 --tokens 65536 && cp -r "$MOE"/results/* "$dir/" ;;
     moe-bench-plain|moe-bench-biased)
       python3 "$MOE/bench.py" --dtype bfloat16 --variant "${name#moe-bench-}" ${MOE_BUDGET:+--budget $MOE_BUDGET} \

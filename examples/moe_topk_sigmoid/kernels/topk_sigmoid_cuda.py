@@ -4,8 +4,9 @@ runs in parallel.
 
 - ``keys`` (the default, topk_sigmoid_keys.cu): packed selection keys, EXPERTS/8 lanes per token, a grid
   that covers the tokens in one pass.
-- ``keys_persistent``: the same kernel on a grid of at most 16 blocks per SM, each warp taking token after
-  token, the next row's load issued before the current row's selection (16-bit logits).
+- ``keys_persistent``: the same kernel on a grid of at most ``blocks_per_sm`` blocks per SM (16 by default),
+  each warp taking token after token, the next row's load issued before the current row's selection (16-bit
+  logits).
 - ``warp`` (topk_sigmoid_warp.cu, the first version): one warp per token, a REDUX and a ballot per round.
 """
 
@@ -46,7 +47,8 @@ int sm_count() {              // of the current device, asked once per device
 }
 
 template <int E, int NK, bool B>
-void launch(int algo, const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& w, torch::Tensor& ids) {
+void launch(int algo, int blocks_per_sm, const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& w,
+            torch::Tensor& ids) {
   const int tokens = (int)x.size(0);
   if (tokens == 0) return;
   const T* xp = reinterpret_cast<const T*>(x.data_ptr());
@@ -58,7 +60,7 @@ void launch(int algo, const torch::Tensor& x, const torch::Tensor& bias, torch::
   } else {                  // E/8 lanes per token, 4 warps per block
     constexpr int per_block = 4 * (32 / (E / 8));
     int blocks = (tokens + per_block - 1) / per_block;
-    if (algo == 2) blocks = std::min(blocks, 16 * sm_count());
+    if (algo == 2) blocks = std::min(blocks, blocks_per_sm * sm_count());
     moe::topk_sigmoid_keys<T, E, NK, B><<<blocks, 128, 0, stream>>>(xp, bp, w.data_ptr<float>(),
                                                                      ids.data_ptr<int>(), tokens);
   }
@@ -66,20 +68,20 @@ void launch(int algo, const torch::Tensor& x, const torch::Tensor& bias, torch::
 }
 
 template <int E>
-void by_k(int algo, int64_t k, bool b, const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& w,
+void by_k(int algo, int bps, int64_t k, bool b, const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& w,
           torch::Tensor& ids) {
-  if (k == 4) { b ? launch<E, 4, true>(algo, x, bias, w, ids) : launch<E, 4, false>(algo, x, bias, w, ids); return; }
-  if (k == 8) { b ? launch<E, 8, true>(algo, x, bias, w, ids) : launch<E, 8, false>(algo, x, bias, w, ids); return; }
+  if (k == 4) { b ? launch<E, 4, true>(algo, bps, x, bias, w, ids) : launch<E, 4, false>(algo, bps, x, bias, w, ids); return; }
+  if (k == 8) { b ? launch<E, 8, true>(algo, bps, x, bias, w, ids) : launch<E, 8, false>(algo, bps, x, bias, w, ids); return; }
   TORCH_CHECK(false, "k must be 4 or 8, not ", k);
 }
 }  // namespace
 
-void topk_sigmoid_NAME(int algo, int64_t k, bool b, const torch::Tensor& x, const torch::Tensor& bias,
+void topk_sigmoid_NAME(int algo, int bps, int64_t k, bool b, const torch::Tensor& x, const torch::Tensor& bias,
                        torch::Tensor& w, torch::Tensor& ids) {
   switch (x.size(1)) {
-    case 64: return by_k<64>(algo, k, b, x, bias, w, ids);
-    case 128: return by_k<128>(algo, k, b, x, bias, w, ids);
-    case 256: return by_k<256>(algo, k, b, x, bias, w, ids);
+    case 64: return by_k<64>(algo, bps, k, b, x, bias, w, ids);
+    case 128: return by_k<128>(algo, bps, k, b, x, bias, w, ids);
+    case 256: return by_k<256>(algo, bps, k, b, x, bias, w, ids);
     default: TORCH_CHECK(false, "experts must be 64, 128 or 256, not ", x.size(1));
   }
 }
@@ -88,13 +90,15 @@ void topk_sigmoid_NAME(int algo, int64_t k, bool b, const torch::Tensor& x, cons
 _MODULE = r"""
 #include <torch/extension.h>
 
-#define DECLARE(NAME) void topk_sigmoid_##NAME(int algo, int64_t k, bool b, const torch::Tensor& x, \
+#define DECLARE(NAME) void topk_sigmoid_##NAME(int algo, int bps, int64_t k, bool b, const torch::Tensor& x, \
     const torch::Tensor& bias, torch::Tensor& w, torch::Tensor& ids);
 DECLARE(f32)
 DECLARE(f16)
 DECLARE(bf16)
 
-std::vector<torch::Tensor> topk_sigmoid(torch::Tensor x, torch::Tensor bias, bool has_bias, int64_t k, int64_t algo) {
+std::vector<torch::Tensor> topk_sigmoid(torch::Tensor x, torch::Tensor bias, bool has_bias, int64_t k, int64_t algo,
+                                        int64_t blocks_per_sm) {
+  TORCH_CHECK(blocks_per_sm >= 1, "blocks_per_sm must be 1 or more, not ", blocks_per_sm);
   TORCH_CHECK(x.is_cuda() && x.dim() == 2 && x.is_contiguous(), "logits: a contiguous [tokens, experts] CUDA tensor");
   TORCH_CHECK(reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0, "logits must be 16-byte aligned");
   if (has_bias) TORCH_CHECK(bias.is_cuda() && bias.scalar_type() == at::kFloat && bias.is_contiguous() &&
@@ -102,9 +106,9 @@ std::vector<torch::Tensor> topk_sigmoid(torch::Tensor x, torch::Tensor bias, boo
   auto w = torch::empty({x.size(0), k}, x.options().dtype(at::kFloat));
   auto ids = torch::empty({x.size(0), k}, x.options().dtype(at::kInt));
   switch (x.scalar_type()) {
-    case at::kFloat: topk_sigmoid_f32((int)algo, k, has_bias, x, bias, w, ids); break;
-    case at::kHalf: topk_sigmoid_f16((int)algo, k, has_bias, x, bias, w, ids); break;
-    case at::kBFloat16: topk_sigmoid_bf16((int)algo, k, has_bias, x, bias, w, ids); break;
+    case at::kFloat: topk_sigmoid_f32((int)algo, (int)blocks_per_sm, k, has_bias, x, bias, w, ids); break;
+    case at::kHalf: topk_sigmoid_f16((int)algo, (int)blocks_per_sm, k, has_bias, x, bias, w, ids); break;
+    case at::kBFloat16: topk_sigmoid_bf16((int)algo, (int)blocks_per_sm, k, has_bias, x, bias, w, ids); break;
     default: TORCH_CHECK(false, "logits must be float32, float16 or bfloat16");
   }
   return {w, ids};
@@ -149,12 +153,13 @@ def supported(logits: torch.Tensor, k: int) -> bool:
             and k in KS and torch.cuda.get_device_capability(logits.device) >= (8, 0))
 
 
-def run(logits: torch.Tensor, bias, k: int, algo: str):
+def run(logits: torch.Tensor, bias, k: int, algo: str, blocks_per_sm: int = 16):
+    """``blocks_per_sm``: with "keys_persistent", the grid's blocks per SM (at most)."""
     x = logits.contiguous()
     if x.data_ptr() % 16:
         x = x.clone()
     b = bias.float().contiguous() if bias is not None else x.new_empty(0, dtype=torch.float32)
-    return tuple(_extension().topk_sigmoid(x, b, bias is not None, int(k), ALGOS[algo]))
+    return tuple(_extension().topk_sigmoid(x, b, bias is not None, int(k), ALGOS[algo], int(blocks_per_sm)))
 
 
 def topk_sigmoid(logits: torch.Tensor, bias, k: int):

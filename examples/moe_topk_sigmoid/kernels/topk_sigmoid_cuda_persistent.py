@@ -1,5 +1,8 @@
-"""The packed-key CUDA C++ kernel (topk_sigmoid_keys.cu) on a persistent grid: at most 16 blocks per SM,
-each warp taking token after token with the next row loaded ahead (topk_sigmoid_cuda.py, "keys_persistent")."""
+"""The packed-key CUDA C++ kernel (topk_sigmoid_keys.cu) on a persistent grid: at most BLOCKS_PER_SM blocks per
+SM, each warp taking token after token with the next row loaded ahead (topk_sigmoid_cuda.py, "keys_persistent").
+BLOCKS_PER_SM is a launch setting (no rebuild), declared as a tuning space for `kpilot optimize --strategy
+search`.
+"""
 
 import sys
 from pathlib import Path
@@ -8,6 +11,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import topk_sigmoid_cuda  # noqa: E402
 
+BLOCKS_PER_SM = 16
+KPILOT_TUNE = {"BLOCKS_PER_SM": [2, 4, 6, 8, 12, 16]}
+
 
 def topk_sigmoid(logits, bias, k: int):
-    return topk_sigmoid_cuda.run(logits, bias, k, "keys_persistent")
+    return topk_sigmoid_cuda.run(logits, bias, k, "keys_persistent", BLOCKS_PER_SM)
