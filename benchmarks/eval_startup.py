@@ -2,7 +2,8 @@
 
 Stages, in the order a candidate worker meets them: interpreter and kernelpilot imports, `import torch`,
 CUDA context, `import triton`, the first profiled call (PyTorch profiler start-up), loading the example
-Triton candidate (its compiled kernel from Triton's cache), its first call, and a second profiled call.
+Triton candidate (its compiled kernel from Triton's cache), its first call, and a second profiled call; and
+around them, the interpreter's start and the process's exit (which tears down the CUDA context).
 (The whole evaluation of a small case, cold and with workers started ahead: eval_timing.py --only speed.)
 
 Writes benchmarks/results/eval_startup.json.   Run: python benchmarks/eval_startup.py
@@ -23,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CANDIDATE = ROOT / "examples" / "problems" / "row_softmax" / "candidates" / "triton_softmax.py"
 
 STAGES = r"""
-import json, sys, time
+import json, os, sys, time
+began = time.time()
 t = {"start": time.perf_counter()}
 def mark(name):
     t[name] = time.perf_counter()
@@ -48,7 +50,9 @@ mark("first call (kernel from cache)")
 probe_call(lambda: fn(x), "cuda")
 mark("second profiled call")
 names = list(t)
-print(json.dumps({b: round(t[b] - t[a], 3) for a, b in zip(names, names[1:])}))
+print(json.dumps({"stages": {b: round(t[b] - t[a], 3) for a, b in zip(names, names[1:])}, "began": began,
+                  "ended": time.time()}), flush=True)
+os._exit(0)   # as the worker leaves: the CUDA context is torn down by the process's exit
 """
 
 
@@ -60,12 +64,16 @@ def main() -> None:
     code = STAGES % {"src": str(ROOT / "src"), "cand": str(CANDIDATE)}
     runs = []
     for _ in range(2):   # the first run may fill Triton's cache; the second is what a user sees
-        t0 = time.perf_counter()
+        t0, spawned = time.perf_counter(), time.time()
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        gone = time.time()
         if p.returncode:
             sys.exit(p.stderr[-3000:])
-        runs.append({"stages_s": json.loads(p.stdout.strip().splitlines()[-1]),
-                     "process_s": round(time.perf_counter() - t0, 3)})
+        rec = json.loads(p.stdout.strip().splitlines()[-1])
+        runs.append({"stages_s": rec["stages"], "process_s": round(time.perf_counter() - t0, 3),
+                     # from the spawn to the child's first line, and from its last line until it was gone
+                     "interpreter_start_s": round(rec["began"] - spawned, 3),
+                     "exit_s": round(gone - rec["ended"], 3)})
     out = {"process_stages": runs[-1], "first_process_stages": runs[0]}
     print(json.dumps(out, indent=1))
     print(f"written to {write_results('eval_startup', out)}")
