@@ -14,6 +14,7 @@
 #   startup           benchmarks/eval_startup.py (where a cold evaluation's seconds go)
 #   profile-capture   tests/fixtures/ncu_profile/capture.sh (three planted problems under ncu)
 #   profile-source    kpilot profile --source on a Triton kernel and a CUDA one built with -lineinfo (per-line hotspots)
+#   profile-noperm    kpilot profile run as an unprivileged user (no counter access: the fallback, or ncu allowed it)
 #   optimize-search   benchmarks/optimize_search.sh (the search strategy on softmax_wide)
 #   e2e-kernelbench, e2e-gpumode, e2e-native    benchmarks/gpu_eval_validation.sh, one part each
 #   moe-check         kpilot check of the MoE CUDA kernel and the dispatcher on every case of both variants
@@ -58,6 +59,13 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
         python3 -m kernelpilot profile --import "$dir/$name.ncu-rep" --source || rc=1
       done
       return $rc ;;
+    profile-noperm)   # kpilot profile as an unprivileged user: ERR_NVGPUCTRPERM where the driver keeps counters to admins
+      grep -i profiling /proc/driver/nvidia/params
+      local home; home=$(mktemp -d); chmod 777 "$home"
+      setpriv --reuid=65534 --regid=65534 --clear-groups env HOME="$home" PYTHONPATH="$PWD/src" \
+          python3 -m kernelpilot profile --kernel underfill_sum --out "$home" --json -- \
+          python3 examples/profile/triton_underfill.py > "$dir/noperm.json" 2> "$dir/noperm.stderr"
+      echo "kpilot exit $?"; head -5 "$dir/noperm.stderr"; head -c 800 "$dir/noperm.json"; echo ;;
     optimize-search) bash benchmarks/optimize_search.sh "$dir" ;;
     e2e-kernelbench|e2e-gpumode|e2e-native) bash benchmarks/gpu_eval_validation.sh "$dir" "${name#e2e-}" ;;
     moe-check)

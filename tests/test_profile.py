@@ -437,3 +437,33 @@ def test_per_line_hotspots_of_code_built_with_line_info(name, first, line, text,
     assert ids[0] == first and ids.index("stall.hotspot") < ids.index("stall.long-scoreboard")
     assert f"{src}:{line}" in k["diagnoses"][ids.index("stall.hotspot")]["title"]
     assert len(k["hotspots"]) == 10 and all("line info" not in n for n in json.loads(p.stdout).get("notes", []))
+
+
+def _ncu_without_counter_access(tmp_path) -> dict:
+    """An ncu that answers as ncu does for a user without access to the GPU's counters (its message, from
+    NVIDIA's documentation of ERR_NVGPUCTRPERM): the condition cannot be made on a machine without a GPU."""
+    ncu = tmp_path / "ncu"
+    ncu.write_text("#!/bin/sh\necho '==PROF== Connected to process 4242'\n"
+                   "echo '==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
+                   "Performance Counters on the target device 0. For instructions on enabling permissions and to "
+                   "get more information see https://developer.nvidia.com/ERR_NVGPUCTRPERM'\nexit 1\n")
+    ncu.chmod(0o755)
+    return {"KPILOT_NCU": str(ncu)}
+
+
+def test_no_counter_permission_is_one_line_with_what_to_do(tmp_path):
+    r = kp("profile", "--out", str(tmp_path), "--", "./app", env=_ncu_without_counter_access(tmp_path))
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    first = r.stderr.splitlines()[0]
+    assert first.startswith("error: ncu may not read the GPU's performance counters: ==ERROR== ERR_NVGPUCTRPERM")
+    assert "needs a Python command" in first
+
+
+@pytest.mark.gpu
+def test_no_counter_permission_falls_back_to_kernel_times(tmp_path):
+    r = kp("profile", "--kernel", "underfill_sum", "--out", str(tmp_path), "--json", "--", *UNDERFILL,
+           env=_ncu_without_counter_access(tmp_path))
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["tool"] == "torch-profiler" and "ERR_NVGPUCTRPERM" in d["notes"][0]
+    assert d["kernels"] and all(k["duration_us"] > 0 for k in d["kernels"])
