@@ -149,9 +149,7 @@ class WorkerProcess:
         """Stop a worker that will not be given a job (or whose job is over)."""
         if self.proc is not None:
             _kill(self.proc)
-        if self.reader is not None:
-            self.reader.finish()
-            self.reader = None
+        self.reader = None   # its thread reads to the end and closes the pipe; nothing waits for that
 
 
 def profiles(job: dict[str, Any]) -> bool:
