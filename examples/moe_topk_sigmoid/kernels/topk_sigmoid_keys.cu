@@ -194,7 +194,7 @@ __device__ inline float sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
 template <typename T>
 __device__ inline float from_half_key(unsigned k) {
   const unsigned h = (k ^ ((((~k >> 15) & 1u) * 0x7fffu) | 0x8000u)) & 0xffffu;
-  if constexpr (sizeof(T) == 2 && std::is_same_v<T, __half>) {
+  if constexpr (std::is_same_v<T, __half>) {
     return __half2float(__ushort_as_half((unsigned short)h));
   } else {
     return __uint_as_float(h << 16);

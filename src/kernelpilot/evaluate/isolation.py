@@ -128,7 +128,7 @@ class WorkerProcess:
         _kill(self.proc)   # anything it left behind in its session
         journal = self.reader.finish()
         result_path = out / f"{job['name']}_result.json"
-        if rc == 0 and self.reader.done.is_set() and not result_path.exists():
+        if self.reader.done.is_set() and not result_path.exists():
             return {"fatal": "the worker's journal said the result was written, but there is none (the candidate "
                              "wrote to the harness's journal)", "stderr": _tail(self.stderr),
                     "seconds": round(time.perf_counter() - t_job, 2)}

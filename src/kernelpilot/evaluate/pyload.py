@@ -37,7 +37,6 @@ def import_file(path: Path, *, what: str = "file") -> ModuleType:
     return mod
 
 
-
 def attribute(mod: ModuleType, name: str, path: Path, *, what: str):
     try:
         return getattr(mod, name)
