@@ -21,6 +21,8 @@
 #   moe-profile       kpilot profile of both CUDA kernels on the largest bfloat16 cases, and their diff
 #   moe-bench-large   examples/moe_topk_sigmoid/bench.py on the cases of 8192 tokens or more (bfloat16)
 #   moe-bench-plain, moe-bench-biased    bench.py on every bfloat16 case of one variant (the report merges both)
+#   moe-bench-dtypes-plain, moe-bench-dtypes-biased    bench.py of dispatch.py on every float16 and float32 case
+#   pytest-moe        python -m pytest -m gpu tests/test_moe_problem.py (the MoE kernels alone)
 #   moe-optimize      kpilot optimize (search) of the MoE Triton kernel on three bf16 plain cases, report exported
 #   moe-optimize-cuda kpilot optimize (search) of the persistent CUDA kernel's blocks per SM, report exported
 set -uo pipefail
@@ -41,6 +43,7 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
   local name=$1 dir=$2
   case $name in
     pytest-gpu) python3 -m pytest -q -m gpu -p no:cacheprovider tests ;;
+    pytest-moe) python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_moe_problem.py ;;
     timing) python3 benchmarks/eval_timing.py && cp benchmarks/results/eval_timing.json "$dir/" ;;
     speed)   # SPEED_RUNS times (default 1); every run is appended to eval_timing.jsonl
       for _ in $(seq "${SPEED_RUNS:-1}"); do python3 benchmarks/eval_timing.py --only speed || return 1; done
@@ -70,7 +73,7 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
     e2e-kernelbench|e2e-gpumode|e2e-native) bash benchmarks/gpu_eval_validation.sh "$dir" "${name#e2e-}" ;;
     moe-check)
       local rc=0
-      for kernel in topk_sigmoid_cuda.py dispatch.py; do
+      for kernel in ${MOE_CHECK_KERNELS:-topk_sigmoid_cuda.py dispatch.py}; do
         for variant in plain biased; do
           python3 -m kernelpilot check "$MOE/$variant" -c "$MOE/kernels/$kernel" --json \
               > "$dir/check_${variant}_${kernel%.py}.json" || rc=1
@@ -104,6 +107,12 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
     moe-bench-plain|moe-bench-biased)
       python3 "$MOE/bench.py" --dtype bfloat16 --variant "${name#moe-bench-}" ${MOE_BUDGET:+--budget $MOE_BUDGET} \
           && cp -r "$MOE"/results/* "$dir/" ;;
+    moe-bench-dtypes-plain|moe-bench-dtypes-biased)
+      for dtype in float16 float32; do
+        python3 "$MOE/bench.py" --dtype $dtype --variant "${name#moe-bench-dtypes-}" --kernel dispatch.py \
+            ${MOE_BUDGET:+--budget $MOE_BUDGET} || return 1
+      done
+      cp -r "$MOE"/results/* "$dir/" ;;
     *) echo "unknown step $name"; return 2 ;;
   esac
 }
@@ -121,7 +130,7 @@ lane() {  # gpu index, steps
     mkdir -p "$dir"
     if [ "$left" -lt 20 ]; then echo "not started: deadline" > "$dir/exit.txt"; continue; fi
     local t0=$(date +%s)
-    CUDA_VISIBLE_DEVICES=$gpu timeout -k 10 "$left" bash -c "$(declare -f step); MOE=$MOE; step $name $dir" \
+    CUDA_VISIBLE_DEVICES=$gpu timeout -k 10 "$left" bash -c "$(declare -f step report); MOE=$MOE; step $name $dir" \
         > "$dir/log.txt" 2>&1
     local rc=$?
     echo "exit $rc after $(( $(date +%s) - t0 )) s on GPU $gpu$([ $rc = 124 ] && echo ' (cut off at the deadline)')" > "$dir/exit.txt"

@@ -119,7 +119,8 @@ def test_cuda_kernel_uses_redux_and_vector_loads(has_bias):
 def test_keys_kernel_takes_one_group_max_per_round(experts, redux, shuffles):
     """The packed-key kernel for sm_90, bf16 logits, k 8: per round one REDUX (a whole warp per token) or three
     xor shuffles (8 lanes per token); for 256 experts once more in the rare selection with refills (64 experts,
-    k 8 have only that one); 128-bit loads of logits; no spills, full occupancy."""
+    k 8 have only that one); 128-bit loads of logits; round keys kept in shared memory and written by one
+    tail (two global stores); no spills, the 12 blocks per SM it is built for (75%)."""
     from conftest import require_tool
 
     require_tool("nvcc")
@@ -132,11 +133,14 @@ def test_keys_kernel_takes_one_group_max_per_round(experts, redux, shuffles):
     assert sum(n for op, n in ops.items() if op.startswith("SHFL")) == shuffles
     # 128-bit loads of logits: the first row, then each next row ahead of the current selection
     assert sum(n for op, n in ops.items() if op.startswith("LDG") and ".128" in op) == 2
-    assert k.resources.spill_store_bytes == 0 and k.occupancy.percent == 100
+    assert sum(n for op, n in ops.items() if op.startswith("STG")) == 2
+    assert sum(n for op, n in ops.items() if op.startswith("STS")) >= 1
+    assert k.resources.spill_store_bytes == 0 and k.occupancy.percent == 75
 
 
 GPU_CASES = [f"experts={e},tokens={t},k={k},dtype={d}" for e, t, k, d in
-             [(64, 1, 4, "float32"), (64, 16, 8, "float16"), (128, 1024, 8, "float16"), (256, 8192, 8, "bfloat16"), (256, 65536, 4, "float32")]]
+             [(64, 1, 4, "float32"), (64, 16, 8, "float16"), (128, 1024, 8, "float16"), (256, 8192, 8, "bfloat16"), (256, 65536, 4, "float32"),
+              (64, 65536, 4, "bfloat16"), (128, 65536, 8, "float16")]]
 
 
 @pytest.mark.gpu
@@ -147,3 +151,30 @@ def test_kernels_are_correct_on_the_gpu(variant, kernel):
     res = check(MOE / variant, MOE / "kernels" / kernel, EvalOptions(device="cuda", seeds=2, cases=GPU_CASES))
     assert res.correct and res.passed, ([(c.case, c.message) for c in res.cases if not c.ok], res.error,
                                         [(f.id, f.message) for f in res.flags])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_cuda_kernels_on_token_counts_outside_the_grid(dtype, with_bias):
+    """Token counts that leave a pass, a tail or a persistent block partly empty (1 to 20001 tokens), with
+    ties planted (logits rounded to quarters), through every CUDA algorithm and a small and a full
+    persistent grid: the problem's own check against the reference."""
+    sys.path.insert(0, str(MOE / "kernels"))
+    import topk_sigmoid_cuda
+
+    failures = []
+    for experts in (64, 128, 256):
+        for k in (4, 8):
+            for tokens in (1, 3, 37, 1000, 4099, 20001):
+                g = torch.Generator(device="cuda").manual_seed(tokens + experts + k)
+                x = torch.randn(tokens, experts, generator=g, device="cuda") * 2.0
+                x = (torch.round(x * 4) / 4 if tokens % 2 else x).to(getattr(torch, dtype))
+                bias = torch.randn(experts, generator=g, device="cuda") * 0.1 if with_bias else None
+                want = ref.topk_sigmoid(x, bias, k)
+                for algo, bps in (("keys", 12), ("keys_persistent", 1), ("keys_persistent", 12), ("warp", 12)):
+                    got = topk_sigmoid_cuda.run(x, bias, k, algo, bps)
+                    ok, msg = ref.check((x, bias, k), got, want)
+                    if not ok:
+                        failures.append((experts, k, tokens, algo, bps, msg))
+    assert not failures, failures[:5]

@@ -6,9 +6,12 @@ Floor: the larger of the bytes the case must move over the GPU's peak bandwidth 
 the launch floor, a one-element kernel timed the same way on this GPU.
 
 Each variant's rows go to results/<gpu>.<variant>.<dtype>.rows.json, and every rows file of the GPU and dtype
-is merged into the report, so the two variants can run at once (on two GPUs, say):
+is merged into the report (results/<gpu>.<dtype>.md/.json and a plot), so the two variants can run at once (on
+two GPUs, say). results/<gpu>.summary.json sums up every rows file of the GPU, all dtypes, for the kernels
+timed on all of them.
 
     python examples/moe_topk_sigmoid/bench.py [--dtype bfloat16] [--budget 0.5] [--variant plain] [--tokens ...]
+                                              [--kernel dispatch.py ...]
 """
 
 from __future__ import annotations
@@ -47,13 +50,14 @@ def launch_floor_us() -> float:
     return statistics.median(sample(i) for i in range(200))
 
 
-def bench_variant(variant: str, dtype: str, budget: float, tokens: list[int] | None, floor_launch: float) -> list:
+def bench_variant(variant: str, dtype: str, budget: float, tokens: list[int] | None, floor_launch: float,
+                  kernels: list[str]) -> list:
     """One row per case of the variant: the baselines, each kernel, the floor."""
     prob = load_problem(HERE / variant)
     cases = [c.name for c in prob.cases if not c.hidden and c.params["dtype"] == dtype
              and (not tokens or c.params["tokens"] in tokens)]
     per_kernel, baselines, floors = {}, {}, {}
-    for i, kernel in enumerate(KERNELS):
+    for i, kernel in enumerate(kernels):
         opts = EvalOptions(device="cuda", cases=cases, graphs=True, timing={"budget_s": budget},
                            baselines=["eager", "compile"] if i == 0 else [])
         res = bench(prob, HERE / "kernels" / kernel, opts)
@@ -84,11 +88,9 @@ def bench_variant(variant: str, dtype: str, budget: float, tokens: list[int] | N
     return rows
 
 
-def report(name: str, gpu: str, dtype: str) -> None:
-    """Merge the rows files of every variant run on this GPU and dtype into NAME.json, NAME.md and a plot."""
-    parts = [json.loads(f.read_text()) for f in sorted((HERE / "results").glob(f"{name}.*.{dtype}.rows.json"))]
-    rows = [r for part in parts for r in part["rows"]]
-    kernels = [k for k in KERNELS if all(k in r for r in rows)]
+def summarize(rows: list, kernels: list[str]) -> dict:
+    """Per kernel: the cases, those whose timed outputs were right, the geometric-mean speedup over eager, the
+    cases faster than torch.compile, and the distance from the floor at 8192 tokens or more."""
     summary = {}
     for kernel in kernels:
         ok = [r for r in rows if r[kernel]["check_ok"]]   # a time of wrong outputs is no result
@@ -103,19 +105,48 @@ def report(name: str, gpu: str, dtype: str) -> None:
             "within_1_5x_floor_at_8192_tokens_or_more": len(ok) == len(rows) and all(
                 (r[kernel]["of_floor"] or 99) <= 1.5 for r in rows if r["params"]["tokens"] >= 8192),
         }
+    return summary
+
+
+def load_rows(pattern: str) -> tuple[list, list]:
+    """The rows files of results/ matching the pattern: (their headers, all their rows)."""
+    parts = [json.loads(f.read_text()) for f in sorted((HERE / "results").glob(pattern))]
+    return parts, [r for part in parts for r in part["rows"]]
+
+
+def present(rows: list) -> list[str]:
+    return [k for k in KERNELS if rows and all(k in r for r in rows)]
+
+
+def overall(name: str) -> None:
+    """results/NAME.summary.json: every rows file of the GPU, all dtypes and variants, for the kernels timed on
+    all of them."""
+    parts, rows = load_rows(f"{name}.*.*.rows.json")
+    summary = summarize(rows, present(rows))
+    out = {"runs": [{k: p.get(k) for k in ("variant", "date", "git")} | {"dtype": p["rows"][0]["params"]["dtype"]}
+                    for p in parts if p["rows"]], "summary": summary}
+    (HERE / "results" / f"{name}.summary.json").write_text(json.dumps(out, indent=1))
+    print("all dtypes:", json.dumps(summary, indent=1))
+
+
+def report(name: str, gpu: str, dtype: str) -> None:
+    """Merge the rows files of every variant run on this GPU and dtype into NAME.DTYPE.json, .md and a plot."""
+    parts, rows = load_rows(f"{name}.*.{dtype}.rows.json")
+    kernels = present(rows)
+    summary = summarize(rows, kernels)
     out = {"gpu": gpu, "dtype": dtype,
            "runs": [{k: p.get(k) for k in ("variant", "date", "git", "launch_floor_us")} for p in parts],
            "summary": summary, "rows": rows, "method": METHOD}
-    (HERE / "results" / f"{name}.json").write_text(json.dumps(out, indent=1))
+    (HERE / "results" / f"{name}.{dtype}.json").write_text(json.dumps(out, indent=1))
     from kernelpilot.runs.plot import PALETTE, series_png
 
     series = {k: [r[k]["vs_eager"] for r in rows] for k in kernels}
     series["torch.compile"] = [r["eager_us"] / r["compile_us"] if r["eager_us"] and r["compile_us"] else None
                                for r in rows]
-    series_png(series, HERE / "results" / f"{name}_speedup.png")
+    series_png(series, HERE / "results" / f"{name}.{dtype}_speedup.png")
     legend = ", ".join(f"{k}: rgb{PALETTE[i]}" for i, k in enumerate(series))
     md = [f"# MoE top-k sigmoid routing on {gpu} ({dtype})", "", METHOD, "",
-          f"![speedup over eager per case]({name}_speedup.png)", "",
+          f"![speedup over eager per case]({name}.{dtype}_speedup.png)", "",
           f"Speedup over PyTorch eager per case (log scale; grey: 1x). Colours: {legend}.", "",
           "| variant | case | eager us | compile us | floor us | "
           + " | ".join(f"{k} us (graph us)" for k in kernels) + " |",
@@ -126,8 +157,9 @@ def report(name: str, gpu: str, dtype: str) -> None:
                                for k in kernels) + " |")
     md += ["", "WRONG: the kernel's timed outputs failed the re-check, so its time is not a result.", "",
            "```json", json.dumps(summary, indent=1), "```"]
-    (HERE / "results" / f"{name}.md").write_text("\n".join(md) + "\n")
+    (HERE / "results" / f"{name}.{dtype}.md").write_text("\n".join(md) + "\n")
     print(json.dumps(summary, indent=1))
+    overall(name)
 
 
 METHOD = ("kpilot bench: CUDA events around each call, L2 flushed (read pass) and new inputs before every call, "
@@ -145,6 +177,7 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=0.5)
     ap.add_argument("--variant", action="append", choices=["plain", "biased"])
     ap.add_argument("--tokens", type=int, action="append")
+    ap.add_argument("--kernel", action="append", choices=KERNELS, help="only these kernels (default: all)")
     ap.add_argument("--report-only", metavar="GPU", help="rebuild the report from the rows files of this GPU "
                     "(e.g. 'NVIDIA H200') without running anything")
     args = ap.parse_args()
@@ -158,7 +191,7 @@ def main() -> None:
     floor_launch = launch_floor_us()
     (HERE / "results").mkdir(exist_ok=True)
     for variant in args.variant or ["plain", "biased"]:
-        rows = bench_variant(variant, args.dtype, args.budget, args.tokens, floor_launch)
+        rows = bench_variant(variant, args.dtype, args.budget, args.tokens, floor_launch, args.kernel or KERNELS)
         env = environment()   # tool versions and the commit measured (KPILOT_GIT_REV where git history is absent)
         part = {"variant": variant, "date": env["date"], "git": env["git"], "environment": env,
                 "launch_floor_us": round(floor_launch, 3), "rows": rows}

@@ -58,11 +58,20 @@ void launch(int algo, int blocks_per_sm, const torch::Tensor& x, const torch::Te
     moe::topk_sigmoid_warp<T, E, NK, B><<<(tokens + 7) / 8, 256, 0, stream>>>(xp, bp, w.data_ptr<float>(),
                                                                               ids.data_ptr<int>(), tokens);
   } else {                  // E/8 lanes per token, 4 warps per block
-    constexpr int per_block = 4 * (32 / (E / 8));
-    int blocks = (tokens + per_block - 1) / per_block;
-    if (algo == 2) blocks = std::min(blocks, blocks_per_sm * sm_count());
-    moe::topk_sigmoid_keys<T, E, NK, B><<<blocks, 128, 0, stream>>>(xp, bp, w.data_ptr<float>(),
-                                                                     ids.data_ptr<int>(), tokens);
+    // A block's pass covers per_pass tokens; `passes` of them share one tail (the writes), as many as the kernel
+    // allows while the grid still has two blocks per SM to give out.
+    constexpr int per_pass = 4 * (32 / (E / 8));
+    const int sms = sm_count();
+    int passes = moe::max_passes<E, NK>();
+    while (passes > 1 && (tokens + per_pass * passes - 1) / (per_pass * passes) < 2 * sms) passes /= 2;
+    int blocks = (tokens + per_pass * passes - 1) / (per_pass * passes);
+    const auto kernel = moe::topk_sigmoid_keys<T, E, NK, B>;
+    if (algo == 2) {        // at most as many blocks as fit on the GPU at once
+      static int resident = 0;
+      if (!resident) C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, 128, 0));
+      blocks = std::min(blocks, std::min(blocks_per_sm, std::max(resident, 1)) * sms);
+    }
+    kernel<<<blocks, 128, 0, stream>>>(xp, bp, w.data_ptr<float>(), ids.data_ptr<int>(), tokens, passes);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -153,7 +162,7 @@ def supported(logits: torch.Tensor, k: int) -> bool:
             and k in KS and torch.cuda.get_device_capability(logits.device) >= (8, 0))
 
 
-def run(logits: torch.Tensor, bias, k: int, algo: str, blocks_per_sm: int = 16):
+def run(logits: torch.Tensor, bias, k: int, algo: str, blocks_per_sm: int = 12):
     """``blocks_per_sm``: with "keys_persistent", the grid's blocks per SM (at most)."""
     x = logits.contiguous()
     if x.data_ptr() % 16:

@@ -11,8 +11,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import topk_sigmoid_cuda  # noqa: E402
 
-BLOCKS_PER_SM = 16
-KPILOT_TUNE = {"BLOCKS_PER_SM": [2, 4, 6, 8, 12, 16]}
+BLOCKS_PER_SM = 12
+KPILOT_TUNE = {"BLOCKS_PER_SM": [2, 4, 6, 8, 12]}
 
 
 def topk_sigmoid(logits, bias, k: int):

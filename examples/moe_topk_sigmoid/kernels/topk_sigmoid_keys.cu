@@ -85,12 +85,13 @@ __device__ inline void best_two(const Key (&keys)[P], Key below, Key& best, Key&
   }
 }
 
-// K rounds over the group: returns round `sub`'s key on lane `sub` (sub < K), 0 elsewhere.
+// K rounds over the group, refilling a lane's best two from the keys below the last it gave: round r's key
+// goes to slot[r] (every lane of the group writes the same value).
 template <typename Key, int G, int K, int P>
-__device__ inline Key select_rounds(const Key (&keys)[P], int sub) {
+__device__ inline void select_rounds(const Key (&keys)[P], Key* slot) {
   Key best, second;
   best_two<Key, P>(keys, ~Key(0), best, second);
-  Key last = ~Key(0), mine = 0;
+  Key last = ~Key(0);
   bool dry = best == 0;
 #pragma unroll
   for (int r = 0; r < K; ++r) {
@@ -100,7 +101,7 @@ __device__ inline Key select_rounds(const Key (&keys)[P], int sub) {
       best = second;
       second = 0;
     }
-    if (sub == r) mine = top;
+    slot[r] = top;
     if (r + 1 < K && __any_sync(FULL, best == 0 && !dry)) {
       if (best == 0 && !dry) {
         best_two<Key, P>(keys, last, best, second);
@@ -108,7 +109,6 @@ __device__ inline Key select_rounds(const Key (&keys)[P], int sub) {
       }
     }
   }
-  return mine;
 }
 
 template <typename Key>
@@ -128,22 +128,22 @@ __device__ inline void best_two_of_8(const Key (&k)[8], Key& best, Key& second) 
   second = kmax(kmin(h01, h23), kmax(s01, s23));
 }
 
-// K rounds over the group with each lane's best two keys and no refills on the way. A lane whose two keys were
-// both taken may hold a third of the top k: if its next key is above the last round's, the selection is done
-// again with refills (select_rounds), for the whole warp. Returns round `sub`'s key on lane `sub`.
+// K rounds over the group with each lane's best two keys and no refills on the way, round r's key to slot[r]. A
+// lane whose two keys were both taken may hold a third of the top k: if its next key is above the last round's,
+// the selection is done again with refills (select_rounds), for the whole warp.
 template <typename Key, int G, int K>
-__device__ inline Key select_fast(const Key (&keys)[8], int sub) {
+__device__ inline void select_fast(const Key (&keys)[8], Key* slot) {
   Key best, second;
   best_two_of_8<Key>(keys, best, second);
   const Key second0 = second;
-  Key mine = 0, top = 0;
+  Key top = 0;
 #pragma unroll
   for (int r = 0; r < K; ++r) {
     top = group_max<G>(best);
     const bool win = best == top;
     best = win ? second : best;
     second = win ? Key(0) : second;
-    if (sub == r) mine = top;
+    slot[r] = top;
   }
   const bool spent = best == 0;
   if (__any_sync(FULL, spent)) {
@@ -153,47 +153,70 @@ __device__ inline Key select_fast(const Key (&keys)[8], int sub) {
       best_two<Key, 8>(keys, second0, next, unused);
       wrong = next > top;
     }
-    if (__any_sync(FULL, wrong)) mine = select_rounds<Key, G, K, 8>(keys, sub);
+    if (__any_sync(FULL, wrong)) select_rounds<Key, G, K, 8>(keys, slot);
   }
-  return mine;
 }
 
 // The selection for a group of G lanes: the fast one, unless k is as large as the group (64 experts, k 8),
 // where a lane holds three of the top k too often (more than two warps in five would select again).
 template <typename Key, int G, int K>
-__device__ inline Key select(const Key (&keys)[8], int sub) {
+__device__ inline void select(const Key (&keys)[8], Key* slot) {
   if constexpr (K < G) {
-    return select_fast<Key, G, K>(keys, sub);
+    select_fast<Key, G, K>(keys, slot);
   } else {
-    return select_rounds<Key, G, K, 8>(keys, sub);
+    select_rounds<Key, G, K, 8>(keys, slot);
   }
 }
 
-// Keys of 8 consecutive fp16 or bf16 logits (4 words), two per word with integer and byte-permute operations
-// (__byte_perm ignores the sign-replicating bit of PTX's prmt selectors: the negative halves' mask is arithmetic):
-// -0 made +0, the order key of each half (negative halves inverted, the sign bit set on the others), then
-// [order key (16 bits), 255 - expert, 255 - expert].
-__device__ inline void keys_of_halves(const unsigned (&words)[4], int e0, unsigned (&keys)[8]) {
+// 0xffff in each 16-bit half whose sign bit is set (PTX prmt's sign-replicating selectors, which __byte_perm
+// does not pass through).
+__device__ inline unsigned sign_halves(unsigned w) {
+  unsigned m;
+  asm("prmt.b32 %0, %1, 0, 0xbb99;" : "=r"(m) : "r"(w));
+  return m;
+}
+
+// The order keys of two fp16 or bf16 values: 0x8000 + magnitude for positive halves, 0x8000 - magnitude for
+// negative ones, so -0 and +0 share 0x8000. For a negative half (w | 0x8000) ^ 0xffff is 0x7fff - magnitude,
+// one below its key; no half carries into the next.
+__device__ inline unsigned half_order_keys(unsigned w) {
+  const unsigned m = sign_halves(w);
+  return ((w | 0x80008000u) ^ m) + (m & 0x00010001u);
+}
+
+// The index bytes of experts e0 .. e0 + 7 (255 - expert: the lower expert first among equal scores), four per
+// word, kept in registers across passes (the asm keeps the compiler from computing them again in every pass).
+__device__ inline void index_bytes(int e0, unsigned (&idx)[2]) {
   const unsigned b = (255u - (unsigned)e0) * 0x01010101u;
-  const unsigned idx[2] = {b - 0x03020100u, b - 0x07060504u};   // bytes: 255 - (e0 + j), j = 0..3 and 4..7
+  idx[0] = b - 0x03020100u;
+  idx[1] = b - 0x07060504u;
+  asm volatile("" : "+r"(idx[0]), "+r"(idx[1]));
+}
+
+// Keys of 8 consecutive fp16 or bf16 logits (4 words; idx from index_bytes), two per word: [order key
+// (16 bits), 255 - expert, 255 - expert].
+__device__ inline void keys_of_halves(const unsigned (&words)[4], const unsigned (&idx)[2], unsigned (&keys)[8]) {
 #pragma unroll
   for (int p = 0; p < 4; ++p) {
-    unsigned w = words[p];
-    w &= ((w & 0x7fff7fffu) + 0x7fff7fffu) | 0x7fff7fffu;   // bit 15 of a half survives if its magnitude is not 0
-    const unsigned k2 = w ^ ((((w >> 15) & 0x00010001u) * 0xffffu) | 0x80008000u);   // 0xffff: negative half
+    const unsigned k2 = half_order_keys(words[p]);
     const unsigned ib = idx[p / 2], s = 4u + 2u * (p % 2);
     keys[2 * p] = __byte_perm(k2, ib, 0x1000u | (s << 4) | s);
     keys[2 * p + 1] = __byte_perm(k2, ib, 0x3200u | ((s + 1) << 4) | (s + 1));
   }
 }
 
-__device__ inline float sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
+// 1 / (1 + e^-x) with the hardware's approximate 2^x, subnormal results flushed (where e^-x is that small the
+// weight is 1 either way).
+__device__ inline float sigmoid(float x) {
+  float e;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.4426950408889634f));
+  return __fdividef(1.0f, 1.0f + e);
+}
 
-// The fp16 or bf16 logit whose 16-bit order key (keys_of_halves) is k: positive halves carry the sign bit set,
-// negative ones are inverted.
+// The fp16 or bf16 logit whose 16-bit order key (half_order_keys) is k.
 template <typename T>
 __device__ inline float from_half_key(unsigned k) {
-  const unsigned h = (k ^ ((((~k >> 15) & 1u) * 0x7fffu) | 0x8000u)) & 0xffffu;
+  const unsigned h = k >= 0x8000u ? k - 0x8000u : (0x10000u - k);   // 0x8000 | magnitude for negative keys
   if constexpr (std::is_same_v<T, __half>) {
     return __half2float(__ushort_as_half((unsigned short)h));
   } else {
@@ -205,24 +228,39 @@ __device__ inline float from_order_key(unsigned k) {
   return __uint_as_float((k >> 31) ? (k ^ 0x80000000u) : ~k);
 }
 
+// Passes whose results one tail writes, at most: a warp's 32 lanes hold 32 round keys.
+template <int EXPERTS, int K>
+constexpr int max_passes() { return 32 / ((32 / (EXPERTS / 8)) * K); }
+
+// `passes` (1 to max_passes) passes of each warp over its tokens store their round keys in shared memory; then
+// all 32 lanes write the weights and ids of those tokens at once, lane l the round l % K of a token.
+// Blocks of 128 threads per SM the build is made for: 12 (40 registers) for 16-bit logits without a bias, where
+// that keeps the index bytes in registers across passes; 8 (64 registers) for the others, which spill at 40.
+template <typename T, bool HAS_BIAS>
+constexpr int min_blocks() { return !HAS_BIAS && sizeof(T) == 2 ? 12 : 8; }
+
 template <typename T, int EXPERTS, int K, bool HAS_BIAS>
-__global__ __launch_bounds__(128) void topk_sigmoid_keys(const T* __restrict__ logits, const float* __restrict__ bias,
+__global__ __launch_bounds__(128, min_blocks<T, HAS_BIAS>()) void topk_sigmoid_keys(const T* __restrict__ logits, const float* __restrict__ bias,
                                                          float* __restrict__ weights, int* __restrict__ ids,
-                                                         int tokens) {
+                                                         int tokens, int passes) {
   constexpr int P = 8;
   constexpr int G = EXPERTS / P;
   constexpr int PER_WARP = 32 / G;
+  constexpr int WARPS = 4;       // the block is 128 threads
   static_assert(EXPERTS == 64 || EXPERTS == 128 || EXPERTS == 256, "EXPERTS must be 64, 128 or 256");
   static_assert(K >= 1 && K <= G, "K must be 1..EXPERTS/8");
+  __shared__ unsigned long long slot_store[WARPS][32];   // round keys of this tail's tokens, per warp
   const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
   const int sub = lane % G;
   const int e0 = sub * P;
-  // Passes over the tokens are counted per block (a value the compiler knows is the same for the whole
-  // warp, so the warp-wide reductions need no fallback for diverged lanes); a warp past the last token still
-  // takes part, with zero rows, and writes nothing.
-  const int per_block = (blockDim.x / 32) * PER_WARP;
-  const int step = gridDim.x * per_block;
-  const int in_block = (threadIdx.x / 32) * PER_WARP + lane / G;   // this lane's token within its block's pass
+  // Passes over the tokens are counted per block (values the compiler knows are the same for the whole warp,
+  // so the warp-wide reductions need no fallback for diverged lanes); a warp past the last token still takes
+  // part, with zero rows, and writes nothing. One pass of a block: WARPS * PER_WARP consecutive tokens.
+  constexpr int PER_PASS = WARPS * PER_WARP;
+  const int span = PER_PASS * passes;   // the block's tokens per tail
+  const int step = gridDim.x * span;
+  const int in_pass = warp * PER_WARP + lane / G;   // this lane's token within a pass
 
   // With a bias: its shift into [1, 4) and whether it is too wide for 32-bit keys, once per warp.
   bool wide = sizeof(T) == 4;
@@ -239,55 +277,72 @@ __global__ __launch_bounds__(128) void topk_sigmoid_keys(const T* __restrict__ l
 #pragma unroll
     for (int j = 0; j < P; ++j) shift[j] = (1.0f - lo) + b[j];
   }
+  unsigned* const slots32 = reinterpret_cast<unsigned*>(slot_store[warp]);
+  unsigned long long* const slots64 = slot_store[warp];
 
   // 16-bit logits without a bias: the next pass's row is loaded before this one's selection.
   constexpr bool HALVES = !HAS_BIAS && sizeof(T) == 2;
-  const auto row_bits = [&](int tok) {
-    return tok < tokens ? __ldg(reinterpret_cast<const uint4*>(logits + (size_t)tok * EXPERTS + e0))
-                        : make_uint4(0u, 0u, 0u, 0u);
+  // The next row: its token and address move by a pass, or to the next tail's first pass.
+  int next_token = blockIdx.x * span + in_pass;
+  const uint4* next_row = reinterpret_cast<const uint4*>(logits + (size_t)next_token * EXPERTS + e0);
+  const auto row_bits = [&]() {
+    return next_token < tokens ? __ldg(next_row) : make_uint4(0u, 0u, 0u, 0u);
   };
   uint4 next;
-  if constexpr (HALVES) next = row_bits(blockIdx.x * per_block + in_block);
+  unsigned idx[2];
+  if constexpr (HALVES) {
+    next = row_bits();
+    index_bytes(e0, idx);
+  }
 
-  for (int base = blockIdx.x * per_block; base < tokens; base += step) {   // one pass, or several
-    const int token = base + in_block;
-    const bool live = token < tokens;
-    unsigned long long key = 0;   // round `sub`'s key on lanes sub < K
-    if constexpr (HALVES) {       // exact 32-bit keys straight from the bits
-      const uint4 raw = next;
-      if (base + step < tokens) next = row_bits(token + step);
-      const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
-      unsigned keys[P];
-      keys_of_halves(words, e0, keys);
-      key = select<unsigned, G, K>(keys, sub);
-    } else {
-      float x[P];
-      if (live) {
-        load_row<T, P>(logits + (size_t)token * EXPERTS + e0, x);
-      } else {
-#pragma unroll
-        for (int j = 0; j < P; ++j) x[j] = 0.0f;
-      }
-      if (!wide) {   // 32-bit keys of the biased score
+  for (int base = blockIdx.x * span; base < tokens; base += step) {
+    const int nb = min(passes, (tokens - base + PER_PASS - 1) / PER_PASS);
+    for (int b = 0; b < nb; ++b) {
+      const int token = base + b * PER_PASS + in_pass;
+      const int slot = (b * PER_WARP + lane / G) * K;
+      if constexpr (HALVES) {       // exact 32-bit keys straight from the bits
+        const uint4 raw = next;
+        const int ahead = b + 1 < nb ? PER_PASS : step - b * PER_PASS;
+        next_token += ahead;
+        next_row += (ptrdiff_t)ahead * (EXPERTS * (int)sizeof(T) / 16);
+        next = row_bits();
+        const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
         unsigned keys[P];
+        keys_of_halves(words, idx, keys);
+        select<unsigned, G, K>(keys, slots32 + slot);
+      } else {
+        float x[P];
+        if (token < tokens) {
+          load_row<T, P>(logits + (size_t)token * EXPERTS + e0, x);
+        } else {
 #pragma unroll
-        for (int j = 0; j < P; ++j) {
-          const float s = __fdividef(1.0f, 1.0f + __expf(-x[j])) + shift[j];   // in [1, 4)
-          keys[j] = ((max(__float_as_uint(s), 0x3f800000u) - 0x3f800000u) << 8) | (255u - (unsigned)(e0 + j));
+          for (int j = 0; j < P; ++j) x[j] = 0.0f;
         }
-        key = select<unsigned, G, K>(keys, sub);
-      } else {       // 64-bit keys
-        unsigned long long keys[P];
+        if (!wide) {   // 32-bit keys of the biased score
+          unsigned keys[P];
 #pragma unroll
-        for (int j = 0; j < P; ++j) {
-          const float s = HAS_BIAS ? sigmoid(x[j]) + shift[j] : x[j];
-          keys[j] = ((unsigned long long)order_key(s) << 32) | (255u - (unsigned)(e0 + j));
+          for (int j = 0; j < P; ++j) {
+            const float s = __fdividef(1.0f, 1.0f + __expf(-x[j])) + shift[j];   // in [1, 4)
+            keys[j] = ((max(__float_as_uint(s), 0x3f800000u) - 0x3f800000u) << 8) | (255u - (unsigned)(e0 + j));
+          }
+          select<unsigned, G, K>(keys, slots32 + slot);
+        } else {       // 64-bit keys
+          unsigned long long keys[P];
+#pragma unroll
+          for (int j = 0; j < P; ++j) {
+            const float s = HAS_BIAS ? sigmoid(x[j]) + shift[j] : x[j];
+            keys[j] = ((unsigned long long)order_key(s) << 32) | (255u - (unsigned)(e0 + j));
+          }
+          select<unsigned long long, G, K>(keys, slots64 + slot);
         }
-        key = select<unsigned long long, G, K>(keys, sub);
       }
     }
+    __syncwarp();
 
-    const bool writes = live && sub < K;
+    // The tail: lane l writes round l % K of the token whose keys are in slots l - l % K ...
+    const int token = base + (lane / (PER_WARP * K)) * PER_PASS + warp * PER_WARP + (lane / K) % PER_WARP;
+    const bool writes = lane < nb * PER_WARP * K && token < tokens;
+    const unsigned long long key = !writes ? 0ull : wide ? slots64[lane] : (unsigned long long)slots32[lane];
     const int expert = 255 - (int)(key & 0xffu);
     float w = 0.0f;
     if (writes) {   // without a bias the key holds the logit exactly: no second load
@@ -299,13 +354,14 @@ __global__ __launch_bounds__(128) void topk_sigmoid_keys(const T* __restrict__ l
       } else {
         x = to_float<T>(logits[(size_t)token * EXPERTS + expert]);
       }
-      w = __fdividef(1.0f, 1.0f + __expf(-x));
+      w = sigmoid(x);
     }
-    if constexpr (HAS_BIAS) w = w / group_sum<G>(w);
+    if constexpr (HAS_BIAS) w = w / group_sum<K>(w);
     if (writes) {
-      weights[(size_t)token * K + sub] = w;
-      ids[(size_t)token * K + sub] = expert;
+      weights[(size_t)token * K + lane % K] = w;
+      ids[(size_t)token * K + lane % K] = expert;
     }
+    __syncwarp();
   }
 }
 
@@ -313,5 +369,5 @@ __global__ __launch_bounds__(128) void topk_sigmoid_keys(const T* __restrict__ l
 
 #ifdef MOE_EXPERTS   // one instantiation for `kpilot isa analyze` (-D MOE_EXPERTS, MOE_K, MOE_BIAS, MOE_DTYPE)
 template __global__ void moe::topk_sigmoid_keys<MOE_DTYPE, MOE_EXPERTS, MOE_K, (bool)MOE_BIAS>(const MOE_DTYPE*, const float*,
-                                                                                    float*, int*, int);
+                                                                                    float*, int*, int, int);
 #endif
