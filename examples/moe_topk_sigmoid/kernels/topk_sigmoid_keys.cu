@@ -24,7 +24,11 @@
 // - a bias spanning less than 1.5 (DeepSeek-V3's is about 0.1): 32 bits. The score sigmoid(x) + bias is moved
 //   into [1, 4) by adding 1 - min(bias); the float bits of that, less 1.0's, fit 24 bits and order like the
 //   scores, to about 2.4e-7 (the problem lets scores within 1e-6 come in either order).
-// - fp32 logits without a bias, or a wider bias: 64 bits, exact: the score's order key, then the index.
+// - fp32 logits without a bias: 32 bits, the top 24 bits of the logit's order key, then the index, with k + 1
+//   rounds. Where no two of those k + 1 keys share their top 24 bits the result is exact (each of the first k
+//   is strictly above everything after it); otherwise (equal logits, or within about 2^-15 of each other) the
+//   warp selects again with 64-bit keys: the order key, then the index.
+// - a bias spanning 1.5 or more: 64 bits, exact: the score's order key, then the index.
 //
 // Analysis build: nvcc -arch=sm_90 -O3 -cubin -DMOE_EXPERTS=256 -DMOE_K=8 -DMOE_BIAS=0 -DMOE_DTYPE=__nv_bfloat16 topk_sigmoid_keys.cu
 // The PyTorch binding (topk_sigmoid_cuda.py) includes this file and instantiates every supported shape.
@@ -85,30 +89,32 @@ __device__ inline void best_two(const Key (&keys)[P], Key below, Key& best, Key&
   }
 }
 
-// K rounds over the group, refilling a lane's best two from the keys below the last it gave: round r's key
-// goes to slot[r] (every lane of the group writes the same value).
-template <typename Key, int G, int K, int P>
-__device__ inline void select_rounds(const Key (&keys)[P], Key* slot) {
+// K + EXTRA rounds over the group, refilling a lane's best two from the keys below the last it gave: round r's
+// key goes to slot[r] for r < K (every lane of the group writes the same value; a 32-bit slot keeps a 64-bit
+// key's low word, the expert's). Returns the last round's key.
+template <typename Key, int G, int K, int EXTRA, int P, typename Slot>
+__device__ inline Key select_rounds(const Key (&keys)[P], Slot* slot) {
   Key best, second;
   best_two<Key, P>(keys, ~Key(0), best, second);
-  Key last = ~Key(0);
+  Key last = ~Key(0), top = 0;
   bool dry = best == 0;
 #pragma unroll
-  for (int r = 0; r < K; ++r) {
-    const Key top = group_max<G>(best);
+  for (int r = 0; r < K + EXTRA; ++r) {
+    top = group_max<G>(best);
     if (best == top && best != 0) {   // this lane holds the round's key (keys are unique in a group)
       last = best;
       best = second;
       second = 0;
     }
-    slot[r] = top;
-    if (r + 1 < K && __any_sync(FULL, best == 0 && !dry)) {
+    if (r < K) slot[r] = (Slot)top;
+    if (r + 1 < K + EXTRA && __any_sync(FULL, best == 0 && !dry)) {
       if (best == 0 && !dry) {
         best_two<Key, P>(keys, last, best, second);
         dry = best == 0;
       }
     }
   }
+  return top;
 }
 
 template <typename Key>
@@ -128,22 +134,23 @@ __device__ inline void best_two_of_8(const Key (&k)[8], Key& best, Key& second) 
   second = kmax(kmin(h01, h23), kmax(s01, s23));
 }
 
-// K rounds over the group with each lane's best two keys and no refills on the way, round r's key to slot[r]. A
-// lane whose two keys were both taken may hold a third of the top k: if its next key is above the last round's,
-// the selection is done again with refills (select_rounds), for the whole warp.
-template <typename Key, int G, int K>
-__device__ inline void select_fast(const Key (&keys)[8], Key* slot) {
+// K + EXTRA rounds over the group with each lane's best two keys and no refills on the way, round r's key to
+// slot[r] for r < K; returns the last round's key. A lane whose two keys were both taken may hold a third of the
+// top k: if its next key is above the last round's, the selection is done again with refills (select_rounds),
+// for the whole warp.
+template <typename Key, int G, int K, int EXTRA, typename Slot>
+__device__ inline Key select_fast(const Key (&keys)[8], Slot* slot) {
   Key best, second;
   best_two_of_8<Key>(keys, best, second);
   const Key second0 = second;
   Key top = 0;
 #pragma unroll
-  for (int r = 0; r < K; ++r) {
+  for (int r = 0; r < K + EXTRA; ++r) {
     top = group_max<G>(best);
     const bool win = best == top;
     best = win ? second : best;
     second = win ? Key(0) : second;
-    slot[r] = top;
+    if (r < K) slot[r] = (Slot)top;
   }
   const bool spent = best == 0;
   if (__any_sync(FULL, spent)) {
@@ -153,18 +160,19 @@ __device__ inline void select_fast(const Key (&keys)[8], Key* slot) {
       best_two<Key, 8>(keys, second0, next, unused);
       wrong = next > top;
     }
-    if (__any_sync(FULL, wrong)) select_rounds<Key, G, K, 8>(keys, slot);
+    if (__any_sync(FULL, wrong)) top = select_rounds<Key, G, K, EXTRA, 8>(keys, slot);
   }
+  return top;
 }
 
 // The selection for a group of G lanes: the fast one, unless k is as large as the group (64 experts, k 8),
 // where a lane holds three of the top k too often (more than two warps in five would select again).
-template <typename Key, int G, int K>
-__device__ inline void select(const Key (&keys)[8], Key* slot) {
+template <typename Key, int G, int K, int EXTRA = 0, typename Slot>
+__device__ inline Key select(const Key (&keys)[8], Slot* slot) {
   if constexpr (K < G) {
-    select_fast<Key, G, K>(keys, slot);
+    return select_fast<Key, G, K, EXTRA>(keys, slot);
   } else {
-    select_rounds<Key, G, K, 8>(keys, slot);
+    return select_rounds<Key, G, K, EXTRA, 8>(keys, slot);
   }
 }
 
@@ -263,7 +271,7 @@ __global__ __launch_bounds__(128, min_blocks<T, HAS_BIAS>()) void topk_sigmoid_k
   const int in_pass = warp * PER_WARP + lane / G;   // this lane's token within a pass
 
   // With a bias: its shift into [1, 4) and whether it is too wide for 32-bit keys, once per warp.
-  bool wide = sizeof(T) == 4;
+  bool wide = false;
   float shift[P];                // 1 - min(bias) + bias[e]
   if constexpr (HAS_BIAS) {
     float b[P];
@@ -280,45 +288,57 @@ __global__ __launch_bounds__(128, min_blocks<T, HAS_BIAS>()) void topk_sigmoid_k
   unsigned* const slots32 = reinterpret_cast<unsigned*>(slot_store[warp]);
   unsigned long long* const slots64 = slot_store[warp];
 
-  // 16-bit logits without a bias: the next pass's row is loaded before this one's selection.
-  constexpr bool HALVES = !HAS_BIAS && sizeof(T) == 2;
-  // The next row: its token and address move by a pass, or to the next tail's first pass.
+  // Each pass's row is loaded during the previous pass's selection: its token and address move by a pass, or
+  // to the next tail's first pass. A row is V 16-byte vectors (1 for 16-bit logits, 2 for fp32).
+  constexpr int V = P * (int)sizeof(T) / 16;
+  constexpr bool HALVES = !HAS_BIAS && sizeof(T) == 2;   // keys straight from the bits
   int next_token = blockIdx.x * span + in_pass;
   const uint4* next_row = reinterpret_cast<const uint4*>(logits + (size_t)next_token * EXPERTS + e0);
-  const auto row_bits = [&]() {
-    return next_token < tokens ? __ldg(next_row) : make_uint4(0u, 0u, 0u, 0u);
+  uint4 next[V];
+  const auto load_next = [&]() {
+#pragma unroll
+    for (int v = 0; v < V; ++v) next[v] = next_token < tokens ? __ldg(next_row + v) : make_uint4(0u, 0u, 0u, 0u);
   };
-  uint4 next;
+  load_next();
   unsigned idx[2];
-  if constexpr (HALVES) {
-    next = row_bits();
-    index_bytes(e0, idx);
-  }
+  if constexpr (HALVES) index_bytes(e0, idx);
 
   for (int base = blockIdx.x * span; base < tokens; base += step) {
     const int nb = min(passes, (tokens - base + PER_PASS - 1) / PER_PASS);
     for (int b = 0; b < nb; ++b) {
-      const int token = base + b * PER_PASS + in_pass;
       const int slot = (b * PER_WARP + lane / G) * K;
-      if constexpr (HALVES) {       // exact 32-bit keys straight from the bits
-        const uint4 raw = next;
-        const int ahead = b + 1 < nb ? PER_PASS : step - b * PER_PASS;
-        next_token += ahead;
-        next_row += (ptrdiff_t)ahead * (EXPERTS * (int)sizeof(T) / 16);
-        next = row_bits();
-        const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
+      uint4 raw[V];
+#pragma unroll
+      for (int v = 0; v < V; ++v) raw[v] = next[v];
+      const int ahead = b + 1 < nb ? PER_PASS : step - b * PER_PASS;
+      next_token += ahead;
+      next_row += (ptrdiff_t)ahead * (EXPERTS * (int)sizeof(T) / 16);
+      load_next();
+      if constexpr (HALVES) {
+        const unsigned words[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w};
         unsigned keys[P];
         keys_of_halves(words, idx, keys);
         select<unsigned, G, K>(keys, slots32 + slot);
       } else {
         float x[P];
-        if (token < tokens) {
-          load_row<T, P>(logits + (size_t)token * EXPERTS + e0, x);
-        } else {
+        const T* e = reinterpret_cast<const T*>(raw);   // zeros past the last token
 #pragma unroll
-          for (int j = 0; j < P; ++j) x[j] = 0.0f;
-        }
-        if (!wide) {   // 32-bit keys of the biased score
+        for (int j = 0; j < P; ++j) x[j] = to_float<T>(e[j]);
+        if constexpr (!HAS_BIAS) {   // fp32: 24 bits of the order key, then the expert; exact where no two differ
+          unsigned keys[P];           // only below those bits among the top k + 1
+#pragma unroll
+          for (int j = 0; j < P; ++j) keys[j] = (order_key(x[j]) & 0xffffff00u) | (255u - (unsigned)(e0 + j));
+          const unsigned after = select<unsigned, G, K, 1>(keys, slots32 + slot);
+          __syncwarp();
+          const int r = lane % G;
+          const bool alike = r < K && (slots32[slot + r] >> 8) == ((r + 1 < K ? slots32[slot + r + 1] : after) >> 8);
+          if (__any_sync(FULL, alike)) {   // select again on exact 64-bit keys; the slots keep the expert
+            unsigned long long exact[P];
+#pragma unroll
+            for (int j = 0; j < P; ++j) exact[j] = ((unsigned long long)order_key(x[j]) << 32) | (255u - (unsigned)(e0 + j));
+            select<unsigned long long, G, K>(exact, slots32 + slot);
+          }
+        } else if (!wide) {   // 32-bit keys of the biased score
           unsigned keys[P];
 #pragma unroll
           for (int j = 0; j < P; ++j) {
@@ -326,12 +346,11 @@ __global__ __launch_bounds__(128, min_blocks<T, HAS_BIAS>()) void topk_sigmoid_k
             keys[j] = ((max(__float_as_uint(s), 0x3f800000u) - 0x3f800000u) << 8) | (255u - (unsigned)(e0 + j));
           }
           select<unsigned, G, K>(keys, slots32 + slot);
-        } else {       // 64-bit keys
+        } else {       // 64-bit keys of a score with a wide bias
           unsigned long long keys[P];
 #pragma unroll
           for (int j = 0; j < P; ++j) {
-            const float s = HAS_BIAS ? sigmoid(x[j]) + shift[j] : x[j];
-            keys[j] = ((unsigned long long)order_key(s) << 32) | (255u - (unsigned)(e0 + j));
+            keys[j] = ((unsigned long long)order_key(sigmoid(x[j]) + shift[j]) << 32) | (255u - (unsigned)(e0 + j));
           }
           select<unsigned long long, G, K>(keys, slots64 + slot);
         }
@@ -345,12 +364,10 @@ __global__ __launch_bounds__(128, min_blocks<T, HAS_BIAS>()) void topk_sigmoid_k
     const unsigned long long key = !writes ? 0ull : wide ? slots64[lane] : (unsigned long long)slots32[lane];
     const int expert = 255 - (int)(key & 0xffu);
     float w = 0.0f;
-    if (writes) {   // without a bias the key holds the logit exactly: no second load
+    if (writes) {   // 16-bit logits without a bias: the key holds the logit exactly, no second load
       float x;
       if constexpr (HALVES) {
         x = from_half_key<T>((unsigned)key >> 16);
-      } else if constexpr (!HAS_BIAS) {   // fp32: 64-bit keys, the order key in the high word
-        x = from_order_key((unsigned)(key >> 32));
       } else {
         x = to_float<T>(logits[(size_t)token * EXPERTS + expert]);
       }
