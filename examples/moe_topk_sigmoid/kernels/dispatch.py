@@ -2,10 +2,10 @@
 the HIP DPP kernel on AMD GFX9 (gfx90a, gfx942, gfx950: not run here, there being no AMD GPU), and the
 portable Triton kernel otherwise (other shapes, other GPUs, and the CPU through Triton's interpreter).
 
-On NVIDIA the CUDA kernel is chosen by shape, from bench.py's H200 rows (results/h200.md, bf16, commit
-6524ae2): up to 128 experts and 1,024 tokens the first kernel (one warp per token) was faster than the
-packed-key kernel on 30 of those 32 cases of both variants, by 2% to 17.5%, and at most 2% slower on the
-other two; above that, the packed-key kernel on its persistent grid."""
+On NVIDIA the CUDA kernel is chosen by shape, from bench.py's H200 rows (bf16): up to 128 experts and 1,024
+tokens the first kernel (one warp per token) was faster than the packed-key kernel on 30 of those 32 cases of
+both variants at 6524ae2, and on 31 of 32 against version 4 at babaec9; above that, the packed-key kernel on
+its persistent grid."""
 
 import sys
 from pathlib import Path

@@ -3,10 +3,9 @@ for 64, 128 or 256 experts, k 4 or 8, fp32/fp16/bf16 logits, one source file per
 runs in parallel.
 
 - ``keys`` (the default, topk_sigmoid_keys.cu): packed selection keys, EXPERTS/8 lanes per token, a grid
-  that covers the tokens in one pass.
-- ``keys_persistent``: the same kernel on a grid of at most ``blocks_per_sm`` blocks per SM (16 by default),
-  each warp taking token after token, the next row's load issued before the current row's selection (16-bit
-  logits).
+  that covers the tokens once.
+- ``keys_persistent``: the same kernel on a grid of at most ``blocks_per_sm`` blocks per SM (12 by default,
+  never more than fit at once), each warp taking token after token.
 - ``warp`` (topk_sigmoid_warp.cu, the first version): one warp per token, a REDUX and a ballot per round.
 """
 

@@ -5,22 +5,25 @@
 // expert whose order is the selection order: the score in the high bits, 255 - expert in the low 8 (equal
 // scores: the lower expert first). A lane keeps its best two keys (a tournament of 8). Each of the K rounds
 // takes the group's largest best key (one REDUX for a whole warp, xor shuffles for smaller groups); the lane
-// holding it moves its second key up, and lane r of the group keeps round r's key. A lane whose two keys
-// were both taken may hold a third of the top k (three of the top k among one lane's 8 experts: about one
-// token in twenty for 256 experts, k 8); when its next key is above the last round's, the warp selects again
-// with refills from the keys below the last one taken. Lane r then writes expert r and its weight, the
-// sigmoid of the logit: without a bias the key holds the logit exactly, so it is not loaded again; with one
-// the logit is re-read and the weights divided by their sum. The key carries the expert, so no lane needs
-// another lane's scores.
+// holding it moves its second key up, and round r's key goes to the group's slot r in shared memory. A lane
+// whose two keys were both taken may hold a third of the top k (three of the top k among one lane's 8
+// experts: about one token in twenty for 256 experts, k 8); when its next key is above the last round's, the
+// warp selects again with refills from the keys below the last one taken. The key carries the expert, so no
+// lane needs another lane's scores.
 //
-// The grid may cover the tokens in one pass or be smaller (at most 16 blocks per SM, "keys_persistent" in
-// topk_sigmoid_cuda.py): blocks then take pass after pass, and with 16-bit logits each lane loads its next
-// row before the current row's selection. Warp samples (kpilot profile --source) of the one-pass launch put
-// half of them at the kernel's first instructions and at the wait for the row's load.
+// A warp's 32 slots hold the round keys of up to 32 / (tokens per warp * K) passes (1 to 8). After them the
+// tail writes them all at once: lane l writes round l % K of one token, its expert and its weight, the
+// sigmoid of the logit (without a bias and with 16-bit logits the key holds the logit exactly, so it is not
+// loaded again; otherwise the logit is re-read, and with a bias the weights are divided by their sum). The
+// stores of a tail are contiguous per pass.
+//
+// The grid may cover the tokens in one tail's passes or be smaller (at most as many blocks as fit,
+// "keys_persistent" in topk_sigmoid_cuda.py): blocks then take tail after tail. Each lane loads its next row
+// before the current row's selection.
 //
 // The keys:
-// - fp16/bf16 logits, no bias: 32 bits, exact, made from the bits two at a time (-0 made +0; the 16-bit order
-//   key, then the expert twice).
+// - fp16/bf16 logits, no bias: 32 bits, exact, made from the bits two at a time (the 16-bit order key, in
+//   which -0 and +0 are equal, then the expert twice).
 // - a bias spanning less than 1.5 (DeepSeek-V3's is about 0.1): 32 bits. The score sigmoid(x) + bias is moved
 //   into [1, 4) by adding 1 - min(bias); the float bits of that, less 1.0's, fit 24 bits and order like the
 //   scores, to about 2.4e-7 (the problem lets scores within 1e-6 come in either order).
