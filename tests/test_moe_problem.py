@@ -138,6 +138,24 @@ def test_keys_kernel_takes_one_group_max_per_round(experts, redux, shuffles):
     assert k.resources.spill_store_bytes == 0 and k.occupancy.percent == 75
 
 
+def test_keys_kernel_selects_fp32_logits_on_32_bit_keys():
+    """fp32 logits, 256 experts, k 8, compiled for sm_90: k + 1 rounds of one REDUX each on 32-bit keys (and
+    again in the rare selection with refills); 64-bit keys, two REDUX per round, only in the selection again
+    on exact keys where two of the k + 1 are alike in their top 24 bits (fast and with refills): 9 + 9 + 16 +
+    16 REDUX. Two 128-bit loads per row, the row loaded a pass ahead; no spills."""
+    from conftest import require_tool
+
+    require_tool("nvcc")
+    from kernelpilot.isa import analyze
+
+    (k,) = analyze(MOE / "kernels" / "topk_sigmoid_keys.cu", arch="sm_90", block_size=128,
+                   defines={"MOE_EXPERTS": "256", "MOE_K": "8", "MOE_BIAS": "0", "MOE_DTYPE": "float"})
+    ops = k.opcodes
+    assert sum(n for op, n in ops.items() if op.startswith("REDUX")) == 9 + 9 + 16 + 16
+    assert sum(n for op, n in ops.items() if op.startswith("LDG") and ".128" in op) == 2 * 2
+    assert k.resources.spill_store_bytes == 0
+
+
 GPU_CASES = [f"experts={e},tokens={t},k={k},dtype={d}" for e, t, k, d in
              [(64, 1, 4, "float32"), (64, 16, 8, "float16"), (128, 1024, 8, "float16"), (256, 8192, 8, "bfloat16"), (256, 65536, 4, "float32"),
               (64, 65536, 4, "bfloat16"), (128, 65536, 8, "float16")]]
