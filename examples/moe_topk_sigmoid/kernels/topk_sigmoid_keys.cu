@@ -235,6 +235,11 @@ __device__ inline float from_half_key(unsigned k) {
   }
 }
 
+// The exact 64-bit key of a score: its order key, then 255 - expert.
+__device__ inline unsigned long long exact_key(float score, int expert) {
+  return ((unsigned long long)order_key(score) << 32) | (255u - (unsigned)expert);
+}
+
 __device__ inline float from_order_key(unsigned k) {
   return __uint_as_float((k >> 31) ? (k ^ 0x80000000u) : ~k);
 }
@@ -338,7 +343,7 @@ __global__ __launch_bounds__(128, min_blocks<T, HAS_BIAS>()) void topk_sigmoid_k
           if (__any_sync(FULL, alike)) {   // select again on exact 64-bit keys; the slots keep the expert
             unsigned long long exact[P];
 #pragma unroll
-            for (int j = 0; j < P; ++j) exact[j] = ((unsigned long long)order_key(x[j]) << 32) | (255u - (unsigned)(e0 + j));
+            for (int j = 0; j < P; ++j) exact[j] = exact_key(x[j], e0 + j);
             select<unsigned long long, G, K>(exact, slots32 + slot);
           }
         } else if (!wide) {   // 32-bit keys of the biased score
@@ -352,9 +357,7 @@ __global__ __launch_bounds__(128, min_blocks<T, HAS_BIAS>()) void topk_sigmoid_k
         } else {       // 64-bit keys of a score with a wide bias
           unsigned long long keys[P];
 #pragma unroll
-          for (int j = 0; j < P; ++j) {
-            keys[j] = ((unsigned long long)order_key(sigmoid(x[j]) + shift[j]) << 32) | (255u - (unsigned)(e0 + j));
-          }
+          for (int j = 0; j < P; ++j) keys[j] = exact_key(sigmoid(x[j]) + shift[j], e0 + j);
           select<unsigned long long, G, K>(keys, slots64 + slot);
         }
       }
