@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from kernelpilot.errors import KernelpilotError
+from kernelpilot.errors import KernelpilotError, ToolNotFoundError
 from kernelpilot.profile.model import Hotspot
 
 __all__ = ["ReportReaderMissing", "actions", "load_ncu_report", "read_hotspots"]
@@ -39,7 +39,6 @@ def load_ncu_report(path: Path) -> Any:
 
 
 def _from_nsight_compute() -> Any:
-    from kernelpilot.errors import ToolNotFoundError
     from kernelpilot.toolchain.find import find_tool
 
     try:
@@ -89,13 +88,13 @@ def _line_of(action: Any, pc: int) -> str | None:
 
 
 def _spots(samples: dict[str, int], stalls: dict[str, dict[str, int]], total: int, top: int,
-           sass: dict[str, str] | None) -> list[Hotspot]:
+           sass: Callable[[str], str] | None) -> list[Hotspot]:
     out = []
     for where, n in sorted(samples.items(), key=lambda kv: (-kv[1], kv[0]))[:top]:
         reasons = sorted(stalls.get(where, {}).items(), key=lambda kv: -kv[1])[:3]
         out.append(Hotspot(where=where, samples=n, share_pct=round(100 * n / total, 2),
                            stalls=[{"reason": r, "share_pct": round(100 * c / n, 1)} for r, c in reasons],
-                           sass=(sass or {}).get(where)))
+                           sass=sass(where) if sass else None))
     return out
 
 
@@ -111,7 +110,8 @@ def _kernel_hotspots(action: Any, top: int) -> tuple[list[Hotspot], list[Hotspot
             for pc, n in _per_pc(action, name).items():
                 by_pc.setdefault(pc, {})[name[len(_STALL):]] = n
     key = {pc: f"0x{pc - base:04x}" for pc in samples}
-    sass = {key[pc]: " ".join(str(action.sass_by_pc(pc)).split()) for pc in samples}
+    pc_of = {where: pc for pc, where in key.items()}
+    sass = lambda where: " ".join(str(action.sass_by_pc(pc_of[where])).split())  # noqa: E731  (the top ones only)
     instructions = _spots({key[pc]: n for pc, n in samples.items()}, {key[pc]: s for pc, s in by_pc.items()
                                                                      if pc in key}, total, top, sass)
     lines: dict[str, int] = {}
