@@ -4,6 +4,7 @@ interpreter, plain and biased."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -68,6 +69,25 @@ def test_triton_kernel_is_correct_on_cpu(variant):
     assert res.correct and res.passed, [(c.case, c.message) for c in res.cases if not c.ok]
 
 
+def test_stream_floor_kernel_reads_every_logit():
+    """The stream floor's kernel (stream_floor.py), on the CPU through Triton's interpreter: its weights are each
+    row's maximum (with the bias added), so it read every logit; a partial last tile is masked."""
+    import subprocess
+
+    require_module("triton")
+    code = ("import torch, stream_floor as s\n"
+            "x = torch.randn(37, 64); b = torch.randn(64)\n"
+            "for bias in (None, b):\n"
+            "    w, ids = s.stream(x, bias, 8, rows=16)\n"
+            "    want = (x if bias is None else x + b).max(dim=1).values\n"
+            "    assert w.shape == (37, 8) and ids.dtype == torch.int32 and int(ids.abs().sum()) == 0\n"
+            "    assert torch.equal(w, want[:, None].expand(37, 8)), (w, want)\n"
+            "print('ok')\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=MOE, capture_output=True, text=True,
+                         env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=300)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-2000:]
+
+
 def test_a_kernel_that_breaks_ties_the_other_way_fails(tmp_path):
     bad = tmp_path / "higher_index.py"
     bad.write_text("import torch\n\ndef topk_sigmoid(logits, bias, k):\n"
@@ -115,12 +135,13 @@ def test_cuda_kernel_uses_redux_and_vector_loads(has_bias):
     assert "mem.narrow-global-loads" not in {f.id for f in k.findings}
 
 
-@pytest.mark.parametrize("experts,redux,shuffles", [(256, 16, 0), (64, 0, 24)])
+@pytest.mark.parametrize("experts,redux,shuffles", [(256, 32, 0), (64, 0, 48)])
 def test_keys_kernel_takes_one_group_max_per_round(experts, redux, shuffles):
     """The packed-key kernel for sm_90, bf16 logits, k 8: per round one REDUX (a whole warp per token) or three
     xor shuffles (8 lanes per token); for 256 experts once more in the rare selection with refills (64 experts,
-    k 8 have only that one); 128-bit loads of logits; round keys kept in shared memory and written by one
-    tail (two global stores); no spills, the 12 blocks per SM it is built for (75%)."""
+    k 8 have only that one); all of that twice, on the signed keys of positive logits and on the exact keys
+    where a token's k-th logit is not positive; 128-bit loads of logits; round keys kept in shared memory and
+    written by one tail (two global stores); no spills, the 12 blocks per SM it is built for (75%)."""
     from conftest import require_tool
 
     require_tool("nvcc")
@@ -140,9 +161,10 @@ def test_keys_kernel_takes_one_group_max_per_round(experts, redux, shuffles):
 
 def test_keys_kernel_selects_fp32_logits_on_32_bit_keys():
     """fp32 logits, 256 experts, k 8, compiled for sm_90: k + 1 rounds of one REDUX each on 32-bit keys (and
-    again in the rare selection with refills); 64-bit keys, two REDUX per round, only in the selection again
-    on exact keys where two of the k + 1 are alike in their top 24 bits (fast and with refills): 9 + 9 + 16 +
-    16 REDUX. Two 128-bit loads per row, the row loaded a pass ahead; no spills."""
+    again in the rare selection with refills), on signed keys of positive logits and again on order keys where
+    the (k + 1)-th logit is not positive; 64-bit keys, two REDUX per round, only in the selection again on
+    exact keys where two of the k + 1 are alike in their top 24 bits (fast and with refills): 2 * (9 + 9) + 16
+    + 16 REDUX. Two 128-bit loads per row, the row loaded a pass ahead; no spills."""
     from conftest import require_tool
 
     require_tool("nvcc")
@@ -151,7 +173,7 @@ def test_keys_kernel_selects_fp32_logits_on_32_bit_keys():
     (k,) = analyze(MOE / "kernels" / "topk_sigmoid_keys.cu", arch="sm_90", block_size=128,
                    defines={"MOE_EXPERTS": "256", "MOE_K": "8", "MOE_BIAS": "0", "MOE_DTYPE": "float"})
     ops = k.opcodes
-    assert sum(n for op, n in ops.items() if op.startswith("REDUX")) == 9 + 9 + 16 + 16
+    assert sum(n for op, n in ops.items() if op.startswith("REDUX")) == 2 * (9 + 9) + 16 + 16
     assert sum(n for op, n in ops.items() if op.startswith("LDG") and ".128" in op) == 2 * 2
     assert k.resources.spill_store_bytes == 0
 
@@ -169,6 +191,39 @@ def test_kernels_are_correct_on_the_gpu(variant, kernel):
     res = check(MOE / variant, MOE / "kernels" / kernel, EvalOptions(device="cuda", seeds=2, cases=GPU_CASES))
     assert res.correct and res.passed, ([(c.case, c.message) for c in res.cases if not c.ok], res.error,
                                         [(f.id, f.message) for f in res.flags])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_cuda_kernels_where_the_top_k_is_not_positive(dtype):
+    """Tokens whose k-th (or (k + 1)-th) logit is zero or negative, beside ordinary ones in the same warp: all
+    negative, shifted down, and rows of +0 and -0 (equal: the lower expert first) with fewer than k positive
+    logits. Without a bias the packed-key kernel selects such a warp again on exact keys; every CUDA algorithm
+    must give the reference's ids."""
+    sys.path.insert(0, str(MOE / "kernels"))
+    import topk_sigmoid_cuda
+
+    failures = []
+    for experts in (64, 128, 256):
+        for k in (4, 8):
+            tokens = 1001
+            g = torch.Generator(device="cuda").manual_seed(experts * k)
+            x = torch.randn(tokens, experts, generator=g, device="cuda") * 2.0
+            mode = torch.arange(tokens, device="cuda") % 5
+            x = torch.where((mode == 1)[:, None], -x.abs(), x)
+            x = torch.where((mode == 2)[:, None], x - 4.0, x)
+            zeros = torch.where(torch.rand(tokens, experts, generator=g, device="cuda") < 0.5, -0.0, 0.0)
+            few = torch.rand(tokens, experts, generator=g, device="cuda") < 1.5 / experts
+            x = torch.where((mode == 3)[:, None], torch.where(few, x.abs() + 0.5, zeros), x)
+            x = torch.where((mode == 4)[:, None], torch.where(few, x.abs() + 0.5, -x.abs()), x)
+            x = x.to(getattr(torch, dtype))
+            want = ref.topk_sigmoid(x, None, k)
+            for algo, bps in (("keys", 12), ("keys_persistent", 1), ("keys_persistent", 12), ("warp", 12)):
+                got = topk_sigmoid_cuda.run(x, None, k, algo, bps)
+                ok, msg = ref.check((x, None, k), got, want)
+                if not ok:
+                    failures.append((experts, k, algo, bps, msg))
+    assert not failures, failures[:5]
 
 
 @pytest.mark.gpu

@@ -3,7 +3,9 @@ results/<gpu>.json and results/<gpu>.md: per case, PyTorch eager, torch.compile,
 with the L2 flushed, new inputs every call; and CUDA-graph replay), the floor, and the speedups.
 
 Floor: the larger of the bytes the case must move over the GPU's peak bandwidth (the problem's [cost]) and
-the launch floor, a one-element kernel timed the same way on this GPU.
+the launch floor, a one-element kernel timed the same way on this GPU. Stream floor (cases of 8192 tokens or
+more): a kernel that only reads the inputs and writes outputs of the case's size, timed the same way
+(stream_floor.py): what memory traffic alone takes in practice.
 
 Each variant's rows go to results/<gpu>.<variant>.<dtype>.rows.json, and every rows file of the GPU and dtype
 is merged into the report (results/<gpu>.<dtype>.md/.json and a plot), so the two variants can run at once (on
@@ -31,6 +33,8 @@ from _common import environment  # noqa: E402
 
 from kernelpilot.evaluate.problem import load_problem  # noqa: E402
 from kernelpilot.evaluate.runner import EvalOptions, bench  # noqa: E402
+
+STREAM_FROM_TOKENS = 8192   # the stream floor is measured for these cases (the floor target's)
 
 KERNELS = ["topk_sigmoid_triton.py", "topk_sigmoid_cuda_warp.py", "topk_sigmoid_cuda.py", "topk_sigmoid_cuda_persistent.py",
            "dispatch.py"]
@@ -67,14 +71,20 @@ def bench_variant(variant: str, dtype: str, budget: float, tokens: list[int] | N
             floors = {b.case: (b.roofline or {}).get("floor_us") for b in res.bench}
         if not res.passed:
             print(f"{variant} {kernel}: did not pass: {res.error or [f.message for f in res.flags][:2]}")
+    from stream_floor import stream_floor_us
+
     rows = []
     for case in cases:
+        p = prob.case(case).params
+        stream = (stream_floor_us(p["tokens"], p["experts"], p["k"], dtype, variant == "biased")
+                  if p["tokens"] >= STREAM_FROM_TOKENS else None)
         base = baselines.get(case, {})
         eager = (base.get("eager") or {}).get("median_us")
         comp = (base.get("compile") or {}).get("median_us")
         floor = max(floors.get(case) or 0.0, floor_launch)
         row = {"variant": variant, "case": case, "params": prob.case(case).params, "eager_us": eager,
-               "compile_us": comp, "floor_us": round(floor, 3)}
+               "compile_us": comp, "floor_us": round(floor, 3), "stream_us": stream and stream["us"],
+               "stream_shape": stream and [stream["rows"], stream["warps"]]}
         for kernel, by_case in per_kernel.items():
             b = by_case.get(case)
             t = (b.timing or {}).get("median_us") if b else None
@@ -82,7 +92,8 @@ def bench_variant(variant: str, dtype: str, budget: float, tokens: list[int] | N
             row[kernel] = {"median_us": t, "graph_us": g, "check_ok": b.check_ok if b else False,
                            "vs_eager": round(eager / t, 3) if eager and t else None,
                            "vs_compile": round(comp / t, 3) if comp and t else None,
-                           "of_floor": round(t / floor, 3) if t else None}
+                           "of_floor": round(t / floor, 3) if t else None,
+                           "of_stream": round(t / stream["us"], 3) if t and stream else None}
         rows.append(row)
         print(json.dumps(row))
     return rows
@@ -102,6 +113,9 @@ def summarize(rows: list, kernels: list[str]) -> dict:
             "faster_than_compile": sum(1 for r in ok if (r[kernel]["vs_compile"] or 0) > 1),
             "worst_of_floor_at_8192_tokens_or_more": max(
                 (r[kernel]["of_floor"] or 99 for r in ok if r["params"]["tokens"] >= 8192), default=None),
+            "worst_of_stream_at_8192_tokens_or_more": max(
+                (r[kernel].get("of_stream") or 99 for r in ok if r["params"]["tokens"] >= 8192 and r.get("stream_us")),
+                default=None),
             "within_1_5x_floor_at_8192_tokens_or_more": len(ok) == len(rows) and all(
                 (r[kernel]["of_floor"] or 99) <= 1.5 for r in rows if r["params"]["tokens"] >= 8192),
         }
@@ -148,11 +162,11 @@ def report(name: str, gpu: str, dtype: str) -> None:
     md = [f"# MoE top-k sigmoid routing on {gpu} ({dtype})", "", METHOD, "",
           f"![speedup over eager per case]({name}.{dtype}_speedup.png)", "",
           f"Speedup over PyTorch eager per case (log scale; grey: 1x). Colours: {legend}.", "",
-          "| variant | case | eager us | compile us | floor us | "
+          "| variant | case | eager us | compile us | floor us | stream us | "
           + " | ".join(f"{k} us (graph us)" for k in kernels) + " |",
-          "| --- | --- | --- | --- | --- | " + " | ".join("---" for _ in kernels) + " |"]
+          "| --- | --- | --- | --- | --- | --- | " + " | ".join("---" for _ in kernels) + " |"]
     for r in rows:
-        md.append(f"| {r['variant']} | {r['case']} | {r['eager_us']} | {r['compile_us']} | {r['floor_us']} | "
+        md.append(f"| {r['variant']} | {r['case']} | {r['eager_us']} | {r['compile_us']} | {r['floor_us']} | {r.get('stream_us')} | "
                   + " | ".join(f"{r[k]['median_us']} ({r[k]['graph_us']})" + ("" if r[k]["check_ok"] else " WRONG")
                                for k in kernels) + " |")
     md += ["", "WRONG: the kernel's timed outputs failed the re-check, so its time is not a result.", "",
@@ -166,7 +180,8 @@ METHOD = ("kpilot bench: CUDA events around each call, L2 flushed (read pass) an
           "median until stable; timed outputs re-checked; CUDA-graph replay also timed (graph_us). Baselines: the "
           "reference in eager PyTorch and under torch.compile (default options), timed the same way. Floor: the "
           "larger of the case's bytes over the GPU's peak bandwidth and the launch floor (a one-element kernel "
-          "timed the same way).")
+          "timed the same way). Stream floor (8192 tokens or more): a kernel that only reads the inputs and writes outputs "
+          "of the case's size (stream_floor.py), the fastest of a few tile shapes, timed the same way.")
 
 
 def main() -> None:

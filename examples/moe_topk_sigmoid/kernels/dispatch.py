@@ -4,8 +4,10 @@ portable Triton kernel otherwise (other shapes, other GPUs, and the CPU through 
 
 On NVIDIA the CUDA kernel is chosen by shape, from bench.py's H200 rows (bf16): up to 128 experts and 1,024
 tokens the first kernel (one warp per token) was faster than the packed-key kernel on 30 of those 32 cases of
-both variants at 6524ae2, and on 31 of 32 against version 4 at babaec9; above that, the packed-key kernel on
-its persistent grid."""
+both variants at 6524ae2, and on 31 of 32 against version 4 at babaec9. Above that, the packed-key kernel: on
+its persistent grid up to 8,192 tokens, and on a grid that covers the tokens once beyond (at 65,536 tokens the
+one-pass grid was faster on 10 of the 12 bf16 cases at babaec9, by up to 6%; at 8,192 the two were within 2%
+but for one case, where the persistent grid was 5% faster)."""
 
 import sys
 from pathlib import Path
@@ -28,11 +30,14 @@ def pick(logits: torch.Tensor, k: int) -> str:
 
 
 SMALL = (128, 1024)   # experts, tokens: at most these, the one-warp-per-token CUDA kernel
+PERSISTENT_UP_TO = 8192   # tokens: at most these (and above SMALL), the persistent grid
 
 
 def cuda_algo(logits: torch.Tensor) -> str:
     tokens, experts = logits.shape
-    return "warp" if experts <= SMALL[0] and tokens <= SMALL[1] else "keys_persistent"
+    if experts <= SMALL[0] and tokens <= SMALL[1]:
+        return "warp"
+    return "keys_persistent" if tokens <= PERSISTENT_UP_TO else "keys"
 
 
 def topk_sigmoid(logits: torch.Tensor, bias, k: int):

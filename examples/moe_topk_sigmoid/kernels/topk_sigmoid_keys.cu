@@ -22,15 +22,18 @@
 // before the current row's selection.
 //
 // The keys:
-// - fp16/bf16 logits, no bias: 32 bits, exact, made from the bits two at a time (the 16-bit order key, in
-//   which -0 and +0 are equal, then the expert twice).
+// - fp16/bf16 logits, no bias: signed 32 bits made from the bits two at a time: the bits, then the expert
+//   twice. They order like the logits among positive ones, which is all a token's top k needs when its k-th
+//   logit is positive; otherwise the warp selects again on exact keys (the 16-bit order key, in which -0 and
+//   +0 are equal, then the expert twice).
 // - a bias spanning less than 1.5 (DeepSeek-V3's is about 0.1): 32 bits. The score sigmoid(x) + bias is moved
 //   into [1, 4) by adding 1 - min(bias); the float bits of that, less 1.0's, fit 24 bits and order like the
 //   scores, to about 2.4e-7 (the problem lets scores within 1e-6 come in either order).
-// - fp32 logits without a bias: 32 bits, the top 24 bits of the logit's order key, then the index, with k + 1
-//   rounds. Where no two of those k + 1 keys share their top 24 bits the result is exact (each of the first k
-//   is strictly above everything after it); otherwise (equal logits, or within about 2^-15 of each other) the
-//   warp selects again with 64-bit keys: the order key, then the index.
+// - fp32 logits without a bias: signed 32 bits, the top 24 bits of the logit, then the index, with k + 1
+//   rounds (where the (k + 1)-th logit is not positive: unsigned, the top 24 bits of the order key). Where no
+//   two of those k + 1 keys share their top 24 bits the result is exact (each of the first k is strictly above
+//   everything after it); otherwise (equal logits, or within about 2^-15 of each other) the warp selects again
+//   with 64-bit keys: the order key, then the index.
 // - a bias spanning 1.5 or more: 64 bits, exact: the score's order key, then the index.
 //
 // Analysis build: nvcc -arch=sm_90 -O3 -cubin -DMOE_EXPERTS=256 -DMOE_K=8 -DMOE_BIAS=0 -DMOE_DTYPE=__nv_bfloat16 topk_sigmoid_keys.cu
@@ -43,9 +46,10 @@ namespace moe {
 
 constexpr unsigned FULL = 0xffffffffu;
 
-// The largest key among the G lanes of this lane's group (groups are aligned runs of G lanes).
-template <int G>
-__device__ inline unsigned group_max(unsigned v) {
+// The largest key among the G lanes of this lane's group (groups are aligned runs of G lanes): unsigned, or
+// signed (the positive fast path of 16-bit logits).
+template <int G, typename Key>
+__device__ inline std::enable_if_t<sizeof(Key) == 4, Key> group_max(Key v) {
   if constexpr (G == 32) {
     return __reduce_max_sync(FULL, v);
   } else {
@@ -55,8 +59,8 @@ __device__ inline unsigned group_max(unsigned v) {
   }
 }
 
-template <int G>
-__device__ inline unsigned long long group_max(unsigned long long v) {
+template <int G, typename Key>
+__device__ inline std::enable_if_t<sizeof(Key) == 8, Key> group_max(Key v) {
   if constexpr (G == 32) {   // high words first, then the low words of the lanes that hold the highest
     const unsigned hi = __reduce_max_sync(FULL, (unsigned)(v >> 32));
     const unsigned lo = __reduce_max_sync(FULL, (unsigned)(v >> 32) == hi ? (unsigned)v : 0u);
@@ -78,7 +82,11 @@ __device__ inline float group_sum(float v) {
   return v;
 }
 
-// The best two of this lane's keys that are below `below` (0: none).
+// Above every key: the start of a selection with refills.
+template <typename Key>
+__device__ constexpr Key key_top() { return std::is_signed_v<Key> ? Key(0x7fffffff) : ~Key(0); }
+
+// The best two of this lane's keys that are below `below` (0: none; keys of 0 or less are none).
 template <typename Key, int P>
 __device__ inline void best_two(const Key (&keys)[P], Key below, Key& best, Key& second) {
   best = 0;
@@ -98,8 +106,8 @@ __device__ inline void best_two(const Key (&keys)[P], Key below, Key& best, Key&
 template <typename Key, int G, int K, int EXTRA, int P, typename Slot>
 __device__ inline Key select_rounds(const Key (&keys)[P], Slot* slot) {
   Key best, second;
-  best_two<Key, P>(keys, ~Key(0), best, second);
-  Key last = ~Key(0), top = 0;
+  best_two<Key, P>(keys, key_top<Key>(), best, second);
+  Key last = key_top<Key>(), top = 0;
   bool dry = best == 0;
 #pragma unroll
   for (int r = 0; r < K + EXTRA; ++r) {
@@ -204,16 +212,37 @@ __device__ inline void index_bytes(int e0, unsigned (&idx)[2]) {
   asm volatile("" : "+r"(idx[0]), "+r"(idx[1]));
 }
 
-// Keys of 8 consecutive fp16 or bf16 logits (4 words; idx from index_bytes), two per word: [order key
-// (16 bits), 255 - expert, 255 - expert].
-__device__ inline void keys_of_halves(const unsigned (&words)[4], const unsigned (&idx)[2], unsigned (&keys)[8]) {
+// Keys of 8 consecutive fp16 or bf16 values (4 words of two; idx from index_bytes), two per word: [the
+// word's 16-bit half, 255 - expert, 255 - expert].
+__device__ inline void keys_of_words(const unsigned (&words)[4], const unsigned (&idx)[2], unsigned (&keys)[8]) {
 #pragma unroll
   for (int p = 0; p < 4; ++p) {
-    const unsigned k2 = half_order_keys(words[p]);
+    const unsigned k2 = words[p];
     const unsigned ib = idx[p / 2], s = 4u + 2u * (p % 2);
     keys[2 * p] = __byte_perm(k2, ib, 0x1000u | (s << 4) | s);
     keys[2 * p + 1] = __byte_perm(k2, ib, 0x3200u | ((s + 1) << 4) | (s + 1));
   }
+}
+
+// Exact keys of 8 fp16 or bf16 logits: the 16-bit order keys (half_order_keys), then the expert.
+__device__ inline void keys_of_halves(const unsigned (&words)[4], const unsigned (&idx)[2], unsigned (&keys)[8]) {
+  unsigned ordered[4];
+#pragma unroll
+  for (int p = 0; p < 4; ++p) ordered[p] = half_order_keys(words[p]);
+  keys_of_words(ordered, idx, keys);
+}
+
+// Signed keys of 8 fp16 or bf16 logits, the words' halves then the expert (keys_of_words), which order like the
+// logits where those are positive: every positive logit's key is at least POSITIVE_KEY and above every key of a
+// zero or a negative logit (those are 0 or less: none, to the selection). A selection whose last key is at least
+// POSITIVE_KEY chose only positive logits and is exact.
+constexpr int POSITIVE_KEY = 0x00010000;
+
+// An exact key as the positive keys hold it: the logit's bits, then the expert.
+__device__ inline unsigned positive_form(unsigned key) {
+  const unsigned k = key >> 16;
+  const unsigned bits = k >= 0x8000u ? k - 0x8000u : (0x10000u - k);   // 0x8000 | magnitude for negative keys
+  return (bits << 16) | (key & 0xffffu);
 }
 
 // 1 / (1 + e^-x) with the hardware's approximate 2^x, subnormal results flushed (where e^-x is that small the
@@ -224,10 +253,9 @@ __device__ inline float sigmoid(float x) {
   return __fdividef(1.0f, 1.0f + e);
 }
 
-// The fp16 or bf16 logit whose 16-bit order key (half_order_keys) is k.
+// The fp16 or bf16 logit of its bits.
 template <typename T>
-__device__ inline float from_half_key(unsigned k) {
-  const unsigned h = k >= 0x8000u ? k - 0x8000u : (0x10000u - k);   // 0x8000 | magnitude for negative keys
+__device__ inline float from_bits(unsigned h) {
   if constexpr (std::is_same_v<T, __half>) {
     return __half2float(__ushort_as_half((unsigned short)h));
   } else {
@@ -291,7 +319,7 @@ __global__ __launch_bounds__(128, min_blocks<T, HAS_BIAS>()) void topk_sigmoid_k
     hi = from_order_key(__reduce_max_sync(FULL, order_key(hi)));
     wide = !(hi - lo < 1.5f);
 #pragma unroll
-    for (int j = 0; j < P; ++j) shift[j] = (1.0f - lo) + b[j];
+    for (int j = 0; j < P; ++j) shift[j] = fmaxf((1.0f - lo) + b[j], 1.0f);   // at least 1, whatever the rounding
   }
   unsigned* const slots32 = reinterpret_cast<unsigned*>(slot_store[warp]);
   unsigned long long* const slots64 = slot_store[warp];
@@ -324,19 +352,33 @@ __global__ __launch_bounds__(128, min_blocks<T, HAS_BIAS>()) void topk_sigmoid_k
       load_next();
       if constexpr (HALVES) {
         const unsigned words[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w};
-        unsigned keys[P];
-        keys_of_halves(words, idx, keys);
-        select<unsigned, G, K>(keys, slots32 + slot);
+        int fast[P];
+        keys_of_words(words, idx, reinterpret_cast<unsigned(&)[P]>(fast));
+        const int last = select<int, G, K>(fast, slots32 + slot);
+        if (__any_sync(FULL, last < POSITIVE_KEY)) {   // a zero or a negative logit in some token's top k
+          unsigned keys[P];
+          keys_of_halves(words, idx, keys);
+          select<unsigned, G, K>(keys, slots32 + slot);
+          __syncwarp();
+          const int r = lane % G;
+          if (r < K) slots32[slot + r] = positive_form(slots32[slot + r]);
+        }
       } else {
         float x[P];
         const T* e = reinterpret_cast<const T*>(raw);   // zeros past the last token
 #pragma unroll
         for (int j = 0; j < P; ++j) x[j] = to_float<T>(e[j]);
-        if constexpr (!HAS_BIAS) {   // fp32: 24 bits of the order key, then the expert; exact where no two differ
-          unsigned keys[P];           // only below those bits among the top k + 1
+        if constexpr (!HAS_BIAS) {   // fp32: 24 bits of the logit, then the expert; exact where no two differ
+          int fast[P];                // only below those bits among the top k + 1
 #pragma unroll
-          for (int j = 0; j < P; ++j) keys[j] = (order_key(x[j]) & 0xffffff00u) | (255u - (unsigned)(e0 + j));
-          const unsigned after = select<unsigned, G, K, 1>(keys, slots32 + slot);
+          for (int j = 0; j < P; ++j) fast[j] = (int)((__float_as_uint(x[j]) & 0xffffff00u) | (255u - (unsigned)(e0 + j)));
+          unsigned after = (unsigned)select<int, G, K, 1>(fast, slots32 + slot);
+          if (__any_sync(FULL, after < 0x100u)) {   // a zero or a negative logit in some token's top k + 1
+            unsigned keys[P];                        // the order key's 24 bits
+#pragma unroll
+            for (int j = 0; j < P; ++j) keys[j] = (order_key(x[j]) & 0xffffff00u) | (255u - (unsigned)(e0 + j));
+            after = select<unsigned, G, K, 1>(keys, slots32 + slot);
+          }
           __syncwarp();
           const int r = lane % G;
           const bool alike = r < K && (slots32[slot + r] >> 8) == ((r + 1 < K ? slots32[slot + r + 1] : after) >> 8);
@@ -346,12 +388,12 @@ __global__ __launch_bounds__(128, min_blocks<T, HAS_BIAS>()) void topk_sigmoid_k
             for (int j = 0; j < P; ++j) exact[j] = exact_key(x[j], e0 + j);
             select<unsigned long long, G, K>(exact, slots32 + slot);
           }
-        } else if (!wide) {   // 32-bit keys of the biased score
+        } else if (!wide) {   // 32-bit keys of the biased score: (its bits - 1.0's) << 8, then the expert
           unsigned keys[P];
 #pragma unroll
           for (int j = 0; j < P; ++j) {
-            const float s = __fdividef(1.0f, 1.0f + __expf(-x[j])) + shift[j];   // in [1, 4)
-            keys[j] = ((max(__float_as_uint(s), 0x3f800000u) - 0x3f800000u) << 8) | (255u - (unsigned)(e0 + j));
+            const float s = sigmoid(x[j]) + shift[j];   // in [1, 4)
+            keys[j] = __float_as_uint(s) * 256u + (0x80000000u + 255u - (unsigned)(e0 + j));   // 0x3f800000 << 8 is 2^31
           }
           select<unsigned, G, K>(keys, slots32 + slot);
         } else {       // 64-bit keys of a score with a wide bias
@@ -373,7 +415,7 @@ __global__ __launch_bounds__(128, min_blocks<T, HAS_BIAS>()) void topk_sigmoid_k
     if (writes) {   // 16-bit logits without a bias: the key holds the logit exactly, no second load
       float x;
       if constexpr (HALVES) {
-        x = from_half_key<T>((unsigned)key >> 16);
+        x = from_bits<T>((unsigned)key >> 16);
       } else {
         x = to_float<T>(logits[(size_t)token * EXPERTS + expert]);
       }

@@ -1,0 +1,92 @@
+"""The stream floor of a case: the time of a kernel that only reads the case's inputs and writes outputs of its
+size, timed as `kpilot bench` times a candidate. No top-k kernel can be faster in practice, so the distance from
+it says how much of a kernel's time is selection rather than memory traffic.
+
+The kernel reads every logit (and the bias) once, takes each row's maximum, and writes it as the k weights and
+0 as the k ids: the bytes of the problem's [cost], in 128-bit loads where the rows allow. The floor is the
+fastest of a few tile shapes, each timed with L2 flushed before every call (the median of 200 calls).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+import triton
+import triton.language as tl
+
+SHAPES = [(4, 4), (8, 4), (16, 4), (16, 8), (32, 8)]   # (rows per program, warps)
+
+
+@triton.jit
+def stream_kernel(x_ptr, bias_ptr, w_ptr, ids_ptr, tokens, E: tl.constexpr, K: tl.constexpr,
+                  ROWS: tl.constexpr, HAS_BIAS: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, E)
+    ok = rows[:, None] < tokens
+    x = tl.load(x_ptr + rows[:, None] * E + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        x = x + tl.load(bias_ptr + cols)[None, :]
+    m = tl.max(x, axis=1)
+    ks = tl.arange(0, K)
+    out = rows[:, None] * K + ks[None, :]
+    tl.store(w_ptr + out, m[:, None] + tl.zeros([ROWS, K], dtype=tl.float32), mask=ok)
+    tl.store(ids_ptr + out, tl.zeros([ROWS, K], dtype=tl.int32), mask=ok)
+
+
+def stream(logits: torch.Tensor, bias, k: int, rows: int = 16, warps: int = 4):
+    """Row maxima as the k weights, zeros as the ids (k a power of two)."""
+    tokens, experts = logits.shape
+    w = torch.empty(tokens, k, device=logits.device, dtype=torch.float32)
+    ids = torch.empty(tokens, k, device=logits.device, dtype=torch.int32)
+    stream_kernel[(triton.cdiv(tokens, rows),)](logits, bias if bias is not None else logits, w, ids, tokens,
+                                                E=experts, K=k, ROWS=rows, HAS_BIAS=bias is not None,
+                                                num_warps=warps)
+    return w, ids
+
+
+def stream_floor_us(tokens: int, experts: int, k: int, dtype: str, with_bias: bool, calls: int = 200) -> dict:
+    """The fastest tile shape's median time on the GPU: {"us": .., "rows": .., "warps": ..}."""
+    from kernelpilot.evaluate.timing import gpu_sampler
+
+    logits = torch.randn(tokens, experts, device="cuda").to(getattr(torch, dtype))
+    bias = torch.randn(experts, device="cuda") * 0.1 if with_bias else None
+    best = None
+    for rows, warps in SHAPES:
+        sample = gpu_sampler(lambda: stream(logits, bias, k, rows, warps))
+        for i in range(-20, 0):
+            sample(i)
+        us = statistics.median(sample(i) for i in range(calls))
+        if best is None or us < best["us"]:
+            best = {"us": round(us, 3), "rows": rows, "warps": warps}
+    return best
+
+
+def main() -> None:
+    """Every case of 8192 tokens or more, all dtypes, both variants: results/<gpu>.stream.json."""
+    import json
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    sys.path.insert(0, str(here.parents[1] / "src"))
+    if not torch.cuda.is_available():
+        sys.exit("stream_floor.py needs a GPU")
+    gpu = torch.cuda.get_device_name()
+    rows = []
+    for dtype in ("bfloat16", "float16", "float32"):
+        for with_bias in (False, True):
+            for experts in (64, 128, 256):
+                for tokens in (8192, 65536):
+                    for k in (4, 8):
+                        best = stream_floor_us(tokens, experts, k, dtype, with_bias)
+                        row = {"variant": "biased" if with_bias else "plain", "dtype": dtype, "experts": experts,
+                               "tokens": tokens, "k": k} | best
+                        rows.append(row)
+                        print(json.dumps(row), flush=True)
+    name = gpu.replace("NVIDIA ", "").replace(" ", "_").lower()
+    (here / "results" / f"{name}.stream.json").write_text(json.dumps({"gpu": gpu, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
