@@ -372,8 +372,9 @@ __global__ __launch_bounds__(128, min_blocks<T, HAS_BIAS>()) void topk_sigmoid_k
           int fast[P];                // only below those bits among the top k + 1
 #pragma unroll
           for (int j = 0; j < P; ++j) fast[j] = (int)((__float_as_uint(x[j]) & 0xffffff00u) | (255u - (unsigned)(e0 + j)));
-          unsigned after = (unsigned)select<int, G, K, 1>(fast, slots32 + slot);
-          if (__any_sync(FULL, after < 0x100u)) {   // a zero or a negative logit in some token's top k + 1
+          const int fast_after = select<int, G, K, 1>(fast, slots32 + slot);
+          unsigned after = (unsigned)fast_after;
+          if (__any_sync(FULL, fast_after < 0x100)) {   // a zero or a negative logit in some token's top k + 1
             unsigned keys[P];                        // the order key's 24 bits
 #pragma unroll
             for (int j = 0; j < P; ++j) keys[j] = (order_key(x[j]) & 0xffffff00u) | (255u - (unsigned)(e0 + j));
