@@ -145,30 +145,56 @@ __device__ inline void best_two_of_8(const Key (&k)[8], Key& best, Key& second) 
   second = kmax(kmin(h01, h23), kmax(s01, s23));
 }
 
-// K + EXTRA rounds over the group with each lane's best two keys and no refills on the way, round r's key to
-// slot[r] for r < K; returns the last round's key. A lane whose two keys were both taken may hold a third of the
+// The best three of 8 keys, largest first (t[0] > t[1] > t[2]): sorted pairs, the top three of each two pairs
+// (a merge network), then the top three of those two lists (the j-th largest of two sorted lists c and d is the
+// largest min(c[a], d[b]) over a + b = j, with c[-1] = d[-1] above everything).
+template <typename Key>
+__device__ inline void best_three_of_8(const Key (&k)[8], Key (&t)[3]) {
+  Key hi[4], lo[4], q[2][3];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) { hi[i] = kmax(k[2 * i], k[2 * i + 1]); lo[i] = kmin(k[2 * i], k[2 * i + 1]); }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const Key x = kmin(hi[2 * h], hi[2 * h + 1]), y = kmax(lo[2 * h], lo[2 * h + 1]);
+    q[h][0] = kmax(hi[2 * h], hi[2 * h + 1]);
+    q[h][1] = kmax(x, y);
+    q[h][2] = kmin(x, y);
+  }
+  const Key (&c)[3] = q[0], (&d)[3] = q[1];
+  t[0] = kmax(c[0], d[0]);
+  t[1] = kmax(kmax(c[1], d[1]), kmin(c[0], d[0]));
+  t[2] = kmax(kmax(c[2], d[2]), kmax(kmin(c[1], d[0]), kmin(c[0], d[1])));
+}
+
+// K + EXTRA rounds over the group with each lane's best N keys (2 or 3) and no refills on the way, round r's key
+// to slot[r] for r < K; returns the last round's key. A lane whose N keys were all taken may hold one more of the
 // top k: if its next key is above the last round's, the selection is done again with refills (select_rounds),
 // for the whole warp.
-template <typename Key, int G, int K, int EXTRA, typename Slot>
+template <typename Key, int G, int K, int EXTRA, int N, typename Slot>
 __device__ inline Key select_fast(const Key (&keys)[8], Slot* slot) {
-  Key best, second;
-  best_two_of_8<Key>(keys, best, second);
-  const Key second0 = second;
+  Key held[N];
+  if constexpr (N == 2) {
+    best_two_of_8<Key>(keys, held[0], held[1]);
+  } else {
+    best_three_of_8<Key>(keys, held);
+  }
+  const Key lowest = held[N - 1];
   Key top = 0;
 #pragma unroll
   for (int r = 0; r < K + EXTRA; ++r) {
-    top = group_max<G>(best);
-    const bool win = best == top;
-    best = win ? second : best;
-    second = win ? Key(0) : second;
+    top = group_max<G>(held[0]);
+    const bool win = held[0] == top;
+#pragma unroll
+    for (int i = 0; i + 1 < N; ++i) held[i] = win ? held[i + 1] : held[i];
+    held[N - 1] = win ? Key(0) : held[N - 1];
     if (r < K) slot[r] = (Slot)top;
   }
-  const bool spent = best == 0;
+  const bool spent = held[0] == 0;
   if (__any_sync(FULL, spent)) {
     bool wrong = false;
     if (spent) {
       Key next, unused;
-      best_two<Key, 8>(keys, second0, next, unused);
+      best_two<Key, 8>(keys, lowest, next, unused);
       wrong = next > top;
     }
     if (__any_sync(FULL, wrong)) top = select_rounds<Key, G, K, EXTRA, 8>(keys, slot);
@@ -176,15 +202,14 @@ __device__ inline Key select_fast(const Key (&keys)[8], Slot* slot) {
   return top;
 }
 
-// The selection for a group of G lanes: the fast one, unless k is as large as the group (64 experts, k 8),
-// where a lane holds three of the top k too often (more than two warps in five would select again).
+// The selection for a group of G lanes. Each lane keeps its best two keys where a lane seldom holds three of the
+// top k (a whole warp per token: 3.3% of tokens for 256 experts, k 8; 16 lanes and k 4: 2% of warps), and its
+// best three otherwise (64 experts; 128 experts, k 8, where 23% of warps would select again with two, and 1.3%
+// do with three; for iid logits).
 template <typename Key, int G, int K, int EXTRA = 0, typename Slot>
 __device__ inline Key select(const Key (&keys)[8], Slot* slot) {
-  if constexpr (K < G) {
-    return select_fast<Key, G, K, EXTRA>(keys, slot);
-  } else {
-    return select_rounds<Key, G, K, EXTRA, 8>(keys, slot);
-  }
+  constexpr int N = G == 32 || 4 * K <= G ? 2 : 3;
+  return select_fast<Key, G, K, EXTRA, N>(keys, slot);
 }
 
 // 0xffff in each 16-bit half whose sign bit is set (PTX prmt's sign-replicating selectors, which __byte_perm
