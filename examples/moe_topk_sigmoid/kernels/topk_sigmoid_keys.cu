@@ -166,7 +166,29 @@ __device__ inline void best_three_of_8(const Key (&k)[8], Key (&t)[3]) {
   t[2] = kmax(kmax(c[2], d[2]), kmax(kmin(c[1], d[0]), kmin(c[0], d[1])));
 }
 
-// K + EXTRA rounds over the group with each lane's best N keys (2 or 3) and no refills on the way, round r's key
+// The best four of 8 keys, largest first: sorted pairs, each two pairs sorted (a merge network), then the top four
+// of those two lists as in best_three_of_8.
+template <typename Key>
+__device__ inline void best_four_of_8(const Key (&k)[8], Key (&t)[4]) {
+  Key hi[4], lo[4], q[2][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) { hi[i] = kmax(k[2 * i], k[2 * i + 1]); lo[i] = kmin(k[2 * i], k[2 * i + 1]); }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const Key x = kmin(hi[2 * h], hi[2 * h + 1]), y = kmax(lo[2 * h], lo[2 * h + 1]);
+    q[h][0] = kmax(hi[2 * h], hi[2 * h + 1]);
+    q[h][1] = kmax(x, y);
+    q[h][2] = kmin(x, y);
+    q[h][3] = kmin(lo[2 * h], lo[2 * h + 1]);
+  }
+  const Key (&c)[4] = q[0], (&d)[4] = q[1];
+  t[0] = kmax(c[0], d[0]);
+  t[1] = kmax(kmax(c[1], d[1]), kmin(c[0], d[0]));
+  t[2] = kmax(kmax(c[2], d[2]), kmax(kmin(c[1], d[0]), kmin(c[0], d[1])));
+  t[3] = kmax(kmax(c[3], d[3]), kmax(kmin(c[2], d[0]), kmax(kmin(c[1], d[1]), kmin(c[0], d[2]))));
+}
+
+// K + EXTRA rounds over the group with each lane's best N keys (2, 3 or 4) and no refills on the way, round r's key
 // to slot[r] for r < K; returns the last round's key. A lane whose N keys were all taken may hold one more of the
 // top k: if its next key is above the last round's, the selection is done again with refills (select_rounds),
 // for the whole warp.
@@ -175,8 +197,10 @@ __device__ inline Key select_fast(const Key (&keys)[8], Slot* slot) {
   Key held[N];
   if constexpr (N == 2) {
     best_two_of_8<Key>(keys, held[0], held[1]);
-  } else {
+  } else if constexpr (N == 3) {
     best_three_of_8<Key>(keys, held);
+  } else {
+    best_four_of_8<Key>(keys, held);
   }
   const Key lowest = held[N - 1];
   Key top = 0;
@@ -203,12 +227,13 @@ __device__ inline Key select_fast(const Key (&keys)[8], Slot* slot) {
 }
 
 // The selection for a group of G lanes. Each lane keeps its best two keys where a lane seldom holds three of the
-// top k (a whole warp per token: 3.3% of tokens for 256 experts, k 8; 16 lanes and k 4: 2% of warps), and its
-// best three otherwise (64 experts; 128 experts, k 8, where 23% of warps would select again with two, and 1.3%
-// do with three; for iid logits).
+// top k (a whole warp per token: 3.3% of tokens for 256 experts, k 8; 16 lanes and k 4: 2% of warps), its best
+// four where k is as large as the group (64 experts, k 8: with three, 18% of warps would select again; with
+// four, 1.2%), and its best three otherwise (64 experts, k 4; 128 experts, k 8, where 23% of warps would
+// select again with two, and 1.3% do with three). The shares are for iid logits.
 template <typename Key, int G, int K, int EXTRA = 0, typename Slot>
 __device__ inline Key select(const Key (&keys)[8], Slot* slot) {
-  constexpr int N = G == 32 || 4 * K <= G ? 2 : 3;
+  constexpr int N = G == 32 || 4 * K <= G ? 2 : K >= G ? 4 : 3;
   return select_fast<Key, G, K, EXTRA, N>(keys, slot);
 }
 
