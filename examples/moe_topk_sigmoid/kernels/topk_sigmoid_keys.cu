@@ -1,15 +1,15 @@
 // MoE top-k sigmoid routing for NVIDIA sm_80+ (built for the H200, sm_90) with packed selection keys: a group
 // of G = EXPERTS / 8 lanes per token (8, 16 or 32 lanes: four, two or one token per warp).
 //
-// Each lane loads 8 experts (one 16-byte load for fp16/bf16, two for fp32) and makes one unsigned key per
-// expert whose order is the selection order: the score in the high bits, 255 - expert in the low 8 (equal
-// scores: the lower expert first). A lane keeps its best two keys (a tournament of 8). Each of the K rounds
+// Each lane loads 8 experts (one 16-byte load for fp16/bf16, two for fp32) and makes one 32-bit key per expert
+// whose order is the selection order: the score in the high bits, 255 - expert in the low 8 (equal scores: the
+// lower expert first). A lane keeps its best N keys (a merge network over 8): two, or three or four where a lane
+// often holds more than two of the top k (fewer lanes per token, larger k; see select()). Each of the K rounds
 // takes the group's largest best key (one REDUX for a whole warp, xor shuffles for smaller groups); the lane
-// holding it moves its second key up, and round r's key goes to the group's slot r in shared memory. A lane
-// whose two keys were both taken may hold a third of the top k (three of the top k among one lane's 8
-// experts: about one token in twenty for 256 experts, k 8); when its next key is above the last round's, the
-// warp selects again with refills from the keys below the last one taken. The key carries the expert, so no
-// lane needs another lane's scores.
+// holding it moves its next key up, and round r's key goes to the group's slot r in shared memory. A lane whose
+// N keys were all taken may hold one more of the top k; when its next key is above the last round's, the warp
+// selects again with refills from the keys below the last one taken. The key carries the expert, so no lane
+// needs another lane's scores.
 //
 // A warp's 32 slots hold the round keys of up to 32 / (tokens per warp * K) passes (1 to 8). After them the
 // tail writes them all at once: lane l writes round l % K of one token, its expert and its weight, the
