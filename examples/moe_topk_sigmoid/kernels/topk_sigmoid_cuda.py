@@ -33,13 +33,29 @@ _PER_DTYPE = r"""
 namespace {
 using T = DTYPE;
 
-int sm_count() {              // of the current device, asked once per device
-  static int count[64] = {0};
+int current_device() {
   int dev = 0;
   C10_CUDA_CHECK(cudaGetDevice(&dev));
+  return dev;
+}
+
+int sm_count(int dev) {       // asked once per device
+  static int count[64] = {0};
   int n = dev < 64 ? count[dev] : 0;
   if (!n) {
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    if (dev < 64) count[dev] = n;
+  }
+  return n;
+}
+
+template <typename Kernel>
+int resident_blocks(Kernel kernel, int dev) {   // of 128 threads per SM, asked once per kernel and device
+  static int count[64] = {0};
+  int n = dev < 64 ? count[dev] : 0;
+  if (!n) {
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 128, 0));
+    n = std::max(n, 1);
     if (dev < 64) count[dev] = n;
   }
   return n;
@@ -61,15 +77,14 @@ void launch(int algo, int blocks_per_sm, const torch::Tensor& x, const torch::Te
     // allows while the grid still has eight blocks per SM to give out (fewer warps hid less of the latency at
     // 8,192 tokens on the H200).
     constexpr int per_pass = 4 * (32 / (E / 8));
-    const int sms = sm_count();
+    const int dev = current_device();
+    const int sms = sm_count(dev);
     int passes = moe::max_passes<E, NK>();
     while (passes > 1 && (tokens + per_pass * passes - 1) / (per_pass * passes) < 8 * sms) passes /= 2;
     int blocks = (tokens + per_pass * passes - 1) / (per_pass * passes);
     const auto kernel = moe::topk_sigmoid_keys<T, E, NK, B>;
     if (algo == 2) {        // at most as many blocks as fit on the GPU at once
-      static int resident = 0;
-      if (!resident) C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, 128, 0));
-      blocks = std::min(blocks, std::min(blocks_per_sm, std::max(resident, 1)) * sms);
+      blocks = std::min(blocks, std::min(blocks_per_sm, resident_blocks(kernel, dev)) * sms);
     }
     kernel<<<blocks, 128, 0, stream>>>(xp, bp, w.data_ptr<float>(), ids.data_ptr<int>(), tokens, passes);
   }

@@ -20,6 +20,7 @@ from kernelpilot.errors import KernelpilotError
 from kernelpilot.evaluate.result import ratio
 from kernelpilot.evaluate.runner import evaluate
 from kernelpilot.loop.llm_client import ChatModel, Reply, Turn
+from kernelpilot.loop.step_record import case_times, check_summary, diff, median_us, write_variant
 from kernelpilot.runs.store import StepRecord
 from kernelpilot.tools import REGISTRY, Tool, ToolContext, call
 
@@ -144,8 +145,6 @@ def _context(run, best: StepRecord, steps: list[StepRecord], gpu: str | None) ->
 
 def run_agent(r, model: ChatModel, *, max_turns: int = 12, max_failures: int = 3) -> tuple[str, str]:
     """Steps until the budget, the target, or the model stops. ``r`` is the engine's run in progress."""
-    from kernelpilot.loop.engine import _write_variant
-
     opts, run = r.opts, r.run
     first = r.start_step()
     ctx = ToolContext(workspace=r.dir, pool=r.pool)
@@ -154,7 +153,7 @@ def run_agent(r, model: ChatModel, *, max_turns: int = 12, max_failures: int = 3
         if r.evaluations() >= opts.budget:
             return "done", f"budget of {opts.budget} evaluations spent"
         best = r.best() or first
-        best_file = _write_variant(r, "best", best.code or "")
+        best_file = write_variant(r.dir, "best", best.code or "", run.start_candidate)
         if best.isa is None and best.code:
             best.isa = candidate_isa(r, best_file, best.code)
         if best.profile is None and best.code:
@@ -211,8 +210,6 @@ def _run_tool(cid: str, name: str, args: dict[str, Any], ctx: ToolContext) -> tu
 
 
 def _submit(r, args: dict[str, Any], parent: StepRecord, tokens: list[int]) -> StepRecord:
-    from kernelpilot.loop.engine import _diff, _median, _summary, _timing, _write_variant
-
     code = args.get("code")
     hypothesis = str(args.get("hypothesis") or "")[:2000]
     t0 = time.time()
@@ -224,13 +221,14 @@ def _submit(r, args: dict[str, Any], parent: StepRecord, tokens: list[int]) -> S
         return r.record(StepRecord(kind="proposal", parent=parent.n, hypothesis=hypothesis, correct=False,
                                    passed=False, error="submit_candidate needs the whole file in `code`",
                                    tokens_in=tokens[0], tokens_out=tokens[1], cost_usd=cost, started=t0))
-    path = _write_variant(r, f"step-{len(r.steps)}", code)
+    path = write_variant(r.dir, f"step-{len(r.steps)}", code, r.run.start_candidate)
     isa = candidate_isa(r, path, code)
     res = evaluate(r.run.problem, path, r.eval_options(r.opts.bench_budget_s))
-    med = _median(res)
+    med = median_us(res)
     return r.record(StepRecord(
         kind="proposal", parent=parent.n, hypothesis=hypothesis, code=code, isa=isa,
-        diff=_diff(parent.code or "", code, Path(r.run.start_candidate or "candidate.py").name),
-        correct=res.correct, passed=res.passed, check_summary=_summary(res), median_us=med, timing=_timing(res),
+        diff=diff(parent.code or "", code, Path(r.run.start_candidate or "candidate.py").name),
+        correct=res.correct, passed=res.passed, check_summary=check_summary(res), median_us=med,
+        timing=case_times(res),
         speedup=ratio(r.run.baseline_us, med) if med and r.run.baseline_us else None, error=res.error,
         tokens_in=tokens[0], tokens_out=tokens[1], cost_usd=cost, started=t0))

@@ -8,7 +8,6 @@ pruned statically where an arch is known (loop/prune.py), narrowed by successive
 
 from __future__ import annotations
 
-import difflib
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,8 +22,8 @@ from kernelpilot.loop.halving import Result, next_trials
 from kernelpilot.loop.llm_client import LLMError
 from kernelpilot.loop.prune import spec_kernels, static_verdict
 from kernelpilot.loop.space import config_key, read_space
+from kernelpilot.loop.step_record import case_times, check_summary, diff, median_us, write_variant
 from kernelpilot.runs.store import DEFAULT_PATH, RunRecord, RunStore, StepRecord
-from kernelpilot.variant_origin import mark
 
 __all__ = ["OptimizeOptions", "optimize", "resume"]
 
@@ -62,19 +61,7 @@ class OptimizeOptions:
         return d
 
 
-def _summary(res: EvalResult) -> dict[str, Any]:
-    return {"failed_cases": [f"{c.case} (seed {c.seed}): {c.message}"[:300] for c in res.cases if not c.ok][:5],
-            "flags": [f"{f.level} {f.id}: {f.message}"[:300] for f in res.flags if f.level in ("error", "warning")],
-            "error": (res.error or "")[:2000] or None, "notes": res.notes[:5]}
 
-
-def _median(res: EvalResult) -> float | None:
-    t = res.timing()
-    return t["median_us"] if t and res.passed else None
-
-
-def _timing(res: EvalResult) -> dict[str, Any]:
-    return {b.case: (b.timing or {}).get("median_us") for b in res.bench}
 
 
 class _Run:
@@ -101,8 +88,9 @@ class _Run:
             params = dict(read_space(start).defaults) if self.opts.strategy == "search" else None
             first = self.record(StepRecord(kind="start", hypothesis="the starting candidate as given", params=params,
                                            code=start.read_text(), correct=res.correct, passed=res.passed,
-                                           check_summary=_summary(res), median_us=_median(res), timing=_timing(res),
-                                           speedup=1.0 if _median(res) else None, error=res.error, started=t0))
+                                           check_summary=check_summary(res), median_us=median_us(res),
+                                           timing=case_times(res),
+                                           speedup=1.0 if median_us(res) else None, error=res.error, started=t0))
             if res.gpu:
                 self.gpu = res.gpu
                 self.store.update_run(self.run.id, gpu=res.gpu)
@@ -245,7 +233,7 @@ def _search(r: _Run) -> tuple[str, str]:
         for key, cfg in by_key.items():
             if key in pruned or any(s.kind == "variant" and config_key(_config(s)) == key for s in r.steps):
                 continue
-            path = _write_variant(r, f"static-{len(pruned)}", space.variant(cfg))
+            path = write_variant(r.dir, f"static-{len(pruned)}", space.variant(cfg), r.run.start_candidate)
             v = static_verdict(path, arch, kernels, min_occupancy_pct=opts.min_occupancy_pct)
             if not v.keep:
                 pruned.add(key)
@@ -267,19 +255,19 @@ def _search(r: _Run) -> tuple[str, str]:
                 return "done", f"budget of {opts.budget} evaluations spent"
             cfg = by_key[trial.key]
             text = space.variant(cfg)
-            path = _write_variant(r, f"step-{len(r.steps)}", text)
+            path = write_variant(r.dir, f"step-{len(r.steps)}", text, r.run.start_candidate)
             budget_s = opts.bench_budget_s * opts.eta ** trial.round
             t0 = time.time()
             if trial.round == 0:
                 res = evaluate(run.problem, path, r.eval_options(budget_s))
             else:
                 res = bench(run.problem, path, r.eval_options(budget_s))
-            med = _median(res)
+            med = median_us(res)
             r.record(StepRecord(
                 kind="variant", parent=first.n, params={**cfg, "round": trial.round},
                 hypothesis=f"{trial.key} (successive halving round {trial.round}, {budget_s:g} s of timing per case)",
-                code=text, diff=_diff(base_text, text, start.name), correct=res.correct, passed=res.passed,
-                check_summary=_summary(res), median_us=med, timing=_timing(res),
+                code=text, diff=diff(base_text, text, start.name), correct=res.correct, passed=res.passed,
+                check_summary=check_summary(res), median_us=med, timing=case_times(res),
                 speedup=ratio(baseline, med) if med else None, error=res.error, started=t0))
             if opts.target and r.run.best_speedup and r.run.best_speedup >= opts.target:
                 return "done", f"target {opts.target:g}x reached"
@@ -289,15 +277,3 @@ def _config(step: StepRecord) -> dict[str, Any]:
     return {k: v for k, v in (step.params or {}).items() if k != "round"}
 
 
-def _write_variant(r: _Run, stem: str, text: str) -> Path:
-    """The variant's file in the run's folder, marked with its start file (variant_origin.py) so that it
-    finds what lies beside that file."""
-    path = r.dir / f"{stem}.py"
-    start = r.run.start_candidate
-    path.write_text(mark(text, start) if start and Path(start).is_file() else text)
-    return path
-
-
-def _diff(a: str, b: str, name: str) -> str:
-    return "".join(difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
-                                        fromfile=f"a/{name}", tofile=f"b/{name}"))
