@@ -18,7 +18,8 @@
 #   optimize-search   benchmarks/optimize_search.sh (the search strategy on softmax_wide)
 #   e2e-kernelbench, e2e-gpumode, e2e-native    benchmarks/gpu_eval_validation.sh, one part each
 #   moe-check         kpilot check of the MoE CUDA kernel and the dispatcher on every case of both variants
-#   moe-profile       kpilot profile of both CUDA kernels on the largest bfloat16 cases, and their diff
+#   moe-profile       kpilot profile of the CUDA kernels (MOE_PROFILE_KERNELS) on one case (MOE_PROFILE_CASE, default the
+#                     largest bfloat16 one) of both variants, and the warp kernel against the packed-key one
 #   moe-bench-large   examples/moe_topk_sigmoid/bench.py on the cases of 8192 tokens or more (bfloat16)
 #   moe-bench-plain, moe-bench-biased    bench.py on every bfloat16 case of one variant (the report merges both)
 #   moe-bench-dtypes-plain, moe-bench-dtypes-biased    bench.py of dispatch.py on every float16 and float32 case
@@ -83,16 +84,20 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
       done
       return $rc ;;
     moe-profile)
+      local rc=0
       for variant in plain biased; do
         for kernel in ${MOE_PROFILE_KERNELS:-topk_sigmoid_cuda_warp topk_sigmoid_cuda topk_sigmoid_cuda_persistent}; do
           python3 -m kernelpilot profile --problem "$MOE/$variant" --candidate "$MOE/kernels/$kernel.py" \
-              --case experts=256,tokens=65536,k=8,dtype=bfloat16 --kernel topk_sigmoid --launch-count 1 \
-              --source --out "$dir" --name "${variant}_$kernel" --json > "$dir/${variant}_$kernel.json"
-          python3 -m kernelpilot profile --import "$dir/${variant}_$kernel.ncu-rep"
+              --case "${MOE_PROFILE_CASE:-experts=256,tokens=65536,k=8,dtype=bfloat16}" --kernel topk_sigmoid --launch-count 1 \
+              --source --out "$dir" --name "${variant}_$kernel" --json > "$dir/${variant}_$kernel.json" || rc=1
+          python3 -m kernelpilot profile --import "$dir/${variant}_$kernel.ncu-rep" || rc=1
         done
-        [ -e "$dir/${variant}_topk_sigmoid_cuda_warp.json" ] && python3 -m kernelpilot profile diff \
-            "$dir/${variant}_topk_sigmoid_cuda_warp.json" "$dir/${variant}_topk_sigmoid_cuda.json"
-      done ;;
+        if [ -e "$dir/${variant}_topk_sigmoid_cuda_warp.json" ] && [ -e "$dir/${variant}_topk_sigmoid_cuda.json" ]; then
+          python3 -m kernelpilot profile diff "$dir/${variant}_topk_sigmoid_cuda_warp.json" \
+              "$dir/${variant}_topk_sigmoid_cuda.json" || rc=1
+        fi
+      done
+      return $rc ;;
     moe-optimize)
       python3 -m kernelpilot optimize "$MOE/plain" -c "$MOE/kernels/topk_sigmoid_triton.py" --arch sm_90 --budget 20 \
           --case experts=256,tokens=65536,k=8,dtype=bfloat16 --case experts=128,tokens=8192,k=8,dtype=bfloat16 \
