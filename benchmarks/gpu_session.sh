@@ -24,6 +24,8 @@
 #   moe-bench-plain, moe-bench-biased    bench.py on every bfloat16 case of one variant (the report merges both)
 #   moe-bench-dtypes-plain, moe-bench-dtypes-biased    bench.py of dispatch.py on every float16 and float32 case
 #   pytest-moe        python -m pytest -m gpu tests/test_moe_problem.py (the MoE kernels alone)
+#   moe-large         benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
+#                     their stream floors; quick, between full bench.py runs)
 #   moe-optimize      kpilot optimize (search) of the MoE Triton kernel on three bf16 plain cases, report exported
 #   moe-optimize-cuda kpilot optimize (search) of the persistent CUDA kernel's blocks per SM, report exported
 set -uo pipefail
@@ -108,6 +110,7 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
           --case experts=256,tokens=65536,k=8,dtype=bfloat16 --case experts=128,tokens=65536,k=8,dtype=bfloat16 \
           --case experts=256,tokens=8192,k=8,dtype=bfloat16 --store "$dir/runs.db" --json > "$dir/events.jsonl"
       report "$dir" ;;
+    moe-large) python3 benchmarks/moe_large.py ${MOE_LARGE_ARGS:-} && cp benchmarks/results/moe_large.json "$dir/" ;;
     moe-bench-large) python3 "$MOE/bench.py" --dtype bfloat16 --tokens 8192 --tokens 65536 && cp -r "$MOE"/results/* "$dir/" ;;
     moe-bench-plain|moe-bench-biased)
       python3 "$MOE/bench.py" --dtype bfloat16 --variant "${name#moe-bench-}" ${MOE_BUDGET:+--budget $MOE_BUDGET} \
