@@ -250,3 +250,23 @@ def test_cuda_kernels_on_token_counts_outside_the_grid(dtype, with_bias):
                     if not ok:
                         failures.append((experts, k, tokens, algo, bps, msg))
     assert not failures, failures[:5]
+
+
+def test_bench_summary_counts_the_floor_and_the_cases_out_of_its_reach():
+    """bench.py's summary: cases of 8192 tokens or more within 1.5x of the floor, and those whose stream floor
+    is itself above 1.5x of it (named in the report); a wrong output's time counts for nothing."""
+    import bench
+
+    def row(case, tokens, floor, stream, t, ok=True):
+        return {"variant": "plain", "case": case, "params": {"tokens": tokens}, "floor_us": floor,
+                "stream_us": stream, "k.py": {"check_ok": ok, "vs_eager": 10.0, "vs_compile": 2.0,
+                                               "of_floor": t / floor, "of_stream": t / stream if stream else None}}
+
+    rows = [row("small", 1024, 5.0, None, 6.0), row("met", 8192, 5.0, 6.0, 7.0),
+            row("missed", 8192, 5.0, 7.0, 8.0), row("unreachable", 65536, 5.0, 8.0, 12.0),
+            row("wrong", 65536, 5.0, 6.0, 5.5, ok=False)]
+    s = bench.summarize(rows, ["k.py"])["k.py"]
+    assert s["cases_at_8192_tokens_or_more"] == 4 and s["cases_within_1_5x_floor"] == 1
+    assert s["cases_stream_floor_above_1_5x_floor"] == 1 and s["within_1_5x_floor_at_8192_tokens_or_more"] is False
+    assert s["worst_of_stream_at_8192_tokens_or_more"] == 1.5 and s["cases_with_outputs_ok"] == 4
+    assert bench.out_of_reach(rows) == ["plain unreachable"]
