@@ -145,31 +145,12 @@ __device__ inline void best_two_of_8(const Key (&k)[8], Key& best, Key& second) 
   second = kmax(kmin(h01, h23), kmax(s01, s23));
 }
 
-// The best three of 8 keys, largest first (t[0] > t[1] > t[2]): sorted pairs, the top three of each two pairs
-// (a merge network), then the top three of those two lists (the j-th largest of two sorted lists c and d is the
-// largest min(c[a], d[b]) over a + b = j, with c[-1] = d[-1] above everything).
-template <typename Key>
-__device__ inline void best_three_of_8(const Key (&k)[8], Key (&t)[3]) {
-  Key hi[4], lo[4], q[2][3];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) { hi[i] = kmax(k[2 * i], k[2 * i + 1]); lo[i] = kmin(k[2 * i], k[2 * i + 1]); }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const Key x = kmin(hi[2 * h], hi[2 * h + 1]), y = kmax(lo[2 * h], lo[2 * h + 1]);
-    q[h][0] = kmax(hi[2 * h], hi[2 * h + 1]);
-    q[h][1] = kmax(x, y);
-    q[h][2] = kmin(x, y);
-  }
-  const Key (&c)[3] = q[0], (&d)[3] = q[1];
-  t[0] = kmax(c[0], d[0]);
-  t[1] = kmax(kmax(c[1], d[1]), kmin(c[0], d[0]));
-  t[2] = kmax(kmax(c[2], d[2]), kmax(kmin(c[1], d[0]), kmin(c[0], d[1])));
-}
-
-// The best four of 8 keys, largest first: sorted pairs, each two pairs sorted (a merge network), then the top four
-// of those two lists as in best_three_of_8.
-template <typename Key>
-__device__ inline void best_four_of_8(const Key (&k)[8], Key (&t)[4]) {
+// The best N (3 or 4) of 8 keys, largest first: sorted pairs, each two pairs merged (a merge network: x and y
+// are the middle two of four), then the top N of those two sorted lists c and d (the j-th largest, from 0, is the
+// largest of c[j], d[j] and min(c[a], d[j - 1 - a]) for a = 0 .. j - 1).
+template <typename Key, int N>
+__device__ inline void best_of_8(const Key (&k)[8], Key (&t)[N]) {
+  static_assert(N == 3 || N == 4, "best_of_8 keeps 3 or 4 keys (best_two_of_8: 2)");
   Key hi[4], lo[4], q[2][4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) { hi[i] = kmax(k[2 * i], k[2 * i + 1]); lo[i] = kmin(k[2 * i], k[2 * i + 1]); }
@@ -185,7 +166,7 @@ __device__ inline void best_four_of_8(const Key (&k)[8], Key (&t)[4]) {
   t[0] = kmax(c[0], d[0]);
   t[1] = kmax(kmax(c[1], d[1]), kmin(c[0], d[0]));
   t[2] = kmax(kmax(c[2], d[2]), kmax(kmin(c[1], d[0]), kmin(c[0], d[1])));
-  t[3] = kmax(kmax(c[3], d[3]), kmax(kmin(c[2], d[0]), kmax(kmin(c[1], d[1]), kmin(c[0], d[2]))));
+  if constexpr (N >= 4) t[3] = kmax(kmax(c[3], d[3]), kmax(kmin(c[2], d[0]), kmax(kmin(c[1], d[1]), kmin(c[0], d[2]))));
 }
 
 // K + EXTRA rounds over the group with each lane's best N keys (2, 3 or 4) and no refills on the way, round r's key
@@ -197,10 +178,8 @@ __device__ inline Key select_fast(const Key (&keys)[8], Slot* slot) {
   Key held[N];
   if constexpr (N == 2) {
     best_two_of_8<Key>(keys, held[0], held[1]);
-  } else if constexpr (N == 3) {
-    best_three_of_8<Key>(keys, held);
   } else {
-    best_four_of_8<Key>(keys, held);
+    best_of_8<Key, N>(keys, held);
   }
   const Key lowest = held[N - 1];
   Key top = 0;
