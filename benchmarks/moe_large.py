@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -26,9 +25,7 @@ def main() -> None:
 
     import reference as ref
     import topk_sigmoid_cuda
-    from stream_floor import stream_floor_us
-
-    from kernelpilot.evaluate.timing import gpu_sampler
+    from stream_floor import flushed_median_us, stream_floor_us
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtype", action="append")
@@ -51,11 +48,8 @@ def main() -> None:
                         row = {"variant": variant} | case
                         for algo in args.algo or ["keys", "keys_persistent"]:
                             ok, msg = ref.check((x, bias, k), topk_sigmoid_cuda.run(x, bias, k, algo), want)
-                            sample = gpu_sampler(lambda: topk_sigmoid_cuda.run(x, bias, k, algo))
-                            for i in range(-20, 0):
-                                sample(i)
-                            row[algo] = {"us": round(statistics.median(sample(i) for i in range(200)), 3),
-                                         "ok": ok, "message": msg}
+                            us = flushed_median_us(lambda: topk_sigmoid_cuda.run(x, bias, k, algo))
+                            row[algo] = {"us": round(us, 3), "ok": ok, "message": msg}
                         if not args.no_stream:
                             row["stream"] = stream_floor_us(tokens, experts, k, dtype, bias is not None)
                         rows.append(row)

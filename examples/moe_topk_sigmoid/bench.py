@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 from pathlib import Path
 
@@ -45,13 +44,10 @@ def launch_floor_us() -> float:
     kept busy while the host launches, CUDA events around the call), median of 200."""
     import torch
 
-    from kernelpilot.evaluate.timing import gpu_sampler
+    from stream_floor import flushed_median_us
 
     x = torch.zeros(1, device="cuda")
-    sample = gpu_sampler(lambda: x.add_(0))
-    for i in range(-20, 0):
-        sample(i)
-    return statistics.median(sample(i) for i in range(200))
+    return flushed_median_us(lambda: x.add_(0))
 
 
 def bench_variant(variant: str, dtype: str, budget: float, tokens: list[int] | None, floor_launch: float,

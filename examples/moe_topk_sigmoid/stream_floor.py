@@ -45,18 +45,24 @@ def stream(logits: torch.Tensor, bias, k: int, rows: int = 16, warps: int = 4):
     return w, ids
 
 
-def stream_floor_us(tokens: int, experts: int, k: int, dtype: str, with_bias: bool, calls: int = 200) -> dict:
-    """The fastest tile shape's median time on the GPU: {"us": .., "rows": .., "warps": ..}."""
+def flushed_median_us(call, calls: int = 200) -> float:
+    """A call timed as `kpilot bench` times a candidate (L2 flushed, the GPU kept busy while the host launches,
+    CUDA events around the call): the median of `calls`, after 20 calls not counted."""
     from kernelpilot.evaluate.timing import gpu_sampler
 
+    sample = gpu_sampler(call)
+    for i in range(-20, 0):
+        sample(i)
+    return statistics.median(sample(i) for i in range(calls))
+
+
+def stream_floor_us(tokens: int, experts: int, k: int, dtype: str, with_bias: bool, calls: int = 200) -> dict:
+    """The fastest tile shape's median time on the GPU: {"us": .., "rows": .., "warps": ..}."""
     logits = torch.randn(tokens, experts, device="cuda").to(getattr(torch, dtype))
     bias = torch.randn(experts, device="cuda") * 0.1 if with_bias else None
     best = None
     for rows, warps in SHAPES:
-        sample = gpu_sampler(lambda: stream(logits, bias, k, rows, warps))
-        for i in range(-20, 0):
-            sample(i)
-        us = statistics.median(sample(i) for i in range(calls))
+        us = flushed_median_us(lambda: stream(logits, bias, k, rows, warps), calls)
         if best is None or us < best["us"]:
             best = {"us": round(us, 3), "rows": rows, "warps": warps}
     return best
