@@ -5,11 +5,11 @@
 // whose order is the selection order: the score in the high bits, 255 - expert in the low 8 (equal scores: the
 // lower expert first). A lane keeps its best N keys (a merge network over 8): two, or three or four where a lane
 // often holds more than two of the top k (fewer lanes per token, larger k; see select()). Each of the K rounds
-// takes the group's largest best key (one REDUX for a whole warp, xor shuffles for smaller groups); the lane
-// holding it moves its next key up, and round r's key goes to the group's slot r in shared memory. A lane whose
-// N keys were all taken may hold one more of the top k; when its next key is above the last round's, the warp
-// selects again with refills from the keys below the last one taken. The key carries the expert, so no lane
-// needs another lane's scores.
+// takes the group's largest best key (one REDUX for a whole warp, two for groups of 16, xor shuffles for groups
+// of 8); the lane holding it moves its next key up, and round r's key goes to the group's slot r in shared
+// memory. A lane whose N keys were all taken may hold one more of the top k; when its next key is above the last
+// round's, the warp selects again with refills from the keys below the last one taken. The key carries the
+// expert, so no lane needs another lane's scores.
 //
 // A warp's 32 slots hold the round keys of up to 32 / (tokens per warp * K) passes (1 to 8). After them the
 // tail writes them all at once: lane l writes round l % K of one token, its expert and its weight, the
@@ -52,6 +52,11 @@ template <int G, typename Key>
 __device__ inline std::enable_if_t<sizeof(Key) == 4, Key> group_max(Key v) {
   if constexpr (G == 32) {
     return __reduce_max_sync(FULL, v);
+  } else if constexpr (G == 16) {   // two REDUX, each half's keys alone (0 for the other's: keys of 0 or less are none)
+    const bool upper = threadIdx.x & 16;
+    const Key lo = __reduce_max_sync(FULL, upper ? Key(0) : v);
+    const Key hi = __reduce_max_sync(FULL, upper ? v : Key(0));
+    return upper ? hi : lo;
   } else {
 #pragma unroll
     for (int off = G / 2; off > 0; off >>= 1) v = max(v, __shfl_xor_sync(FULL, v, off));
