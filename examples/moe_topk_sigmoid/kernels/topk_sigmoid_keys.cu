@@ -306,6 +306,27 @@ __device__ inline float from_order_key(unsigned k) {
   return __uint_as_float((k >> 31) ? (k ^ 0x80000000u) : ~k);
 }
 
+// The row a group past the last token selects on (it writes nothing): logits j * 256 + lane + 1 for its j-th
+// expert, positive, distinct, and with each lane's largest above every other lane's second, so the top k comes
+// from k lanes, one each. Zeros would make every expert equal, the top k one lane's, and the warp select
+// again on exact keys with refills, the token in the same warp (or block) waiting.
+template <typename T, int P, int V>
+__device__ inline void past_the_end(int lane_in_group, uint4 (&raw)[V]) {
+  static_assert(V * 16 == P * (int)sizeof(T), "a row is V 16-byte vectors");
+  T* e = reinterpret_cast<T*>(raw);
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const float x = (float)(j * 256 + lane_in_group + 1);
+    if constexpr (std::is_same_v<T, float>) {
+      e[j] = x;
+    } else if constexpr (std::is_same_v<T, __half>) {
+      e[j] = __float2half_rn(x);
+    } else {
+      e[j] = __float2bfloat16_rn(x);
+    }
+  }
+}
+
 // Passes whose results one tail writes, at most: a warp's 32 lanes hold 32 round keys.
 template <int EXPERTS, int K>
 constexpr int max_passes() { return 32 / ((32 / (EXPERTS / 8)) * K); }
@@ -384,6 +405,9 @@ __global__ __launch_bounds__(128, min_blocks<T, HAS_BIAS>()) void topk_sigmoid_k
       next_token += ahead;
       next_row += (ptrdiff_t)ahead * (EXPERTS * (int)sizeof(T) / 16);
       load_next();
+      if (base + b * PER_PASS + warp * PER_WARP + PER_WARP > tokens && base + b * PER_PASS + in_pass >= tokens) {
+        past_the_end<T, P>(sub, raw);   // a group past the last token (the warp's test first: the same for all lanes)
+      }
       if constexpr (HALVES) {
         const unsigned words[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w};
         int fast[P];
