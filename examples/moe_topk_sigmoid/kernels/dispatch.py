@@ -4,7 +4,9 @@ portable Triton kernel otherwise (other shapes, other GPUs, and the CPU through 
 
 On NVIDIA the CUDA kernel is chosen by shape, from bench.py's H200 rows (bf16): up to 128 experts and 1,024
 tokens the first kernel (one warp per token) was faster than the packed-key kernel on 30 of those 32 cases of
-both variants at 6524ae2, and on 31 of 32 against version 4 at babaec9. Above that, the packed-key kernel: on
+both variants at 6524ae2, and on 31 of 32 against version 4 at babaec9. Measured again at 81d1069 (bf16 and
+fp32, moe_large.py): the first kernel is faster on 30 of the 32 64-expert cases, and at 128 experts the two
+split 17 to 15, within 2% of each other by geometric mean. Above that, the packed-key kernel: on
 its persistent grid up to 8,192 tokens, and on a grid that covers the tokens once beyond (at 65,536 tokens the
 one-pass grid was faster on 10 of the 12 bf16 cases at babaec9, by up to 6%; at 8,192 the two were within 2%
 but for one case, where the persistent grid was 5% faster)."""
