@@ -180,8 +180,19 @@ __device__ inline void best_of_8(const Key (&k)[8], Key (&t)[N]) {
 // for the whole warp.
 template <typename Key, int G, int K, int EXTRA, int N, typename Slot>
 __device__ inline Key select_fast(const Key (&keys)[8], Slot* slot) {
+  // With two keys per lane at k 8 (a whole warp per token), 57% of warps have a lane whose two were both taken
+  // (iid logits): there the lane's third key comes with its best two (best_of_8, six more min/max) for the check
+  // after the rounds, where otherwise it is looked for again among the 8 (about 25 instructions).
+  constexpr bool THIRD = N == 2 && K >= 8;
   Key held[N];
-  if constexpr (N == 2) {
+  Key third = 0;
+  if constexpr (THIRD) {
+    Key three[3];
+    best_of_8<Key, 3>(keys, three);
+    held[0] = three[0];
+    held[1] = three[1];
+    third = three[2];
+  } else if constexpr (N == 2) {
     best_two_of_8<Key>(keys, held[0], held[1]);
   } else {
     best_of_8<Key, N>(keys, held);
@@ -198,7 +209,9 @@ __device__ inline Key select_fast(const Key (&keys)[8], Slot* slot) {
     if (r < K) slot[r] = (Slot)top;
   }
   const bool spent = held[0] == 0;
-  if (__any_sync(FULL, spent)) {
+  if constexpr (THIRD) {
+    if (__any_sync(FULL, spent && third > top)) top = select_rounds<Key, G, K, EXTRA, 8>(keys, slot);
+  } else if (__any_sync(FULL, spent)) {
     bool wrong = false;
     if (spent) {
       Key next, unused;
