@@ -204,13 +204,15 @@ def main() -> None:
     ap.add_argument("--report-only", metavar="GPU", help="rebuild the report from the rows files of this GPU "
                     "(e.g. 'NVIDIA H200') without running anything")
     args = ap.parse_args()
+    from stream_floor import results_name
+
     if args.report_only:
-        report(args.report_only.replace("NVIDIA ", "").replace(" ", "_").lower(), args.report_only, args.dtype)
+        report(results_name(args.report_only), args.report_only, args.dtype)
         return
     if not torch.cuda.is_available():
         sys.exit("bench.py needs a GPU")
     gpu = torch.cuda.get_device_name()
-    name = gpu.replace("NVIDIA ", "").replace(" ", "_").lower()
+    name = results_name(gpu)
     floor_launch = launch_floor_us()
     (HERE / "results").mkdir(exist_ok=True)
     for variant in args.variant or ["plain", "biased"]:

@@ -18,6 +18,11 @@ import triton.language as tl
 SHAPES = [(4, 4), (8, 4), (16, 4), (16, 8), (32, 8)]   # (rows per program, warps)
 
 
+def results_name(gpu: str) -> str:
+    """The GPU's name as the results files carry it: 'NVIDIA H200' -> 'h200'."""
+    return gpu.replace("NVIDIA ", "").replace(" ", "_").lower()
+
+
 @triton.jit
 def stream_kernel(x_ptr, bias_ptr, w_ptr, ids_ptr, tokens, E: tl.constexpr, K: tl.constexpr,
                   ROWS: tl.constexpr, HAS_BIAS: tl.constexpr):
@@ -90,8 +95,7 @@ def main() -> None:
                                "tokens": tokens, "k": k} | best
                         rows.append(row)
                         print(json.dumps(row), flush=True)
-    name = gpu.replace("NVIDIA ", "").replace(" ", "_").lower()
-    (here / "results" / f"{name}.stream.json").write_text(json.dumps({"gpu": gpu, "rows": rows}, indent=1))
+    (here / "results" / f"{results_name(gpu)}.stream.json").write_text(json.dumps({"gpu": gpu, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":
