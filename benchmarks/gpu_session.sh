@@ -26,6 +26,9 @@
 #   pytest-moe        python -m pytest -m gpu tests/test_moe_problem.py (the MoE kernels alone)
 #   moe-large         benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
 #                     their stream floors; quick, between full bench.py runs)
+#   moe-variants      benchmarks/moe_variants.py: the tree and each folder of $MOE_VARIANTS (files replacing MoE kernel
+#                     files) built at once, GPU tests of edge cases and moe_large.py on each, times against the tree's
+#                     ($MOE_VARIANTS_ARGS: more options, e.g. --dtype float32 --set warp:1,16)
 #   moe-optimize      kpilot optimize (search) of the MoE Triton kernel on three bf16 plain cases, report exported
 #   moe-optimize-cuda kpilot optimize (search) of the persistent CUDA kernel's blocks per SM, report exported
 set -uo pipefail
@@ -111,6 +114,7 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
           --case experts=256,tokens=8192,k=8,dtype=bfloat16 --store "$dir/runs.db" --json > "$dir/events.jsonl"
       report "$dir" ;;
     moe-large) python3 benchmarks/moe_large.py ${MOE_LARGE_ARGS:-} && cp benchmarks/results/moe_large.json "$dir/" ;;
+    moe-variants) python3 benchmarks/moe_variants.py "$dir" ${MOE_VARIANTS:?moe-variants needs MOE_VARIANTS} ${MOE_VARIANTS_ARGS:-} ;;
     moe-bench-large) python3 "$MOE/bench.py" --dtype bfloat16 --tokens 8192 --tokens 65536 && cp -r "$MOE"/results/* "$dir/" ;;
     moe-bench-plain|moe-bench-biased)
       python3 "$MOE/bench.py" --dtype bfloat16 --variant "${name#moe-bench-}" ${MOE_BUDGET:+--budget $MOE_BUDGET} \

@@ -1,0 +1,146 @@
+"""Variants of the MoE kernels side by side, before and after in one run: each variant is a folder of files that
+replace files of examples/moe_topk_sigmoid/kernels/ (say a changed topk_sigmoid_keys.cu). The tree as it is
+runs as "base". Each variant gets a copy of the tree; all are built at once (one PyTorch extension each),
+then each in turn runs the GPU tests of edge cases and benchmarks/moe_large.py (outputs checked), and the
+times are printed against the base's. Writes OUT/variants.json.
+
+    python benchmarks/moe_variants.py OUT VARIANT_DIR [VARIANT_DIR ...] [--dtype float32 ...] [--tests EXPR]
+
+Timing sets (--set, repeatable; default: the one-pass grid at 65,536 tokens and the persistent grid at 8,192):
+ALGO:TOKENS[,TOKENS...], e.g. keys:65536 or warp:1,16,128,1024.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = Path("examples") / "moe_topk_sigmoid" / "kernels"
+COPIED = ("src", "examples", "benchmarks", "tests", "pyproject.toml")
+EDGE_TESTS = "not_positive or outside_the_grid"   # tokens whose top k is not positive; 1 to 20,001 tokens
+DEFAULT_SETS = ("keys:65536", "keys_persistent:8192")
+
+
+def parse_set(text: str) -> tuple[str, list[int]]:
+    """'keys:65536,8192' -> ('keys', [65536, 8192])."""
+    algo, _, tokens = text.partition(":")
+    if not algo or not tokens:
+        raise argparse.ArgumentTypeError(f"a timing set is ALGO:TOKENS[,TOKENS...], not {text!r}")
+    try:
+        return algo, [int(t) for t in tokens.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"tokens must be integers: {text!r}") from None
+
+
+def make_tree(name: str, overlay: Path | None, into: Path) -> Path:
+    """A copy of the tree for one variant, its files laid over the kernels folder."""
+    tree = into / name
+    for part in COPIED:
+        src = ROOT / part
+        if src.is_dir():
+            shutil.copytree(src, tree / part, ignore=shutil.ignore_patterns("__pycache__", "results"))
+        elif src.exists():
+            shutil.copy2(src, tree / part)
+    (tree / "benchmarks" / "results").mkdir(parents=True, exist_ok=True)
+    if overlay is not None:
+        files = [f for f in overlay.iterdir() if f.is_file()]
+        for f in files:
+            if not (tree / KERNELS / f.name).exists():
+                sys.exit(f"{overlay}: {f.name} replaces no file of {KERNELS}")
+            shutil.copy2(f, tree / KERNELS / f.name)
+    return tree
+
+
+def run(cmd: list[str], tree: Path, log: Path) -> int:
+    env = dict(os.environ, PYTHONPATH=str(tree / "src"), PYTHONUNBUFFERED="1")
+    with open(log, "w") as out:
+        return subprocess.run(cmd, cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+
+
+def build(tree: Path, log: Path) -> int:
+    code = ("import sys; sys.path.insert(0, %r); import topk_sigmoid_cuda as t; t._extension()"
+            % str(tree / KERNELS))
+    return run([sys.executable, "-c", code], tree, log)
+
+
+def compare(results: dict[str, list[dict]]) -> list[str]:
+    """One line per case and timing set: each variant's time (us; ! where its outputs failed the check) and its
+    ratio to the base's."""
+    names = list(results)
+    base = results[names[0]]
+    lines = []
+    for i, row in enumerate(base):
+        algo = row["algo"]
+        cells = []
+        for name in names:
+            got = results[name][i][algo]
+            ratio = got["us"] / row[algo]["us"]
+            cells.append(f"{name} {got['us']:7.2f}{'' if got['ok'] else '!'}"
+                         + ("" if name == names[0] else f" ({ratio:.3f}x)"))
+        lines.append(f"{row['variant']:6} {row['dtype']:8} {row['experts']:3} {row['tokens']:5} k{row['k']}  {algo:15}"
+                     + "  ".join(cells))
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("variants", type=Path, nargs="+", help="folders of files replacing files of " + str(KERNELS))
+    ap.add_argument("--dtype", action="append", help="default bfloat16")
+    ap.add_argument("--set", dest="sets", action="append", type=parse_set, help="ALGO:TOKENS[,TOKENS...]")
+    ap.add_argument("--tests", default=EDGE_TESTS, help="pytest -k expression of the GPU tests to run ('' for none)")
+    args = ap.parse_args()
+    for v in args.variants:
+        if not v.is_dir():
+            sys.exit(f"{v}: not a folder")
+    names = ["base"] + [v.name for v in args.variants]
+    if len(set(names)) != len(names):
+        sys.exit("variant folders need distinct names (and none called base)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    sets = args.sets or [parse_set(s) for s in DEFAULT_SETS]
+    dtypes = [a for d in (args.dtype or ["bfloat16"]) for a in ("--dtype", d)]
+    with tempfile.TemporaryDirectory(prefix="moe_variants_") as tmp:
+        trees = {n: make_tree(n, v, Path(tmp)) for n, v in zip(names, [None, *args.variants])}
+        os.environ.setdefault("MAX_JOBS", str(max(1, (os.cpu_count() or 4) // len(trees))))
+        with ThreadPoolExecutor(len(trees)) as pool:   # the builds at once, each with a share of the cores
+            codes = dict(zip(trees, pool.map(lambda n: build(trees[n], args.out / f"build_{n}.log"), trees)))
+        failed = [n for n, c in codes.items() if c]
+        if failed:
+            sys.exit(f"build failed: {', '.join(failed)} (see {args.out}/build_<name>.log)")
+        results, tests = {}, {}
+        for name, tree in trees.items():
+            if args.tests:
+                log = args.out / f"pytest_{name}.log"
+                code = run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
+                            "tests/test_moe_problem.py", "-k", args.tests], tree, log)
+                tests[name] = {"exit": code, "summary": log.read_text().strip().splitlines()[-1:]}
+                print(f"{name}: GPU tests exit {code} {tests[name]['summary']}", flush=True)
+            rows = []
+            for algo, tokens in sets:
+                cmd = [sys.executable, "benchmarks/moe_large.py", *dtypes, "--algo", algo, "--no-stream",
+                       *[a for t in tokens for a in ("--tokens", str(t))]]
+                if run(cmd, tree, args.out / f"large_{name}_{algo}.log"):
+                    sys.exit(f"{name}: moe_large.py failed (see {args.out}/large_{name}_{algo}.log)")
+                got = json.loads((tree / "benchmarks" / "results" / "moe_large.json").read_text())["rows"]
+                rows += [r | {"algo": algo} for r in got]
+            results[name] = rows
+    lines = compare(results)
+    print("\n".join(lines))
+    (args.out / "variants.json").write_text(json.dumps({"variants": names, "tests": tests, "results": results},
+                                                       indent=1))
+    bad = [n for n, t in tests.items() if t["exit"]] + [n for n, rows in results.items()
+                                                        if any(not r[r["algo"]]["ok"] for r in rows)]
+    if bad:
+        sys.exit(f"failed tests or checks: {', '.join(sorted(set(bad)))}")
+
+
+if __name__ == "__main__":
+    main()
