@@ -39,26 +39,33 @@ int current_device() {
   return dev;
 }
 
-int sm_count(int dev) {       // asked once per device
-  static int count[64] = {0};
-  int n = dev < 64 ? count[dev] : 0;
+template <typename Ask>
+int once_per_device(int (&cache)[64], int dev, Ask ask) {   // ask() once per device (the first 64 kept)
+  int n = dev < 64 ? cache[dev] : 0;
   if (!n) {
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    if (dev < 64) count[dev] = n;
+    n = ask();
+    if (dev < 64) cache[dev] = n;
   }
   return n;
 }
 
-template <typename Kernel>
-int resident_blocks(Kernel kernel, int dev) {   // of 128 threads per SM, asked once per kernel and device
+int sm_count(int dev) {
   static int count[64] = {0};
-  int n = dev < 64 ? count[dev] : 0;
-  if (!n) {
+  return once_per_device(count, dev, [dev] {
+    int n = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  });
+}
+
+template <typename Kernel>
+int resident_blocks(Kernel kernel, int dev) {   // of 128 threads per SM, per kernel and device
+  static int count[64] = {0};
+  return once_per_device(count, dev, [kernel] {
+    int n = 0;
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 128, 0));
-    n = std::max(n, 1);
-    if (dev < 64) count[dev] = n;
-  }
-  return n;
+    return std::max(n, 1);
+  });
 }
 
 template <int E, int NK, bool B>

@@ -368,7 +368,8 @@ __global__ __launch_bounds__(128, min_blocks<T, HAS_BIAS>()) void topk_sigmoid_k
   const int e0 = sub * P;
   // Passes over the tokens are counted per block (values the compiler knows are the same for the whole warp,
   // so the warp-wide reductions need no fallback for diverged lanes); a warp past the last token still takes
-  // part, with zero rows, and writes nothing. One pass of a block: WARPS * PER_WARP consecutive tokens.
+  // part, on rows of its own (past_the_end), and writes nothing. One pass of a block: WARPS * PER_WARP
+  // consecutive tokens.
   constexpr int PER_PASS = WARPS * PER_WARP;
   const int span = PER_PASS * passes;   // the block's tokens per tail
   const int step = gridDim.x * span;
@@ -436,7 +437,7 @@ __global__ __launch_bounds__(128, min_blocks<T, HAS_BIAS>()) void topk_sigmoid_k
         }
       } else {
         float x[P];
-        const T* e = reinterpret_cast<const T*>(raw);   // zeros past the last token
+        const T* e = reinterpret_cast<const T*>(raw);
 #pragma unroll
         for (int j = 0; j < P; ++j) x[j] = to_float<T>(e[j]);
         if constexpr (!HAS_BIAS) {   // fp32: 24 bits of the logit, then the expert; exact where no two differ
