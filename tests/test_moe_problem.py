@@ -138,8 +138,9 @@ def test_cuda_kernel_uses_redux_and_vector_loads(has_bias):
 @pytest.mark.parametrize("experts,redux,shuffles", [(256, 32, 0), (128, 64, 0), (64, 0, 96)])
 def test_keys_kernel_takes_one_group_max_per_round(experts, redux, shuffles):
     """The packed-key kernel for sm_90, bf16 logits, k 8: per round one REDUX (a whole warp per token), two (one
-    per half-warp: 16 lanes per token) or three xor shuffles (8 lanes per token); once more in the rare selection with refills; all of that twice, on the signed keys of positive logits and on the exact keys
-    where a token's k-th logit is not positive; 128-bit loads of logits; round keys kept in shared memory and
+    per half-warp: 16 lanes per token) or three xor shuffles (8 lanes per token); once more in the rare selection
+    with refills; all of that twice, on the signed keys of positive logits and on the exact keys where a token's
+    k-th logit is not positive; 128-bit loads of logits; round keys kept in shared memory and
     written by one tail (two global stores); no spills, the 12 blocks per SM it is built for (75%)."""
     from conftest import require_tool
 
