@@ -135,28 +135,34 @@ def test_cuda_kernel_uses_redux_and_vector_loads(has_bias):
     assert "mem.narrow-global-loads" not in {f.id for f in k.findings}
 
 
-@pytest.mark.parametrize("experts,redux,shuffles", [(256, 32, 0), (128, 64, 0), (64, 0, 96)])
-def test_keys_kernel_takes_one_group_max_per_round(experts, redux, shuffles):
-    """The packed-key kernel for sm_90, bf16 logits, k 8: per round one REDUX (a whole warp per token), two (one
-    per half-warp: 16 lanes per token) or three xor shuffles (8 lanes per token); once more in the rare selection
-    with refills; all of that twice, on the signed keys of positive logits and on the exact keys where a token's
-    k-th logit is not positive; 128-bit loads of logits; round keys kept in shared memory and
-    written by one tail (two global stores); no spills, the 12 blocks per SM it is built for (75%)."""
+@pytest.mark.parametrize("experts,k,redux,shuffles,occupancy", [(256, 8, 32, 0, 75), (128, 8, 64, 0, 75), (64, 8, 0, 96, 75),
+                                                                (128, 4, 0, 48, 50), (64, 4, 0, 32, 50)])
+def test_keys_kernel_takes_one_group_max_per_round(experts, k, redux, shuffles, occupancy):
+    """The packed-key kernel for sm_90, bf16 logits: per round one REDUX (a whole warp per token), two (one per
+    half-warp: 16 lanes per token) or xor shuffles (three for 8 lanes per token, two for 4); once more in the rare
+    selection with refills; all of that twice, on the signed keys of positive logits and on the exact keys where a
+    token's k-th logit is not positive. At k 4 for 64 and 128 experts a lane takes 16 experts (two 128-bit loads
+    per row, 8 blocks per SM: 50%), otherwise 8 (one, 12 blocks: 75%). The row is loaded a pass ahead; round keys
+    kept in shared memory and written by one tail (two global stores); no spills. With two REDUX per round the
+    halves' masks and the pick are IMAD, not selects."""
     from conftest import require_tool
 
     require_tool("nvcc")
     from kernelpilot.isa import analyze
 
-    (k,) = analyze(MOE / "kernels" / "topk_sigmoid_keys.cu", arch="sm_90", block_size=128,
-                   defines={"MOE_EXPERTS": str(experts), "MOE_K": "8", "MOE_BIAS": "0", "MOE_DTYPE": "__nv_bfloat16"})
-    ops = k.opcodes
+    (kern,) = analyze(MOE / "kernels" / "topk_sigmoid_keys.cu", arch="sm_90", block_size=128,
+                      defines={"MOE_EXPERTS": str(experts), "MOE_K": str(k), "MOE_BIAS": "0",
+                               "MOE_DTYPE": "__nv_bfloat16"})
+    ops = kern.opcodes
     assert sum(n for op, n in ops.items() if op.startswith("REDUX")) == redux
     assert sum(n for op, n in ops.items() if op.startswith("SHFL")) == shuffles
-    # 128-bit loads of logits: the first row, then each next row ahead of the current selection
-    assert sum(n for op, n in ops.items() if op.startswith("LDG") and ".128" in op) == 2
+    vectors = 2 if occupancy == 50 else 1
+    assert sum(n for op, n in ops.items() if op.startswith("LDG") and ".128" in op) == 2 * vectors
     assert sum(n for op, n in ops.items() if op.startswith("STG")) == 2
     assert sum(n for op, n in ops.items() if op.startswith("STS")) >= 1
-    assert k.resources.spill_store_bytes == 0 and k.occupancy.percent == 75
+    assert kern.resources.spill_store_bytes == 0 and kern.occupancy.percent == occupancy
+    if experts == 128 and k == 8:
+        assert ops.get("SEL", 0) < 4 * redux
 
 
 def test_keys_kernel_selects_fp32_logits_on_32_bit_keys():

@@ -2,8 +2,8 @@
 for 64, 128 or 256 experts, k 4 or 8, fp32/fp16/bf16 logits, one source file per dtype so that the build
 runs in parallel.
 
-- ``keys`` (the default, topk_sigmoid_keys.cu): packed selection keys, EXPERTS/8 lanes per token, a grid
-  that covers the tokens once.
+- ``keys`` (the default, topk_sigmoid_keys.cu): packed selection keys, EXPERTS/8 lanes per token (EXPERTS/16
+  for 64 and 128 experts at k 4 with 16-bit logits and no bias), a grid that covers the tokens once.
 - ``keys_persistent``: the same kernel on a grid of at most ``blocks_per_sm`` blocks per SM (12 by default,
   never more than fit at once), each warp taking token after token.
 - ``warp`` (topk_sigmoid_warp.cu, the first version): one warp per token, a REDUX and a ballot per round.
@@ -79,14 +79,14 @@ void launch(int algo, int blocks_per_sm, const torch::Tensor& x, const torch::Te
   if (algo == 0) {          // one token per warp, 8 warps per block
     moe::topk_sigmoid_warp<T, E, NK, B><<<(tokens + 7) / 8, 256, 0, stream>>>(xp, bp, w.data_ptr<float>(),
                                                                               ids.data_ptr<int>(), tokens);
-  } else {                  // E/8 lanes per token, 4 warps per block
+  } else {                  // E/8 or E/16 lanes per token, 4 warps per block
     // A block's pass covers per_pass tokens; `passes` of them share one tail (the writes), as many as the kernel
     // allows while the grid still has eight blocks per SM to give out (fewer warps hid less of the latency at
     // 8,192 tokens on the H200).
-    constexpr int per_pass = 4 * (32 / (E / 8));
+    constexpr int per_pass = moe::tokens_per_pass<T, E, NK, B>();
     const int dev = current_device();
     const int sms = sm_count(dev);
-    int passes = moe::max_passes<E, NK>();
+    int passes = moe::max_passes<T, E, NK, B>();
     while (passes > 1 && (tokens + per_pass * passes - 1) / (per_pass * passes) < 8 * sms) passes /= 2;
     int blocks = (tokens + per_pass * passes - 1) / (per_pass * passes);
     const auto kernel = moe::topk_sigmoid_keys<T, E, NK, B>;

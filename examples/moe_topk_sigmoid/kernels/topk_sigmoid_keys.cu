@@ -1,12 +1,14 @@
 // MoE top-k sigmoid routing for NVIDIA sm_80+ (built for the H200, sm_90) with packed selection keys: a group
-// of G = EXPERTS / 8 lanes per token (8, 16 or 32 lanes: four, two or one token per warp).
+// of G = EXPERTS / P lanes per token, P experts per lane: 8 (groups of 8, 16 or 32 lanes: four, two or one token
+// per warp), or 16 for 64 and 128 experts at k 4 with 16-bit logits and no bias (groups of 4 or 8: eight or four
+// tokens per warp, which takes fewer instructions per token for the rounds; see experts_per_lane()).
 //
-// Each lane loads 8 experts (one 16-byte load for fp16/bf16, two for fp32) and makes one 32-bit key per expert
-// whose order is the selection order: the score in the high bits, 255 - expert in the low 8 (equal scores: the
-// lower expert first). A lane keeps its best N keys (a merge network over 8): two, or three or four where a lane
-// often holds more than two of the top k (fewer lanes per token, larger k; see select()). Each of the K rounds
-// takes the group's largest best key (one REDUX for a whole warp, two for groups of 16, xor shuffles for groups
-// of 8); the lane holding it moves its next key up, and round r's key goes to the group's slot r in shared
+// Each lane loads P experts (16 bytes per 8 fp16/bf16, 32 per 8 fp32) and makes one 32-bit key per expert whose
+// order is the selection order: the score in the high bits, 255 - expert in the low 8 (equal scores: the lower
+// expert first). A lane keeps its best N keys (a merge network): two, or three or four where a lane often holds
+// more than two of the top k (fewer lanes per token, larger k; see select()). Each of the K rounds takes the
+// group's largest best key (one REDUX for a whole warp, two for groups of 16, xor shuffles for groups of 8 or
+// 4); the lane holding it moves its next key up, and round r's key goes to the group's slot r in shared
 // memory. A lane whose N keys were all taken may hold one more of the top k; when its next key is above the last
 // round's, the warp selects again with refills from the keys below the last one taken. The key carries the
 // expert, so no lane needs another lane's scores.
@@ -46,6 +48,25 @@ namespace moe {
 
 constexpr unsigned FULL = 0xffffffffu;
 
+// 1 in the upper half-warp, 0 in the lower, opaque to the compiler (so that products with it stay products).
+__device__ inline unsigned half_flag() {
+  unsigned f = (threadIdx.x >> 4) & 1u;
+  asm("mov.b32 %0, %0;" : "+r"(f));
+  return f;
+}
+
+// a * b and a * b + c as IMAD (PTX mul/mad, which the compiler does not turn into selects).
+__device__ inline unsigned mul_u32(unsigned a, unsigned b) {
+  unsigned r;
+  asm("mul.lo.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+__device__ inline unsigned mad_u32(unsigned a, unsigned b, unsigned c) {
+  unsigned r;
+  asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+
 // The largest key among the G lanes of this lane's group (groups are aligned runs of G lanes): unsigned, or
 // signed (the positive fast path of 16-bit logits).
 template <int G, typename Key>
@@ -53,10 +74,12 @@ __device__ inline std::enable_if_t<sizeof(Key) == 4, Key> group_max(Key v) {
   if constexpr (G == 32) {
     return __reduce_max_sync(FULL, v);
   } else if constexpr (G == 16) {   // two REDUX, each half's keys alone (0 for the other's: keys of 0 or less are none)
-    const bool upper = threadIdx.x & 16;
-    const Key lo = __reduce_max_sync(FULL, upper ? Key(0) : v);
-    const Key hi = __reduce_max_sync(FULL, upper ? v : Key(0));
-    return upper ? hi : lo;
+    // The halves' masks and the pick are products with 0 or 1 (IMAD, the FMA pipe) where selects would load the
+    // ALU pipe, which the rounds' compares and selects already fill (0.95x to 0.99x of the time, 65,536 tokens).
+    const unsigned up = half_flag(), low = 1u - up;
+    const Key lo = __reduce_max_sync(FULL, (Key)mul_u32(low, (unsigned)v));
+    const Key hi = __reduce_max_sync(FULL, (Key)mul_u32(up, (unsigned)v));
+    return (Key)mad_u32(up, (unsigned)hi, mul_u32(low, (unsigned)lo));
   } else {
 #pragma unroll
     for (int off = G / 2; off > 0; off >>= 1) v = max(v, __shfl_xor_sync(FULL, v, off));
@@ -150,40 +173,57 @@ __device__ inline void best_two_of_8(const Key (&k)[8], Key& best, Key& second) 
   second = kmax(kmin(h01, h23), kmax(s01, s23));
 }
 
-// The best N (3 or 4) of 8 keys, largest first: sorted pairs, each two pairs merged (a merge network: x and y
-// are the middle two of four), then the top N of those two sorted lists c and d (the j-th largest, from 0, is the
-// largest of c[j], d[j] and min(c[a], d[j - 1 - a]) for a = 0 .. j - 1).
+// Four keys sorted, largest first: sorted pairs merged (x and y, the middle two, compared once).
+template <typename Key>
+__device__ inline void sorted_four(Key a, Key b, Key c, Key d, Key (&q)[4]) {
+  const Key h0 = kmax(a, b), l0 = kmin(a, b), h1 = kmax(c, d), l1 = kmin(c, d);
+  const Key x = kmin(h0, h1), y = kmax(l0, l1);
+  q[0] = kmax(h0, h1);
+  q[1] = kmax(x, y);
+  q[2] = kmin(x, y);
+  q[3] = kmin(l0, l1);
+}
+
+// The top N (1 to 4) of two sorted lists of four, largest first: the j-th largest (from 0) is the largest of c[j],
+// d[j] and min(c[a], d[j - 1 - a]) for a = 0 .. j - 1.
+template <typename Key, int N>
+__device__ inline void merge_top(const Key (&c)[4], const Key (&d)[4], Key (&t)[N]) {
+  static_assert(N >= 1 && N <= 4, "merge_top keeps 1 to 4 keys");
+  t[0] = kmax(c[0], d[0]);
+  if constexpr (N >= 2) t[1] = kmax(kmax(c[1], d[1]), kmin(c[0], d[0]));
+  if constexpr (N >= 3) t[2] = kmax(kmax(c[2], d[2]), kmax(kmin(c[1], d[0]), kmin(c[0], d[1])));
+  if constexpr (N >= 4) t[3] = kmax(kmax(c[3], d[3]), kmax(kmin(c[2], d[0]), kmax(kmin(c[1], d[1]), kmin(c[0], d[2]))));
+}
+
+// The best N (3 or 4) of 8 keys, largest first.
 template <typename Key, int N>
 __device__ inline void best_of_8(const Key (&k)[8], Key (&t)[N]) {
   static_assert(N == 3 || N == 4, "best_of_8 keeps 3 or 4 keys (best_two_of_8: 2)");
-  Key hi[4], lo[4], q[2][4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) { hi[i] = kmax(k[2 * i], k[2 * i + 1]); lo[i] = kmin(k[2 * i], k[2 * i + 1]); }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const Key x = kmin(hi[2 * h], hi[2 * h + 1]), y = kmax(lo[2 * h], lo[2 * h + 1]);
-    q[h][0] = kmax(hi[2 * h], hi[2 * h + 1]);
-    q[h][1] = kmax(x, y);
-    q[h][2] = kmin(x, y);
-    q[h][3] = kmin(lo[2 * h], lo[2 * h + 1]);
-  }
-  const Key (&c)[4] = q[0], (&d)[4] = q[1];
-  t[0] = kmax(c[0], d[0]);
-  t[1] = kmax(kmax(c[1], d[1]), kmin(c[0], d[0]));
-  t[2] = kmax(kmax(c[2], d[2]), kmax(kmin(c[1], d[0]), kmin(c[0], d[1])));
-  if constexpr (N >= 4) t[3] = kmax(kmax(c[3], d[3]), kmax(kmin(c[2], d[0]), kmax(kmin(c[1], d[1]), kmin(c[0], d[2]))));
+  Key c[4], d[4];
+  sorted_four(k[0], k[1], k[2], k[3], c);
+  sorted_four(k[4], k[5], k[6], k[7], d);
+  merge_top<Key, N>(c, d, t);
+}
+
+// The best N (1 to 4) of 16 keys, largest first: the best four of each half, merged.
+template <typename Key, int N>
+__device__ inline void best_of_16(const Key (&k)[16], Key (&t)[N]) {
+  Key c[4], d[4];
+  best_of_8<Key, 4>(reinterpret_cast<const Key(&)[8]>(k[0]), c);
+  best_of_8<Key, 4>(reinterpret_cast<const Key(&)[8]>(k[8]), d);
+  merge_top<Key, N>(c, d, t);
 }
 
 // K + EXTRA rounds over the group with each lane's best N keys (2, 3 or 4) and no refills on the way, round r's key
 // to slot[r] for r < K; returns the last round's key. A lane whose N keys were all taken may hold one more of the
 // top k: if its next key is above the last round's, the selection is done again with refills (select_rounds),
 // for the whole warp.
-template <typename Key, int G, int K, int EXTRA, int N, typename Slot>
-__device__ inline Key select_fast(const Key (&keys)[8], Slot* slot) {
+template <typename Key, int G, int K, int EXTRA, int N, int P, typename Slot>
+__device__ inline Key select_fast(const Key (&keys)[P], Slot* slot) {
   // With two keys per lane at k 8 (a whole warp per token), 57% of warps have a lane whose two were both taken
   // (iid logits): there the lane's third key comes with its best two (best_of_8, six more min/max) for the check
   // after the rounds, where otherwise it is looked for again among the 8 (about 25 instructions).
-  constexpr bool THIRD = N == 2 && K >= 8;
+  constexpr bool THIRD = P == 8 && N == 2 && K >= 8;
   Key held[N];
   Key third = 0;
   if constexpr (THIRD) {
@@ -192,6 +232,8 @@ __device__ inline Key select_fast(const Key (&keys)[8], Slot* slot) {
     held[0] = three[0];
     held[1] = three[1];
     third = three[2];
+  } else if constexpr (P == 16) {
+    best_of_16<Key, N>(keys, held);
   } else if constexpr (N == 2) {
     best_two_of_8<Key>(keys, held[0], held[1]);
   } else {
@@ -210,15 +252,15 @@ __device__ inline Key select_fast(const Key (&keys)[8], Slot* slot) {
   }
   const bool spent = held[0] == 0;
   if constexpr (THIRD) {
-    if (__any_sync(FULL, spent && third > top)) top = select_rounds<Key, G, K, EXTRA, 8>(keys, slot);
+    if (__any_sync(FULL, spent && third > top)) top = select_rounds<Key, G, K, EXTRA, P>(keys, slot);
   } else if (__any_sync(FULL, spent)) {
     bool wrong = false;
     if (spent) {
       Key next, unused;
-      best_two<Key, 8>(keys, lowest, next, unused);
+      best_two<Key, P>(keys, lowest, next, unused);
       wrong = next > top;
     }
-    if (__any_sync(FULL, wrong)) top = select_rounds<Key, G, K, EXTRA, 8>(keys, slot);
+    if (__any_sync(FULL, wrong)) top = select_rounds<Key, G, K, EXTRA, P>(keys, slot);
   }
   return top;
 }
@@ -227,11 +269,13 @@ __device__ inline Key select_fast(const Key (&keys)[8], Slot* slot) {
 // top k (a whole warp per token: 3.3% of tokens for 256 experts, k 8; 16 lanes and k 4: 2% of warps), its best
 // four where k is as large as the group (64 experts, k 8: with three, 18% of warps would select again; with
 // four, 1.2%), and its best three otherwise (64 experts, k 4; 128 experts, k 8, where 23% of warps would
-// select again with two, and 1.3% do with three). The shares are for iid logits.
-template <typename Key, int G, int K, int EXTRA = 0, typename Slot>
-__device__ inline Key select(const Key (&keys)[8], Slot* slot) {
+// select again with two, and 1.3% do with three). With 16 experts per lane: three at k 4 for 128 experts (17.6% of
+// warps look for a lane's fourth key, 0.5% select again), four for 64 (a lane may hold all four, never more).
+// The shares are for iid logits.
+template <typename Key, int G, int K, int EXTRA = 0, int P, typename Slot>
+__device__ inline Key select(const Key (&keys)[P], Slot* slot) {
   constexpr int N = G == 32 || 4 * K <= G ? 2 : K >= G ? 4 : 3;
-  return select_fast<Key, G, K, EXTRA, N>(keys, slot);
+  return select_fast<Key, G, K, EXTRA, N, P>(keys, slot);
 }
 
 // 0xffff in each 16-bit half whose sign bit is set (PTX prmt's sign-replicating selectors, which __byte_perm
@@ -250,20 +294,24 @@ __device__ inline unsigned half_order_keys(unsigned w) {
   return ((w | 0x80008000u) ^ m) + (m & 0x00010001u);
 }
 
-// The index bytes of experts e0 .. e0 + 7 (255 - expert: the lower expert first among equal scores), four per
+// The index bytes of experts e0 .. e0 + 4W - 1 (255 - expert: the lower expert first among equal scores), four per
 // word, kept in registers across passes (the asm keeps the compiler from computing them again in every pass).
-__device__ inline void index_bytes(int e0, unsigned (&idx)[2]) {
+template <int W>
+__device__ inline void index_bytes(int e0, unsigned (&idx)[W]) {
   const unsigned b = (255u - (unsigned)e0) * 0x01010101u;
-  idx[0] = b - 0x03020100u;
-  idx[1] = b - 0x07060504u;
-  asm volatile("" : "+r"(idx[0]), "+r"(idx[1]));
+#pragma unroll
+  for (int i = 0; i < W; ++i) {
+    idx[i] = b - (0x03020100u + 0x04040404u * i);
+    asm volatile("" : "+r"(idx[i]));
+  }
 }
 
-// Keys of 8 consecutive fp16 or bf16 values (4 words of two; idx from index_bytes), two per word: [the
+// Keys of 2W consecutive fp16 or bf16 values (W words of two; idx from index_bytes), two per word: [the
 // word's 16-bit half, 255 - expert, 255 - expert].
-__device__ inline void keys_of_words(const unsigned (&words)[4], const unsigned (&idx)[2], unsigned (&keys)[8]) {
+template <int W>
+__device__ inline void keys_of_words(const unsigned (&words)[W], const unsigned (&idx)[W / 2], unsigned (&keys)[2 * W]) {
 #pragma unroll
-  for (int p = 0; p < 4; ++p) {
+  for (int p = 0; p < W; ++p) {
     const unsigned k2 = words[p];
     const unsigned ib = idx[p / 2], s = 4u + 2u * (p % 2);
     keys[2 * p] = __byte_perm(k2, ib, 0x1000u | (s << 4) | s);
@@ -271,15 +319,16 @@ __device__ inline void keys_of_words(const unsigned (&words)[4], const unsigned 
   }
 }
 
-// Exact keys of 8 fp16 or bf16 logits: the 16-bit order keys (half_order_keys), then the expert.
-__device__ inline void keys_of_halves(const unsigned (&words)[4], const unsigned (&idx)[2], unsigned (&keys)[8]) {
-  unsigned ordered[4];
+// Exact keys of 2W fp16 or bf16 logits: the 16-bit order keys (half_order_keys), then the expert.
+template <int W>
+__device__ inline void keys_of_halves(const unsigned (&words)[W], const unsigned (&idx)[W / 2], unsigned (&keys)[2 * W]) {
+  unsigned ordered[W];
 #pragma unroll
-  for (int p = 0; p < 4; ++p) ordered[p] = half_order_keys(words[p]);
+  for (int p = 0; p < W; ++p) ordered[p] = half_order_keys(words[p]);
   keys_of_words(ordered, idx, keys);
 }
 
-// Signed keys of 8 fp16 or bf16 logits, the words' halves then the expert (keys_of_words), which order like the
+// Signed keys of P fp16 or bf16 logits, the words' halves then the expert (keys_of_words), which order like the
 // logits where those are positive: every positive logit's key is at least POSITIVE_KEY and above every key of a
 // zero or a negative logit (those are 0 or less: none, to the selection). A selection whose last key is at least
 // POSITIVE_KEY chose only positive logits and is exact.
@@ -340,27 +389,43 @@ __device__ inline void past_the_end(int lane_in_group, uint4 (&raw)[V]) {
   }
 }
 
+// Experts per lane: 16 for 64 and 128 experts at k 4 with 16-bit logits and no bias (groups of 4 or 8 lanes: a
+// round's shuffles serve twice the tokens; 0.87x of the time for 128 experts at 65,536 tokens, 0.95x for 64), 8
+// otherwise. At k 8 a lane of 16 experts more often holds several of the top k, and the 64 registers its rows
+// take cost the occupancy the rounds save (0.99x for 128 experts); with a bias the shifts spill (1.26x to 1.42x).
+template <typename T, int EXPERTS, int K, bool HAS_BIAS>
+__host__ __device__ constexpr int experts_per_lane() {
+  return (EXPERTS == 64 || EXPERTS == 128) && K == 4 && sizeof(T) == 2 && !HAS_BIAS ? 16 : 8;
+}
+
+// Tokens per pass of a block of 128 threads.
+template <typename T, int EXPERTS, int K, bool HAS_BIAS>
+constexpr int tokens_per_pass() { return 4 * (32 / (EXPERTS / experts_per_lane<T, EXPERTS, K, HAS_BIAS>())); }
+
 // Passes whose results one tail writes, at most: a warp's 32 lanes hold 32 round keys.
-template <int EXPERTS, int K>
-constexpr int max_passes() { return 32 / ((32 / (EXPERTS / 8)) * K); }
+template <typename T, int EXPERTS, int K, bool HAS_BIAS>
+constexpr int max_passes() { return 32 / ((32 / (EXPERTS / experts_per_lane<T, EXPERTS, K, HAS_BIAS>())) * K); }
 
 // `passes` (1 to max_passes) passes of each warp over its tokens store their round keys in shared memory; then
 // all 32 lanes write the weights and ids of those tokens at once, lane l the round l % K of a token.
 // Blocks of 128 threads per SM the build is made for: 12 (40 registers) for 16-bit logits without a bias, where
-// that keeps the index bytes in registers across passes; 8 (64 registers) for the others, which spill at 40.
-template <typename T, bool HAS_BIAS>
-constexpr int min_blocks() { return !HAS_BIAS && sizeof(T) == 2 ? 12 : 8; }
+// that keeps the index bytes in registers across passes; 8 (64 registers) for the others, which spill at 40,
+// and for 16 experts per lane (two rows of 32 bytes, the current and the next, and 16 keys).
+template <typename T, int EXPERTS, int K, bool HAS_BIAS>
+constexpr int min_blocks() {
+  return experts_per_lane<T, EXPERTS, K, HAS_BIAS>() == 16 ? 8 : !HAS_BIAS && sizeof(T) == 2 ? 12 : 8;
+}
 
 template <typename T, int EXPERTS, int K, bool HAS_BIAS>
-__global__ __launch_bounds__(128, min_blocks<T, HAS_BIAS>()) void topk_sigmoid_keys(const T* __restrict__ logits, const float* __restrict__ bias,
+__global__ __launch_bounds__(128, min_blocks<T, EXPERTS, K, HAS_BIAS>()) void topk_sigmoid_keys(const T* __restrict__ logits, const float* __restrict__ bias,
                                                          float* __restrict__ weights, int* __restrict__ ids,
                                                          int tokens, int passes) {
-  constexpr int P = 8;
+  constexpr int P = experts_per_lane<T, EXPERTS, K, HAS_BIAS>();
   constexpr int G = EXPERTS / P;
   constexpr int PER_WARP = 32 / G;
   constexpr int WARPS = 4;       // the block is 128 threads
   static_assert(EXPERTS == 64 || EXPERTS == 128 || EXPERTS == 256, "EXPERTS must be 64, 128 or 256");
-  static_assert(K >= 1 && K <= G, "K must be 1..EXPERTS/8");
+  static_assert(K >= 1 && K <= G && K <= 8, "K must be 1..EXPERTS/P and at most 8");
   __shared__ unsigned long long slot_store[WARPS][32];   // round keys of this tail's tokens, per warp
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
@@ -405,7 +470,7 @@ __global__ __launch_bounds__(128, min_blocks<T, HAS_BIAS>()) void topk_sigmoid_k
     for (int v = 0; v < V; ++v) next[v] = next_token < tokens ? __ldg(next_row + v) : make_uint4(0u, 0u, 0u, 0u);
   };
   load_next();
-  unsigned idx[2];
+  unsigned idx[P / 4];
   if constexpr (HALVES) index_bytes(e0, idx);
 
   for (int base = blockIdx.x * span; base < tokens; base += step) {
@@ -423,7 +488,14 @@ __global__ __launch_bounds__(128, min_blocks<T, HAS_BIAS>()) void topk_sigmoid_k
         past_the_end<T, P>(sub, raw);   // a group past the last token (the warp's test first: the same for all lanes)
       }
       if constexpr (HALVES) {
-        const unsigned words[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w};
+        unsigned words[P / 2];
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          words[4 * v] = raw[v].x;
+          words[4 * v + 1] = raw[v].y;
+          words[4 * v + 2] = raw[v].z;
+          words[4 * v + 3] = raw[v].w;
+        }
         int fast[P];
         keys_of_words(words, idx, reinterpret_cast<unsigned(&)[P]>(fast));
         const int last = select<int, G, K>(fast, slots32 + slot);
