@@ -259,6 +259,22 @@ def test_cuda_kernels_on_token_counts_outside_the_grid(dtype, with_bias):
     assert not failures, failures[:5]
 
 
+def test_dispatch_picks_the_cuda_algorithm_by_shape_dtype_and_bias():
+    """Up to 1,024 tokens the one-warp-per-token kernel, but for 128 experts with 16-bit logits and no bias (the
+    packed keys' persistent grid); above that the persistent grid up to 8,192 tokens, the one-pass grid beyond."""
+    sys.path.insert(0, str(MOE / "kernels"))
+    import dispatch
+
+    def algo(tokens, experts, dtype=torch.bfloat16, biased=False):
+        return dispatch.cuda_algo(torch.empty(tokens, experts, dtype=dtype), torch.zeros(experts) if biased else None)
+
+    assert algo(1, 64) == algo(1024, 64, torch.float16) == "warp"
+    assert algo(1, 128) == algo(1024, 128, torch.float16) == "keys_persistent"
+    assert algo(16, 128, torch.float32) == algo(16, 128, biased=True) == "warp"
+    assert algo(16, 256) == algo(1025, 64, biased=True) == algo(8192, 128, torch.float32) == "keys_persistent"
+    assert algo(8193, 64) == algo(65536, 256, biased=True) == "keys"
+
+
 def test_bench_summary_counts_the_floor_and_the_cases_out_of_its_reach():
     """bench.py's summary: cases of 8192 tokens or more within 1.5x of the floor, and those whose stream floor
     is itself above 1.5x of it (named in the report); a wrong output's time counts for nothing."""
