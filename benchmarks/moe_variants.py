@@ -1,10 +1,12 @@
 """Variants of the MoE kernels side by side, before and after in one run: each variant is a folder of files that
 replace files of examples/moe_topk_sigmoid/kernels/ (say a changed topk_sigmoid_keys.cu). The tree as it is
 runs as "base". Each variant gets a copy of the tree; all are built at once (one PyTorch extension each),
-then each in turn runs the GPU tests of edge cases and benchmarks/moe_large.py (outputs checked), and the
-times are printed against the base's. Writes OUT/variants.json.
+then each runs the GPU tests of edge cases, and benchmarks/moe_large.py times them all in one process, case by
+case, each case on every variant in turn over --rounds rounds (outputs checked), so that the GPU's drift over
+the run falls on all alike. The times are printed against the base's. Writes OUT/variants.json.
 
     python benchmarks/moe_variants.py OUT VARIANT_DIR [VARIANT_DIR ...] [--dtype float32 ...] [--tests EXPR]
+        [--rounds 2]
 
 Timing sets (--set, repeatable; default: the one-pass grid at 65,536 tokens and the persistent grid at 8,192):
 ALGO:TOKENS[,TOKENS...], e.g. keys:65536 or warp:1,16,128,1024.
@@ -71,6 +73,12 @@ def build(tree: Path, log: Path) -> int:
     return run([sys.executable, "-c", code], tree, log)
 
 
+def per_variant(rows: list[dict], algo: str, name: str) -> list[dict]:
+    """An interleaved moe_large.py run's rows (row[algo][name]: that variant's time) as one variant's rows
+    (row[algo]: its time, row["algo"]: the algorithm)."""
+    return [{k: v for k, v in r.items() if k != algo} | {"algo": algo, algo: r[algo][name]} for r in rows]
+
+
 def compare(results: dict[str, list[dict]]) -> list[str]:
     """One line per case and timing set: each variant's time (us; ! where its outputs failed the check) and its
     ratio to the base's."""
@@ -97,6 +105,8 @@ def main() -> None:
     ap.add_argument("--dtype", action="append", help="default bfloat16")
     ap.add_argument("--set", dest="sets", action="append", type=parse_set, help="ALGO:TOKENS[,TOKENS...]")
     ap.add_argument("--tests", default=EDGE_TESTS, help="pytest -k expression of the GPU tests to run ('' for none)")
+    ap.add_argument("--rounds", type=int, default=2, help="timing rounds per case, the variants' order reversed "
+                    "every other round (default 2)")
     args = ap.parse_args()
     for v in args.variants:
         if not v.is_dir():
@@ -115,7 +125,7 @@ def main() -> None:
         failed = [n for n, c in codes.items() if c]
         if failed:
             sys.exit(f"build failed: {', '.join(failed)} (see {args.out}/build_<name>.log)")
-        results, tests = {}, {}
+        tests = {}
         for name, tree in trees.items():
             if args.tests:
                 log = args.out / f"pytest_{name}.log"
@@ -123,15 +133,17 @@ def main() -> None:
                             "tests/test_moe_problem.py", "-k", args.tests], tree, log)
                 tests[name] = {"exit": code, "summary": log.read_text().strip().splitlines()[-1:]}
                 print(f"{name}: GPU tests exit {code} {tests[name]['summary']}", flush=True)
-            rows = []
-            for algo, tokens in sets:
-                cmd = [sys.executable, "benchmarks/moe_large.py", *dtypes, "--algo", algo, "--no-stream",
-                       *[a for t in tokens for a in ("--tokens", str(t))]]
-                if run(cmd, tree, args.out / f"large_{name}_{algo}.log"):
-                    sys.exit(f"{name}: moe_large.py failed (see {args.out}/large_{name}_{algo}.log)")
-                got = json.loads((tree / "benchmarks" / "results" / "moe_large.json").read_text())["rows"]
-                rows += [r | {"algo": algo} for r in got]
-            results[name] = rows
+        results = {name: [] for name in trees}
+        kernels = [a for n, t in trees.items() for a in ("--kernels", f"{n}={t / KERNELS}")]
+        base = trees["base"]
+        for algo, tokens in sets:
+            cmd = [sys.executable, "benchmarks/moe_large.py", *dtypes, "--algo", algo, "--no-stream", *kernels,
+                   "--rounds", str(args.rounds), *[a for t in tokens for a in ("--tokens", str(t))]]
+            if run(cmd, base, args.out / f"large_{algo}.log"):
+                sys.exit(f"moe_large.py failed (see {args.out}/large_{algo}.log)")
+            got = json.loads((base / "benchmarks" / "results" / "moe_large.json").read_text())["rows"]
+            for name in trees:
+                results[name] += per_variant(got, algo, name)
     lines = compare(results)
     print("\n".join(lines))
     (args.out / "variants.json").write_text(json.dumps({"variants": names, "tests": tests, "results": results},

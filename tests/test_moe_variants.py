@@ -1,4 +1,5 @@
-"""benchmarks/moe_variants.py without a GPU: its timing sets, the trees it lays variants over, its comparison."""
+"""benchmarks/moe_variants.py and moe_large.py without a GPU: the timing sets, the trees variants are laid over,
+the kernels of several trees loaded side by side in one process and timed in turn, the comparison."""
 
 import argparse
 import sys
@@ -9,6 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import moe_large  # noqa: E402
 import moe_variants  # noqa: E402
 
 
@@ -43,3 +45,32 @@ def test_comparison_gives_each_variant_its_ratio_to_the_base_and_marks_failed_ch
 
     (line,) = moe_variants.compare({"base": [row(20.0)], "fast": [row(15.0)], "wrong": [row(10.0, ok=False)]})
     assert "base   20.00" in line and "fast   15.00 (0.750x)" in line and "wrong   10.00! (0.500x)" in line
+
+
+def test_kernels_of_two_trees_load_side_by_side_each_with_its_own_build(tmp_path):
+    overlay = tmp_path / "v"
+    overlay.mkdir()
+    changed = (ROOT / moe_variants.KERNELS / "topk_sigmoid_keys.cu").read_text() + "// changed\n"
+    (overlay / "topk_sigmoid_keys.cu").write_text(changed)
+    trees = {n: moe_variants.make_tree(n, o, tmp_path / "trees") for n, o in (("base", None), ("v", overlay))}
+    base, variant = (moe_large.load_kernels(n, moe_large.kernels_arg(f"{n}={t / moe_variants.KERNELS}")[1])
+                     for n, t in trees.items())
+    assert base is not variant and base.__name__ != variant.__name__
+    assert base.HERE == trees["base"] / moe_variants.KERNELS and variant.HERE == trees["v"] / moe_variants.KERNELS
+    assert base._sources()[0] != variant._sources()[0]   # the extensions' names: a hash of their sources
+    with pytest.raises(argparse.ArgumentTypeError, match="NAME=FOLDER"):
+        moe_large.kernels_arg(str(tmp_path))
+    with pytest.raises(argparse.ArgumentTypeError, match="no topk_sigmoid_cuda.py"):
+        moe_large.kernels_arg(f"x={tmp_path}")
+
+
+def test_rounds_reverse_the_order_every_other_time_and_rows_split_per_variant():
+    assert moe_large.round_orders(["base", "a", "b"], 3) == [["base", "a", "b"], ["b", "a", "base"],
+                                                              ["base", "a", "b"]]
+    case = {"variant": "plain", "dtype": "bfloat16", "experts": 256, "tokens": 65536, "k": 8}
+    rows = [case | {"keys": {"base": {"us": 20.0, "ok": True, "rounds": [20.0, 20.2]},
+                             "a": {"us": 15.0, "ok": False, "rounds": [15.0, 15.0]}}}]
+    (a,) = moe_variants.per_variant(rows, "keys", "a")
+    assert a == case | {"algo": "keys", "keys": {"us": 15.0, "ok": False, "rounds": [15.0, 15.0]}}
+    lines = moe_variants.compare({n: moe_variants.per_variant(rows, "keys", n) for n in ("base", "a")})
+    assert "a   15.00! (0.750x)" in lines[0]
