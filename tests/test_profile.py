@@ -85,8 +85,9 @@ def test_json_has_the_design_names(fx):
     assert d["schema"] == "kernelpilot.profile/1" and d["tool"] == "ncu"
     k = d["kernels"][0]
     for key in ("name", "duration_us", "grid", "block", "registers_per_thread", "waves_per_sm", "occupancy",
-                "throughput", "stalls", "bound", "diagnoses", "tool_rules"):
+                "throughput", "stalls", "pipes", "bound", "diagnoses", "tool_rules"):
         assert key in k, key
+    assert list(k["pipes"].items())[:2] == [("adu", 9.46), ("lsu", 2.11)]
     assert set(k["occupancy"]) >= {"theoretical_pct", "achieved_pct", "limiter"}
     assert set(k["throughput"]) >= {"sm_pct", "memory_pct", "dram_pct"}
     assert set(k["diagnoses"][0]) == {"id", "severity", "title", "evidence", "suggestion", "docs"}
@@ -100,6 +101,7 @@ def test_text_report(fx):
     out = r.stdout
     assert out.index("1. [high] launch.underfill") < out.index("#1 add")
     assert "bound: memory" in out and "3.18 TB/s of 4.8" in out
+    assert "busiest pipes: adu 36.47%, lsu 14.55%, fma 3.64%" in out
 
 
 def test_all_metrics_on_request(fx):
@@ -467,3 +469,33 @@ def test_no_counter_permission_falls_back_to_kernel_times(tmp_path):
     d = json.loads(r.stdout)
     assert d["tool"] == "torch-profiler" and "ERR_NVGPUCTRPERM" in d["notes"][0]
     assert d["kernels"] and all(k["duration_us"] > 0 for k in d["kernels"])
+
+
+def test_each_pipes_issue_rate_from_the_raw_page():
+    """The planted register-hungry kernel's raw page (an H200, kpilot's default sections): every pipe that
+    issued, busiest first, without the breakdowns by type; none near its peak, so no pipe is diagnosed."""
+    (k,) = load_profile(PLANTED / "cuda_registers.raw.csv").kernels
+    assert k.pipes == {"adu": 4.85, "xu": 4.11, "alu": 3.45, "lsu": 2.12, "fma": 1.97, "tensor_op_hmma": 0.51,
+                       "uniform": 0.02, "cbu": 0.01}
+    assert "compute.pipe-busy" not in {d.id for d in k.diagnoses}
+
+
+def test_a_busy_alu_pipe_in_a_real_report_is_named_with_what_moves_work_off_it():
+    """The MoE packed-key kernel's H200 report: the ALU pipe issues at 84.79% of its peak and warps wait on a
+    busy pipe 26.58% of their cycles; the diagnosis names the pipe and what to do."""
+    require_module("ncu_report")
+    (k,) = load_profile(SAMPLED).kernels
+    assert list(k.pipes)[:3] == ["alu", "adu", "fma"] and k.pipes["alu"] == 84.79
+    d = next(f for f in k.diagnoses if f.id == "compute.pipe-busy")
+    assert d.severity == "high" and d.evidence["pipe"] == "alu" and d.evidence["math_pipe_throttle_pct"] == 26.58
+    assert "ALU pipe" in d.title and "84.79%" in d.title and "26.58%" in d.title and "IMAD" in d.suggestion
+
+
+def test_the_pipe_diagnosis_needs_a_pipe_near_its_peak_and_speaks_of_any_pipe():
+    from kernelpilot.profile.diagnose import diagnose
+    from kernelpilot.profile.model import KernelLaunch
+
+    assert not [d for d in diagnose(KernelLaunch(name="k", id=0, pipes={"alu": 59.9})).diagnoses]
+    (d,) = diagnose(KernelLaunch(name="k", id=0, pipes={"tma": 70.0, "alu": 20.0})).diagnoses
+    assert d.id == "compute.pipe-busy" and d.severity == "medium" and d.title == "the tma pipe issues at 70% of its peak"
+    assert d.evidence["pipes"] == {"tma": 70.0, "alu": 20.0} and d.evidence["math_pipe_throttle_pct"] is None

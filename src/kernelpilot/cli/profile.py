@@ -108,6 +108,8 @@ def _print(p: dict[str, Any]) -> None:
         if k.get("l1_hit_pct") is not None or k.get("l2_hit_pct") is not None:
             echo(f"  hit rates: L1 {_pct(k.get('l1_hit_pct'))}, L2 {_pct(k.get('l2_hit_pct'))}"
                  + (f"; tensor pipes {_pct(k.get('tensor_pipe_pct'))}" if k.get("tensor_pipe_pct") else ""))
+        if k.get("pipes"):
+            echo("  busiest pipes: " + ", ".join(f"{p} {v:g}%" for p, v in list(k["pipes"].items())[:3]))
         if k.get("stalls"):
             echo("  top stalls: " + ", ".join(f"{s['reason']} {s['pct']:g}%" for s in k["stalls"][:3]))
         for i, d in enumerate(k.get("diagnoses", []), 1):

@@ -25,6 +25,7 @@ FINDING_DOCS: dict[str, list[str]] = {
     "memory.uncoalesced": ["builtin/nvidia.md#coalescing"],
     "memory.bank-conflicts": ["builtin/nvidia.md#bank-conflicts"],
     "memory.dram-bandwidth-low": ["builtin/profiling.md#speed-of-light"],
+    "compute.pipe-busy": ["builtin/profiling.md#pipe-utilization"],
 }
 
 

@@ -26,6 +26,7 @@ BANK_CONFLICTS = 0.1       # extra shared-memory wavefronts per wavefront
 DRAM_LOW = 0.7             # a DRAM-bound kernel below this share of peak bandwidth
 TAIL_IDLE = 0.1            # the last partial wave leaves this share of the launch's SM time idle
 HOTSPOT_PCT = 15.0         # one instruction or line holding this share of the warp samples (--source)
+PIPE_BUSY_PCT = 60.0       # one execution pipe issuing at this share of its peak or more
 
 
 def classify(k: KernelLaunch) -> tuple[str | None, dict[str, Any]]:
@@ -271,7 +272,46 @@ def _hotspot(k: KernelLaunch) -> tuple[float, Finding] | None:
     return None
 
 
-_RULES = (_underfill, _uncoalesced, _bank_conflicts, _long_scoreboard, _dram_low, _achieved, _tail, _hotspot)
+# What each NVIDIA pipe executes (Nsight Compute's pipeline names), and how to take load off it.
+_PIPE_WORK = {
+    "alu": ("the ALU pipe (integer and logic instructions other than IMAD and IMUL: adds, shifts, compares, "
+            "selects, min/max)", "fewer of those instructions, or work moved to the FMA pipe: a product by 0 or "
+                                 "1 (IMAD) where a select picks between a value and 0, IMAD for index arithmetic"),
+    "fma": ("the FMA pipe (FP32 add, multiply and multiply-add; IMAD, IMUL)",
+            "fewer multiply-adds: hoist loop-invariant math, strength-reduce index arithmetic, or FP16x2 and "
+            "tensor cores for the math"),
+    "xu": ("the XU pipe (special functions such as exp2, rcp, rsqrt, sin; int/float conversions)",
+           "fewer special functions and conversions: take them only of the values kept, reuse them, or compute "
+           "part of them with polynomials on the FMA pipe"),
+    "lsu": ("the LSU pipe (loads, stores and atomics to L1TEX; shuffles; special-register reads)",
+            "fewer memory and shuffle instructions: 128-bit accesses, REDUX for whole-warp reductions"),
+    "adu": ("the ADU pipe (branch address divergence, constant loads, block barriers)",
+            "fewer divergent branches and barriers"),
+    "cbu": ("the CBU pipe (warp convergence, barriers and branches)", "fewer divergent regions and barriers"),
+    "fp64": ("the FP64 pipe", "FP32 where the accuracy allows"),
+}
+
+
+def _pipe_busy(k: KernelLaunch) -> tuple[float, Finding] | None:
+    if not k.pipes:
+        return None
+    name, pct = next(iter(k.pipes.items()))     # busiest first
+    if pct < PIPE_BUSY_PCT:
+        return None
+    what, suggestion = _PIPE_WORK.get(name, (f"the {name} pipe", "fewer instructions of that kind, or part of "
+                                                                  "the work moved to another pipe"))
+    throttle = next((s.pct for s in k.stalls if s.reason == "math_pipe_throttle"), None)
+    return 50.0 + pct / 10, Finding(
+        id="compute.pipe-busy", severity="high" if pct >= 80 else "medium",
+        title=f"{what} issues at {pct:g}% of its peak" + (f"; warps wait on a busy pipe (math_pipe_throttle) "
+                                                          f"{throttle:g}% of their cycles" if throttle else ""),
+        evidence={"pipe": name, "pct": pct, "pipes": dict(list(k.pipes.items())[:4]),
+                  "math_pipe_throttle_pct": throttle},
+        suggestion=suggestion)
+
+
+_RULES = (_underfill, _uncoalesced, _bank_conflicts, _long_scoreboard, _dram_low, _achieved, _tail, _hotspot,
+          _pipe_busy)
 
 
 def diagnose(k: KernelLaunch, spec: ArchSpec | None = None) -> KernelLaunch:

@@ -70,6 +70,9 @@ class KernelLaunch:
     l2_hit_pct: float | None = None
     stalls: list[Stall] = field(default_factory=list)          # largest first
     tensor_pipe_pct: float | None = None
+    # each execution pipe's instruction issue as a share of its peak while the SM was active (NVIDIA: "alu",
+    # "fma", "xu", "lsu", ...), busiest first
+    pipes: dict[str, float] = field(default_factory=dict)
     device: str | None = None
     bound: str | None = None                    # "launch", "latency", "memory", "compute"
     bound_evidence: dict[str, Any] = field(default_factory=dict)

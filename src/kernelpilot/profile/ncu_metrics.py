@@ -12,10 +12,12 @@ from kernelpilot.arch.registry import GPUSpec
 from kernelpilot.profile.model import KernelLaunch, Stall
 from kernelpilot.profile.ncu_csv import RawLaunch
 
-__all__ = ["launch_from_ncu", "short_name", "STALL_PREFIX", "used_metric"]
+__all__ = ["launch_from_ncu", "short_name", "STALL_PREFIX", "used_metric", "pipes"]
 
 STALL_PREFIX = "smsp__average_warps_issue_stalled_"
 _STALL_SUFFIX = "_per_issue_active.ratio"
+_PIPE_PREFIX = "sm__inst_executed_pipe_"          # instructions issued to one pipe, as a share of its peak rate
+_PIPE_SUFFIX = ".avg.pct_of_peak_sustained_active"
 _LIMITS = {"launch__occupancy_limit_registers": "registers", "launch__occupancy_limit_shared_mem": "shared_memory",
            "launch__occupancy_limit_warps": "warps", "launch__occupancy_limit_blocks": "blocks",
            "launch__occupancy_limit_barriers": "barriers"}
@@ -40,7 +42,8 @@ _USED = {
 
 def used_metric(name: str) -> bool:
     """Whether kernelpilot reads this metric (launch__* and stall reasons included)."""
-    return name in _USED or name.startswith("launch__") or (name.startswith(STALL_PREFIX) and name.endswith(_STALL_SUFFIX))
+    return (name in _USED or name.startswith("launch__") or (name.startswith(STALL_PREFIX) and name.endswith(_STALL_SUFFIX))
+            or (name.startswith(_PIPE_PREFIX) and name.endswith(_PIPE_SUFFIX)))
 
 
 def short_name(full: str) -> str:
@@ -130,7 +133,21 @@ def launch_from_ncu(raw: RawLaunch, index: int, gpu: GPUSpec | None = None) -> K
     k.l2_hit_pct = _round(m.get("lts__t_sector_hit_rate.pct"), 2)
     k.tensor_pipe_pct = _round(m.get("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"), 2)
     k.stalls = stalls(m)
+    k.pipes = pipes(m)
     return k
+
+
+def pipes(m: dict[str, float]) -> dict[str, float]:
+    """Each pipe's issue rate as a share of its peak while the SM was active (percent), busiest first: the
+    pipes themselves ("alu", "fma", "xu", "lsu", "adu", "tensor_op_hmma", ...), not their breakdowns by type
+    (``fma_type_fp16``) or predicate (``cbu_pred_on_any``); pipes that issued nothing are left out."""
+    out = {}
+    for key, v in m.items():
+        if key.startswith(_PIPE_PREFIX) and key.endswith(_PIPE_SUFFIX) and v:
+            name = key[len(_PIPE_PREFIX):-len(_PIPE_SUFFIX)]
+            if "_type_" not in name and "_pred_" not in name and round(v, 2) > 0:
+                out[name] = round(v, 2)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def stalls(m: dict[str, float]) -> list[Stall]:
