@@ -499,3 +499,13 @@ def test_the_pipe_diagnosis_needs_a_pipe_near_its_peak_and_speaks_of_any_pipe():
     (d,) = diagnose(KernelLaunch(name="k", id=0, pipes={"tma": 70.0, "alu": 20.0})).diagnoses
     assert d.id == "compute.pipe-busy" and d.severity == "medium" and d.title == "the tma pipe issues at 70% of its peak"
     assert d.evidence["pipes"] == {"tma": 70.0, "alu": 20.0} and d.evidence["math_pipe_throttle_pct"] is None
+
+
+def test_a_diff_shows_the_busiest_pipes_of_both_sides():
+    a = {"kernels": [{"name": "k", "duration_us": 20.0, "pipes": {"alu": 84.8, "adu": 19.9, "fma": 10.6}}]}
+    b = {"kernels": [{"name": "k", "duration_us": 16.0, "pipes": {"alu": 70.1, "fma": 35.0, "adu": 19.0}}]}
+    ch = diff_profiles(a, b)["kernels"][0]["changes"]
+    assert ch["alu_pipe_pct"] == {"a": 84.8, "b": 70.1} and ch["fma_pipe_pct"] == {"a": 10.6, "b": 35.0}
+    assert ch["adu_pipe_pct"] == {"a": 19.9, "b": 19.0} and "xu_pipe_pct" not in ch
+    old = diff_profiles({"kernels": [{"name": "k", "duration_us": 2.0}]}, a)["kernels"][0]["changes"]
+    assert old["alu_pipe_pct"] == {"a": None, "b": 84.8}

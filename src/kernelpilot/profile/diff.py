@@ -1,6 +1,6 @@
 """Compare two profiles of the same program (``kernelpilot.profile/1`` dicts): per kernel launch, matched by
 name and by order among launches of that name, the change in time and in the numbers that decide the next
-step, and the diagnoses resolved and new. Launches left unmatched on both sides in equal numbers (a kernel
+step (each side's two busiest pipes among them), and the diagnoses resolved and new. Launches left unmatched on both sides in equal numbers (a kernel
 rewritten under a new name) are paired in launch order, and the row says so (``name_a``)."""
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ def _row(x: dict[str, Any], y: dict[str, Any], launch: int) -> dict[str, Any]:
         va, vb = _get(x, path), _get(y, path)
         if va is not None or vb is not None:
             row["changes"][label] = {"a": va, "b": vb}
+    pa, pb = x.get("pipes") or {}, y.get("pipes") or {}
+    for pipe in dict.fromkeys([*list(pa)[:2], *list(pb)[:2]]):   # each side's two busiest pipes, on both sides
+        row["changes"][f"{pipe}_pipe_pct"] = {"a": pa.get(pipe), "b": pb.get(pipe)}
     da, db = x.get("duration_us"), y.get("duration_us")
     if da and db:
         row["speedup"] = round(da / db, 4)
