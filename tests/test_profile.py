@@ -482,11 +482,13 @@ def test_each_pipes_issue_rate_from_the_raw_page():
 
 def test_a_busy_alu_pipe_in_a_real_report_is_named_with_what_moves_work_off_it():
     """The MoE packed-key kernel's H200 report: the ALU pipe issues at 84.79% of its peak and warps wait on a
-    busy pipe 26.58% of their cycles; the diagnosis names the pipe and what to do."""
+    busy pipe 26.58% of their cycles; the diagnosis names the pipe and what to do, first in a compute-bound
+    launch."""
     require_module("ncu_report")
     (k,) = load_profile(SAMPLED).kernels
     assert list(k.pipes)[:3] == ["alu", "adu", "fma"] and k.pipes["alu"] == 84.79
-    d = next(f for f in k.diagnoses if f.id == "compute.pipe-busy")
+    d = k.diagnoses[0]    # compute-bound: the busy pipe before the 23% of excess sectors
+    assert k.bound == "compute" and [f.id for f in k.diagnoses] == ["compute.pipe-busy", "memory.uncoalesced"]
     assert d.severity == "high" and d.evidence["pipe"] == "alu" and d.evidence["math_pipe_throttle_pct"] == 26.58
     assert "ALU pipe" in d.title and "84.79%" in d.title and "26.58%" in d.title and "IMAD" in d.suggestion
 

@@ -301,7 +301,8 @@ def _pipe_busy(k: KernelLaunch) -> tuple[float, Finding] | None:
     what, suggestion = _PIPE_WORK.get(name, (f"the {name} pipe", "fewer instructions of that kind, or part of "
                                                                   "the work moved to another pipe"))
     throttle = next((s.pct for s in k.stalls if s.reason == "math_pipe_throttle"), None)
-    return 50.0 + pct / 10, Finding(
+    # in a compute-bound launch the busy pipe is what bounds it: ahead of the access pattern and occupancy
+    return (85.0 if k.bound == "compute" else 50.0) + pct / 10, Finding(
         id="compute.pipe-busy", severity="high" if pct >= 80 else "medium",
         title=f"{what} issues at {pct:g}% of its peak" + (f"; warps wait on a busy pipe (math_pipe_throttle) "
                                                           f"{throttle:g}% of their cycles" if throttle else ""),
