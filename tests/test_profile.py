@@ -207,10 +207,14 @@ def test_the_report_reader_gives_what_ncus_pages_give(fx):
 
     pages = load_profile(fx / "ncu_raw.csv", details=fx / "ncu_details.txt").to_json()["kernels"]
     report = from_ncu_report(fx / "k.ncu-rep").to_json()["kernels"]
+    # the per-opcode counts: the report holds them, the raw page only their total
+    totals = [k.metrics["sass__inst_executed_per_opcode"] for k in load_profile(fx / "ncu_raw.csv", all_metrics=True).kernels]
     assert len(pages) == len(report) == 2
-    for a, b in zip(pages, report):
+    for a, b, total in zip(pages, report, totals):
         order = lambda rules: sorted(rules, key=lambda r: (r["section"], r["message"]))  # noqa: E731
         assert order(a.pop("tool_rules")) == order(b.pop("tool_rules"))
+        mix = b.pop("opcodes")
+        assert a.pop("opcodes") == {} and sum(mix.values()) == total > 0
         assert a == b
 
 
@@ -475,6 +479,7 @@ def test_each_pipes_issue_rate_from_the_raw_page():
     """The planted register-hungry kernel's raw page (an H200, kpilot's default sections): every pipe that
     issued, busiest first, without the breakdowns by type; none near its peak, so no pipe is diagnosed."""
     (k,) = load_profile(PLANTED / "cuda_registers.raw.csv").kernels
+    assert k.opcodes == {}    # the raw page gives the per-opcode counts only as their total
     assert k.pipes == {"adu": 4.85, "xu": 4.11, "alu": 3.45, "lsu": 2.12, "fma": 1.97, "tensor_op_hmma": 0.51,
                        "uniform": 0.02, "cbu": 0.01}
     assert "compute.pipe-busy" not in {d.id for d in k.diagnoses}
@@ -491,6 +496,11 @@ def test_a_busy_alu_pipe_in_a_real_report_is_named_with_what_moves_work_off_it()
     assert k.bound == "compute" and [f.id for f in k.diagnoses] == ["compute.pipe-busy", "memory.uncoalesced"]
     assert d.severity == "high" and d.evidence["pipe"] == "alu" and d.evidence["math_pipe_throttle_pct"] == 26.58
     assert "ALU pipe" in d.title and "84.79%" in d.title and "26.58%" in d.title and "IMAD" in d.suggestion
+    # the instruction mix from the report: compares and selects, the ALU's, lead
+    assert list(k.opcodes.items())[:3] == [("ISETP", 3579886), ("SEL", 2637168), ("IMAD", 1769472)]
+    assert sum(k.opcodes.values()) == 17466410
+    assert d.evidence["top_opcodes_pct"] == {"ISETP": 20.5, "SEL": 15.1, "IMAD": 10.1, "VIMNMX": 7.3, "LOP3": 5.3}
+    assert d.title.endswith("most executed: ISETP 20.5%, SEL 15.1%, IMAD 10.1%")
 
 
 def test_the_pipe_diagnosis_needs_a_pipe_near_its_peak_and_speaks_of_any_pipe():

@@ -81,6 +81,8 @@ def _pct(v: Any) -> str:
 
 
 def _print(p: dict[str, Any]) -> None:
+    from kernelpilot.profile.ncu_mix import shares
+
     echo(f"profile ({p['tool']}): {p['source']}" + (f"   report: {p['report']}" if p.get("report") else ""))
     kernels = p["kernels"]
     if len({k["name"] for k in kernels}) > 1 or len(kernels) > 3:
@@ -110,6 +112,8 @@ def _print(p: dict[str, Any]) -> None:
                  + (f"; tensor pipes {_pct(k.get('tensor_pipe_pct'))}" if k.get("tensor_pipe_pct") else ""))
         if k.get("pipes"):
             echo("  busiest pipes: " + ", ".join(f"{p} {v:g}%" for p, v in list(k["pipes"].items())[:3]))
+        if k.get("opcodes"):
+            echo("  most executed: " + ", ".join(f"{op} {v:g}%" for op, v in shares(k["opcodes"]).items()))
         if k.get("stalls"):
             echo("  top stalls: " + ", ".join(f"{s['reason']} {s['pct']:g}%" for s in k["stalls"][:3]))
         for i, d in enumerate(k.get("diagnoses", []), 1):

@@ -13,6 +13,7 @@ from typing import Any
 from kernelpilot.arch.occupancy import nvidia_occupancy
 from kernelpilot.arch.registry import ArchSpec
 from kernelpilot.profile.model import Finding, KernelLaunch, Profile
+from kernelpilot.profile.ncu_mix import shares
 
 __all__ = ["classify", "diagnose", "diagnose_profile"]
 
@@ -301,13 +302,15 @@ def _pipe_busy(k: KernelLaunch) -> tuple[float, Finding] | None:
     what, suggestion = _PIPE_WORK.get(name, (f"the {name} pipe", "fewer instructions of that kind, or part of "
                                                                   "the work moved to another pipe"))
     throttle = next((s.pct for s in k.stalls if s.reason == "math_pipe_throttle"), None)
+    top = shares(k.opcodes)    # with the report: which instructions the launch executed most
     # in a compute-bound launch the busy pipe is what bounds it: ahead of the access pattern and occupancy
     return (85.0 if k.bound == "compute" else 50.0) + pct / 10, Finding(
         id="compute.pipe-busy", severity="high" if pct >= 80 else "medium",
         title=f"{what} issues at {pct:g}% of its peak" + (f"; warps wait on a busy pipe (math_pipe_throttle) "
-                                                          f"{throttle:g}% of their cycles" if throttle else ""),
+                                                          f"{throttle:g}% of their cycles" if throttle else "")
+              + ("; most executed: " + ", ".join(f"{op} {v:g}%" for op, v in list(top.items())[:3]) if top else ""),
         evidence={"pipe": name, "pct": pct, "pipes": dict(list(k.pipes.items())[:4]),
-                  "math_pipe_throttle_pct": throttle},
+                  "math_pipe_throttle_pct": throttle, "top_opcodes_pct": top},
         suggestion=suggestion)
 
 

@@ -68,11 +68,14 @@ def from_ncu_report(path: Path, *, gpu: str | None = None, all_metrics: bool = F
     report = load_ncu_report(path)     # once, for the metrics, the rule results and the warp samples
     raws = launches_from_report(report, keep=None if all_metrics else used_metric)
     return from_raw_launches(raws, rules_from_report(report), source=str(path), gpu=gpu, report=str(path),
-                             rules_from="the report's rule results", hotspots_from=report if hotspots else None)
+                             rules_from="the report's rule results", hotspots_from=report if hotspots else None,
+                             opcodes_from=report)
 
 
 def from_raw_launches(raws: list, rules: list | None, *, source: str, gpu: str | None, report: str | None,
-                      rules_from: str, hotspots_from: Any = None) -> Profile:
+                      rules_from: str, hotspots_from: Any = None, opcodes_from: Any = None) -> Profile:
+    """``hotspots_from``: the report (loaded, or its path) whose warp samples give the hotspots; the
+    instruction mix comes from it too, or from ``opcodes_from``."""
     device = next((r.text.get("device__attribute_display_name") for r in raws
                    if r.text.get("device__attribute_display_name")), None)
     gspec, aspec = device_specs(device, gpu)
@@ -90,7 +93,28 @@ def from_raw_launches(raws: list, rules: list | None, *, source: str, gpu: str |
                               "rule messages left out")
     if hotspots_from is not None:
         attach_hotspots(prof, hotspots_from)
+    if opcodes_from is not None or hotspots_from is not None:
+        attach_opcodes(prof, opcodes_from if opcodes_from is not None else hotspots_from)
     return diagnose_profile(prof, aspec)
+
+
+def attach_opcodes(prof: Profile, report: Any) -> Profile:
+    """Each launch's instruction mix from the report (loaded, or its path), matched to the launches in order."""
+    from kernelpilot.profile.ncu_mix import read_opcodes
+    from kernelpilot.profile.ncu_source import ReportReaderMissing
+
+    try:
+        mixes = read_opcodes(report)
+    except ReportReaderMissing as e:   # the rest of the profile stands without it
+        prof.notes.append(f"no instruction mix: {e.message}")
+        return prof
+    if len(mixes) != len(prof.kernels):
+        prof.notes.append(f"instruction mix: the report holds {len(mixes)} launches, the profile "
+                          f"{len(prof.kernels)}; none attached")
+        return prof
+    for k, mix in zip(prof.kernels, mixes):
+        k.opcodes = mix
+    return prof
 
 
 def attach_hotspots(prof: Profile, report: Any, *, top: int = 10) -> Profile:

@@ -73,6 +73,8 @@ class KernelLaunch:
     # each execution pipe's instruction issue as a share of its peak while the SM was active (NVIDIA: "alu",
     # "fma", "xu", "lsu", ...), busiest first
     pipes: dict[str, float] = field(default_factory=dict)
+    # warp-level SASS instructions executed per opcode, most first (from an .ncu-rep: the instruction mix)
+    opcodes: dict[str, int] = field(default_factory=dict)
     device: str | None = None
     bound: str | None = None                    # "launch", "latency", "memory", "compute"
     bound_evidence: dict[str, Any] = field(default_factory=dict)
