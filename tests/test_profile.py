@@ -513,7 +513,7 @@ def test_the_pipe_diagnosis_needs_a_pipe_near_its_peak_and_speaks_of_any_pipe():
     assert d.evidence["pipes"] == {"tma": 70.0, "alu": 20.0} and d.evidence["math_pipe_throttle_pct"] is None
 
 
-def test_a_diff_shows_the_busiest_pipes_of_both_sides():
+def test_a_diff_shows_the_busiest_pipes_and_most_executed_opcodes_of_both_sides():
     a = {"kernels": [{"name": "k", "duration_us": 20.0, "pipes": {"alu": 84.8, "adu": 19.9, "fma": 10.6}}]}
     b = {"kernels": [{"name": "k", "duration_us": 16.0, "pipes": {"alu": 70.1, "fma": 35.0, "adu": 19.0}}]}
     ch = diff_profiles(a, b)["kernels"][0]["changes"]
@@ -521,3 +521,7 @@ def test_a_diff_shows_the_busiest_pipes_of_both_sides():
     assert ch["adu_pipe_pct"] == {"a": 19.9, "b": 19.0} and "xu_pipe_pct" not in ch
     old = diff_profiles({"kernels": [{"name": "k", "duration_us": 2.0}]}, a)["kernels"][0]["changes"]
     assert old["alu_pipe_pct"] == {"a": None, "b": 84.8}
+    a["kernels"][0]["opcodes"] = {"ISETP": 3579886, "SEL": 2637168, "IMAD": 1769472, "VIMNMX": 1280020}
+    b["kernels"][0]["opcodes"] = {"ISETP": 3000000, "IMAD": 2900000, "SEL": 1600000}
+    ch = diff_profiles(a, b)["kernels"][0]["changes"]
+    assert ch["SEL_executed"] == {"a": 2637168, "b": 1600000} and "VIMNMX_executed" not in ch

@@ -1,6 +1,7 @@
 """Compare two profiles of the same program (``kernelpilot.profile/1`` dicts): per kernel launch, matched by
 name and by order among launches of that name, the change in time and in the numbers that decide the next
-step (each side's two busiest pipes among them), and the diagnoses resolved and new. Launches left unmatched on both sides in equal numbers (a kernel
+step (each side's two busiest pipes and three most executed opcodes among them), and the diagnoses resolved
+and new. Launches left unmatched on both sides in equal numbers (a kernel
 rewritten under a new name) are paired in launch order, and the row says so (``name_a``)."""
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ def _keyed(profile: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
     return out
 
 
+def _busiest(row: dict[str, Any], a: dict[str, Any], b: dict[str, Any], n: int, label: str) -> None:
+    """Each side's ``n`` largest entries (dicts kept largest first: pipes, opcodes), on both sides."""
+    for key in dict.fromkeys([*list(a)[:n], *list(b)[:n]]):
+        row["changes"][label.format(key)] = {"a": a.get(key), "b": b.get(key)}
+
+
 def _row(x: dict[str, Any], y: dict[str, Any], launch: int) -> dict[str, Any]:
     row: dict[str, Any] = {"name": y["name"], "launch": launch, "changes": {}}
     if x["name"] != y["name"]:
@@ -43,9 +50,8 @@ def _row(x: dict[str, Any], y: dict[str, Any], launch: int) -> dict[str, Any]:
         va, vb = _get(x, path), _get(y, path)
         if va is not None or vb is not None:
             row["changes"][label] = {"a": va, "b": vb}
-    pa, pb = x.get("pipes") or {}, y.get("pipes") or {}
-    for pipe in dict.fromkeys([*list(pa)[:2], *list(pb)[:2]]):   # each side's two busiest pipes, on both sides
-        row["changes"][f"{pipe}_pipe_pct"] = {"a": pa.get(pipe), "b": pb.get(pipe)}
+    _busiest(row, x.get("pipes") or {}, y.get("pipes") or {}, 2, "{}_pipe_pct")
+    _busiest(row, x.get("opcodes") or {}, y.get("opcodes") or {}, 3, "{}_executed")
     da, db = x.get("duration_us"), y.get("duration_us")
     if da and db:
         row["speedup"] = round(da / db, 4)
