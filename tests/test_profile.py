@@ -416,11 +416,14 @@ def test_a_hotspot_waiting_on_a_load_is_a_diagnosis():
 
 
 def test_without_a_report_reader_the_profile_stands_and_says_why(no_report_reader):
-    from kernelpilot.profile.load import attach_hotspots
+    from kernelpilot.profile.load import attach_hotspots, attach_opcodes
     from kernelpilot.profile.model import KernelLaunch, Profile
 
     prof = attach_hotspots(Profile(tool="ncu", kernels=[KernelLaunch(name="k", id=0)]), SAMPLED)
     assert prof.kernels[0].hotspots == [] and "pip install ncu-report" in prof.notes[0]
+    prof = attach_opcodes(Profile(tool="ncu", kernels=[KernelLaunch(name="k", id=0)]), SAMPLED)
+    assert prof.kernels[0].opcodes == {} and prof.notes[0].startswith("no instruction mix:")
+    assert "pip install ncu-report" in prof.notes[0]
 
 
 @pytest.mark.parametrize("name, first, line, text, share", [
@@ -525,3 +528,22 @@ def test_a_diff_shows_the_busiest_pipes_and_most_executed_opcodes_of_both_sides(
     b["kernels"][0]["opcodes"] = {"ISETP": 3000000, "IMAD": 2900000, "SEL": 1600000}
     ch = diff_profiles(a, b)["kernels"][0]["changes"]
     assert ch["SEL_executed"] == {"a": 2637168, "b": 1600000} and "VIMNMX_executed" not in ch
+
+
+def test_a_report_the_reader_cannot_read_leaves_the_mix_out_and_says_why(tmp_path):
+    """The instruction mix is not asked for: where NVIDIA's reader fails on the report, or finds other launches
+    than the profile's, the profile stands and its notes say why."""
+    require_module("ncu_report")
+    from kernelpilot.profile.load import attach_opcodes
+    from kernelpilot.profile.model import KernelLaunch, Profile
+
+    def notes(report):
+        prof = attach_opcodes(Profile(tool="ncu", kernels=[KernelLaunch(name="k", id=0)]), report)
+        assert prof.kernels[0].opcodes == {}
+        return prof.notes
+
+    (gone,) = notes(tmp_path / "gone.ncu-rep")
+    assert gone.startswith("no instruction mix:") and "gone.ncu-rep" in gone and "could not read it" in gone
+    bad = tmp_path / "bad.ncu-rep"
+    bad.write_bytes(b"not a report")
+    assert notes(bad) == ["instruction mix: the report holds 0 launches, the profile 1; none attached"]

@@ -50,13 +50,16 @@ def device_specs(device_name: str | None, override: str | None = None) -> tuple[
 
 
 def from_ncu_pages(raw_csv: str, details: str | None, *, source: str, gpu: str | None = None,
-                   report: str | None = None, all_metrics: bool = False, hotspots_from: Path | None = None) -> Profile:
+                   report: str | None = None, all_metrics: bool = False, hotspots_from: Path | None = None,
+                   opcodes_from: Path | None = None) -> Profile:
     """A diagnosed profile from ncu's raw page (CSV) and, when given, its details page (rule messages).
     ``all_metrics``: keep every metric of the report in each launch's ``metrics`` (else those used).
-    ``hotspots_from``: the .ncu-rep whose warp samples give each launch's hotspots."""
+    ``hotspots_from``: the .ncu-rep whose warp samples give each launch's hotspots; ``opcodes_from`` (or
+    ``hotspots_from``): the .ncu-rep whose per-opcode counts give each launch's instruction mix."""
     raws = read_raw_csv(raw_csv, source, keep=None if all_metrics else used_metric)
     return from_raw_launches(raws, read_rules(details) if details else None, source=source, gpu=gpu,
-                             report=report, rules_from="the details page", hotspots_from=hotspots_from)
+                             report=report, rules_from="the details page", hotspots_from=hotspots_from,
+                             opcodes_from=opcodes_from)
 
 
 def from_ncu_report(path: Path, *, gpu: str | None = None, all_metrics: bool = False,
@@ -74,8 +77,9 @@ def from_ncu_report(path: Path, *, gpu: str | None = None, all_metrics: bool = F
 
 def from_raw_launches(raws: list, rules: list | None, *, source: str, gpu: str | None, report: str | None,
                       rules_from: str, hotspots_from: Any = None, opcodes_from: Any = None) -> Profile:
-    """``hotspots_from``: the report (loaded, or its path) whose warp samples give the hotspots; the
-    instruction mix comes from it too, or from ``opcodes_from``."""
+    """``hotspots_from``: the report (loaded, or its path) whose warp samples give the hotspots;
+    ``opcodes_from``: the report whose per-opcode counts give the instruction mix (the same report, where both
+    are given; without ``opcodes_from`` the hotspots' report gives it)."""
     device = next((r.text.get("device__attribute_display_name") for r in raws
                    if r.text.get("device__attribute_display_name")), None)
     gspec, aspec = device_specs(device, gpu)
@@ -91,45 +95,67 @@ def from_raw_launches(raws: list, rules: list | None, *, source: str, gpu: str |
         else:
             prof.notes.append(f"{rules_from} lists {len(rules)} launches and the metrics {len(prof.kernels)}: "
                               "rule messages left out")
+    report_of = opcodes_from if opcodes_from is not None else hotspots_from   # one report for both
+    if isinstance(report_of, (str, Path)):
+        report_of = _loaded(report_of)
     if hotspots_from is not None:
-        attach_hotspots(prof, hotspots_from)
-    if opcodes_from is not None or hotspots_from is not None:
-        attach_opcodes(prof, opcodes_from if opcodes_from is not None else hotspots_from)
+        attach_hotspots(prof, report_of)
+    if report_of is not None:
+        attach_opcodes(prof, report_of)
     return diagnose_profile(prof, aspec)
+
+
+def _loaded(path: str | Path) -> Any:
+    """The report loaded once with NVIDIA's reader; its path where that fails (each use then says why, and
+    the hotspots, asked for, stop the profile)."""
+    from kernelpilot.profile.ncu_source import load_ncu_report
+
+    try:
+        return load_ncu_report(Path(path))
+    except KernelpilotError:
+        return path
 
 
 def attach_opcodes(prof: Profile, report: Any) -> Profile:
     """Each launch's instruction mix from the report (loaded, or its path), matched to the launches in order."""
     from kernelpilot.profile.ncu_mix import read_opcodes
+
+    mixes = _per_launch(prof, lambda: read_opcodes(report), "instruction mix", optional=True)
+    for k, mix in zip(prof.kernels, mixes or []):
+        k.opcodes = mix
+    return prof
+
+
+def _per_launch(prof: Profile, read: Any, what: str, *, optional: bool = False) -> list | None:
+    """``read()``'s list of one item per launch of the report; None (and a note saying why) where NVIDIA's
+    report reader is missing or the report's launches are not the profile's, and, for what was not asked for
+    (``optional``), where the reader fails on the report."""
     from kernelpilot.profile.ncu_source import ReportReaderMissing
 
     try:
-        mixes = read_opcodes(report)
+        got = read()
     except ReportReaderMissing as e:   # the rest of the profile stands without it
-        prof.notes.append(f"no instruction mix: {e.message}")
-        return prof
-    if len(mixes) != len(prof.kernels):
-        prof.notes.append(f"instruction mix: the report holds {len(mixes)} launches, the profile "
-                          f"{len(prof.kernels)}; none attached")
-        return prof
-    for k, mix in zip(prof.kernels, mixes):
-        k.opcodes = mix
-    return prof
+        prof.notes.append(f"no {what}: {e.message}")
+        return None
+    except KernelpilotError as e:
+        if not optional:
+            raise
+        prof.notes.append(f"no {what}: {e.message}")
+        return None
+    if len(got) != len(prof.kernels):
+        prof.notes.append(f"{what}: the report holds {len(got)} launches, the profile {len(prof.kernels)}; "
+                          "none attached")
+        return None
+    return got
 
 
 def attach_hotspots(prof: Profile, report: Any, *, top: int = 10) -> Profile:
     """Each launch's hottest SASS instructions (and source lines, with line info) from the warp samples
     (SourceCounters) of the report (loaded, or its path), matched to the profile's launches in order."""
-    from kernelpilot.profile.ncu_source import ReportReaderMissing, read_hotspots
+    from kernelpilot.profile.ncu_source import read_hotspots
 
-    try:
-        spots = read_hotspots(report, top=top)
-    except ReportReaderMissing as e:   # the rest of the profile stands without them
-        prof.notes.append(f"no hotspots: {e.message}")
-        return prof
-    if len(spots) != len(prof.kernels):
-        prof.notes.append(f"hotspots: the report holds {len(spots)} launches, the profile {len(prof.kernels)}; "
-                          "none attached")
+    spots = _per_launch(prof, lambda: read_hotspots(report, top=top), "hotspots")
+    if spots is None:
         return prof
     for k, s in zip(prof.kernels, spots):
         k.hotspots, k.hot_lines = s["instructions"], s["lines"]
@@ -168,7 +194,7 @@ def load_profile(path: str | Path, *, details: str | Path | None = None, gpu: st
                 raise KernelpilotError(f"{e.message.rstrip('.')}, or `pip install ncu-report` to read .ncu-rep "
                                        "files without it.", hint=e.hint) from None
         return from_ncu_pages(raw, det, source=str(p), gpu=gpu, report=str(p), all_metrics=all_metrics,
-                              hotspots_from=p if hotspots else None)
+                              hotspots_from=p if hotspots else None, opcodes_from=p)
     data = p.read_bytes()[:4096]
     if b"\0" in data:
         raise InputFormatError(str(p), "not a profile: a binary file that is not an .ncu-rep (name Nsight Compute "
@@ -212,7 +238,8 @@ def run_profile(command: list[str], opts: ProfileOptions, *, gpu: str | None = N
         return prof
     raw, det = export_pages(run.report)
     prof = from_ncu_pages(raw, det, source=" ".join(command), gpu=gpu, report=str(run.report),
-                          all_metrics=all_metrics, hotspots_from=run.report if opts.source else None)
+                          all_metrics=all_metrics, hotspots_from=run.report if opts.source else None,
+                          opcodes_from=run.report)
     if run.app_exit_code:
         prof.notes.append(f"the profiled command exited with status {run.app_exit_code}")
     return prof
