@@ -59,11 +59,11 @@ int sm_count(int dev) {
 }
 
 template <typename Kernel>
-int resident_blocks(Kernel kernel, int dev) {   // of 128 threads per SM, per kernel and device
+int resident_blocks(Kernel kernel, int dev) {   // of the packed-key kernel's blocks per SM, per kernel and device
   static int count[64] = {0};
   return once_per_device(count, dev, [kernel] {
     int n = 0;
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 128, 0));
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * moe::WARPS_PER_BLOCK, 0));
     return std::max(n, 1);
   });
 }
@@ -93,7 +93,8 @@ void launch(int algo, int blocks_per_sm, const torch::Tensor& x, const torch::Te
     if (algo == 2) {        // at most as many blocks as fit on the GPU at once
       blocks = std::min(blocks, std::min(blocks_per_sm, resident_blocks(kernel, dev)) * sms);
     }
-    kernel<<<blocks, 128, 0, stream>>>(xp, bp, w.data_ptr<float>(), ids.data_ptr<int>(), tokens, passes);
+    kernel<<<blocks, 32 * moe::WARPS_PER_BLOCK, 0, stream>>>(xp, bp, w.data_ptr<float>(), ids.data_ptr<int>(), tokens,
+                                                            passes);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

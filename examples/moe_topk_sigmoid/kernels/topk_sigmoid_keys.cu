@@ -398,13 +398,17 @@ __host__ __device__ constexpr int experts_per_lane() {
   return (EXPERTS == 64 || EXPERTS == 128) && K == 4 && sizeof(T) == 2 && !HAS_BIAS ? 16 : 8;
 }
 
-// Tokens per pass of a block of 128 threads.
+constexpr int WARPS_PER_BLOCK = 4;   // blocks of 128 threads
+
+// Tokens per pass of a warp (32 lanes, EXPERTS / experts_per_lane of them per token) and of a block.
 template <typename T, int EXPERTS, int K, bool HAS_BIAS>
-constexpr int tokens_per_pass() { return 4 * (32 / (EXPERTS / experts_per_lane<T, EXPERTS, K, HAS_BIAS>())); }
+__host__ __device__ constexpr int tokens_per_warp() { return 32 / (EXPERTS / experts_per_lane<T, EXPERTS, K, HAS_BIAS>()); }
+template <typename T, int EXPERTS, int K, bool HAS_BIAS>
+__host__ __device__ constexpr int tokens_per_pass() { return WARPS_PER_BLOCK * tokens_per_warp<T, EXPERTS, K, HAS_BIAS>(); }
 
 // Passes whose results one tail writes, at most: a warp's 32 lanes hold 32 round keys.
 template <typename T, int EXPERTS, int K, bool HAS_BIAS>
-constexpr int max_passes() { return 32 / ((32 / (EXPERTS / experts_per_lane<T, EXPERTS, K, HAS_BIAS>())) * K); }
+constexpr int max_passes() { return 32 / (tokens_per_warp<T, EXPERTS, K, HAS_BIAS>() * K); }
 
 // `passes` (1 to max_passes) passes of each warp over its tokens store their round keys in shared memory; then
 // all 32 lanes write the weights and ids of those tokens at once, lane l the round l % K of a token.
@@ -417,13 +421,13 @@ constexpr int min_blocks() {
 }
 
 template <typename T, int EXPERTS, int K, bool HAS_BIAS>
-__global__ __launch_bounds__(128, min_blocks<T, EXPERTS, K, HAS_BIAS>()) void topk_sigmoid_keys(const T* __restrict__ logits, const float* __restrict__ bias,
+__global__ __launch_bounds__(32 * WARPS_PER_BLOCK, min_blocks<T, EXPERTS, K, HAS_BIAS>()) void topk_sigmoid_keys(const T* __restrict__ logits, const float* __restrict__ bias,
                                                          float* __restrict__ weights, int* __restrict__ ids,
                                                          int tokens, int passes) {
   constexpr int P = experts_per_lane<T, EXPERTS, K, HAS_BIAS>();
   constexpr int G = EXPERTS / P;
-  constexpr int PER_WARP = 32 / G;
-  constexpr int WARPS = 4;       // the block is 128 threads
+  constexpr int PER_WARP = tokens_per_warp<T, EXPERTS, K, HAS_BIAS>();
+  constexpr int WARPS = WARPS_PER_BLOCK;
   static_assert(EXPERTS == 64 || EXPERTS == 128 || EXPERTS == 256, "EXPERTS must be 64, 128 or 256");
   static_assert(K >= 1 && K <= G && K <= 8, "K must be 1..EXPERTS/P and at most 8");
   __shared__ unsigned long long slot_store[WARPS][32];   // round keys of this tail's tokens, per warp
@@ -435,7 +439,7 @@ __global__ __launch_bounds__(128, min_blocks<T, EXPERTS, K, HAS_BIAS>()) void to
   // so the warp-wide reductions need no fallback for diverged lanes); a warp past the last token still takes
   // part, on rows of its own (past_the_end), and writes nothing. One pass of a block: WARPS * PER_WARP
   // consecutive tokens.
-  constexpr int PER_PASS = WARPS * PER_WARP;
+  constexpr int PER_PASS = tokens_per_pass<T, EXPERTS, K, HAS_BIAS>();
   const int span = PER_PASS * passes;   // the block's tokens per tail
   const int step = gridDim.x * span;
   const int in_pass = warp * PER_WARP + lane / G;   // this lane's token within a pass
