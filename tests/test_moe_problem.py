@@ -165,6 +165,32 @@ def test_keys_kernel_takes_one_group_max_per_round(experts, k, redux, shuffles, 
         assert ops.get("SEL", 0) < 4 * redux
 
 
+@pytest.mark.parametrize("experts,k,pt", [(128, 8, 32), (64, 4, 16), (256, 8, 64)])
+def test_sort_kernel_selects_by_min_and_max_alone(experts, k, pt):
+    """The sorting-network kernel for sm_90, bf16 logits: the selection is integer min and max (compare-exchanges),
+    no REDUX, no shared memory; shuffles only where a token's lanes merge their lists (k per level, log2 of
+    experts / pt levels), on the fast keys and again on exact ones. The row in 16-byte loads, pt / 8 of them, and
+    again in the warps that select on exact keys; no spills, 8 blocks per SM or more."""
+    from conftest import require_tool
+
+    require_tool("nvcc")
+    from kernelpilot.isa import analyze
+
+    (kern,) = analyze(MOE / "kernels" / "topk_sigmoid_sort.cu", arch="sm_90", block_size=128,
+                      defines={"MOE_SORT": "1", "MOE_EXPERTS": str(experts), "MOE_K": str(k), "MOE_PT": str(pt),
+                               "MOE_DTYPE": "__nv_bfloat16"})
+    ops = kern.opcodes
+    count = lambda prefix: sum(n for op, n in ops.items() if op.startswith(prefix))  # noqa: E731
+    levels = (experts // pt).bit_length() - 1
+    assert count("REDUX") == count("STS") == count("LDS") == 0
+    assert count("SHFL") == 2 * k * levels
+    assert sum(n for op, n in ops.items() if op.startswith("LDG") and ".128" in op) == 2 * (pt // 8)
+    vectors, per_vector = pt // 8, (38 + 32 if k == 8 else 2 * (10 + 12))   # sort and merge of 8 keys (k 4: 2 x 4)
+    assert count("VIMNMX") >= 2 * (vectors * per_vector - 32) * 0.9
+    assert count("SEL") + count("ISETP") < count("VIMNMX") / 10
+    assert kern.resources.spill_store_bytes == 0 and kern.occupancy.percent >= 50
+
+
 def test_keys_kernel_selects_fp32_logits_on_32_bit_keys():
     """fp32 logits, 256 experts, k 8, compiled for sm_90: k + 1 rounds of one REDUX each on 32-bit keys (and
     again in the rare selection with refills), on signed keys of positive logits and again on order keys where
@@ -199,13 +225,22 @@ def test_kernels_are_correct_on_the_gpu(variant, kernel):
                                         [(f.id, f.message) for f in res.flags])
 
 
+def cuda_algos(topk_sigmoid_cuda, x, bias) -> list[tuple[str, int]]:
+    """Every CUDA algorithm that takes these inputs, with the persistent grid small and full; the sorting-network
+    kernel at each of its experts per thread (fp16/bf16 logits, no bias)."""
+    algos = [("keys", 12), ("keys_persistent", 1), ("keys_persistent", 12), ("warp", 12)]
+    if topk_sigmoid_cuda.sorts(x, bias):
+        algos += [("sort16", 12), ("sort32", 12), ("sort64", 12)]
+    return algos
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
 def test_cuda_kernels_where_the_top_k_is_not_positive(dtype):
     """Tokens whose k-th (or (k + 1)-th) logit is zero or negative, beside ordinary ones in the same warp: all
     negative, shifted down, and rows of +0 and -0 (equal: the lower expert first) with fewer than k positive
-    logits. Without a bias the packed-key kernel selects such a warp again on exact keys; every CUDA algorithm
-    must give the reference's ids."""
+    logits. Without a bias the packed-key and sorting-network kernels select such a warp again on exact keys;
+    every CUDA algorithm must give the reference's ids."""
     sys.path.insert(0, str(MOE / "kernels"))
     import topk_sigmoid_cuda
 
@@ -224,7 +259,7 @@ def test_cuda_kernels_where_the_top_k_is_not_positive(dtype):
             x = torch.where((mode == 4)[:, None], torch.where(few, x.abs() + 0.5, -x.abs()), x)
             x = x.to(getattr(torch, dtype))
             want = ref.topk_sigmoid(x, None, k)
-            for algo, bps in (("keys", 12), ("keys_persistent", 1), ("keys_persistent", 12), ("warp", 12)):
+            for algo, bps in cuda_algos(topk_sigmoid_cuda, x, None):
                 got = topk_sigmoid_cuda.run(x, None, k, algo, bps)
                 ok, msg = ref.check((x, None, k), got, want)
                 if not ok:
@@ -251,7 +286,7 @@ def test_cuda_kernels_on_token_counts_outside_the_grid(dtype, with_bias):
                 x = (torch.round(x * 4) / 4 if tokens % 2 else x).to(getattr(torch, dtype))
                 bias = torch.randn(experts, generator=g, device="cuda") * 0.1 if with_bias else None
                 want = ref.topk_sigmoid(x, bias, k)
-                for algo, bps in (("keys", 12), ("keys_persistent", 1), ("keys_persistent", 12), ("warp", 12)):
+                for algo, bps in cuda_algos(topk_sigmoid_cuda, x, bias):
                     got = topk_sigmoid_cuda.run(x, bias, k, algo, bps)
                     ok, msg = ref.check((x, bias, k), got, want)
                     if not ok:
@@ -260,19 +295,24 @@ def test_cuda_kernels_on_token_counts_outside_the_grid(dtype, with_bias):
 
 
 def test_dispatch_picks_the_cuda_algorithm_by_shape_dtype_and_bias():
-    """Up to 1,024 tokens the one-warp-per-token kernel, but for 128 experts with 16-bit logits and no bias (the
-    packed keys' persistent grid); above that the persistent grid up to 8,192 tokens, the one-pass grid beyond."""
+    """16-bit logits without a bias: the sorting-network kernel, its experts per thread by shape. Otherwise up to
+    128 experts and 1,024 tokens the one-warp-per-token kernel; the packed keys' persistent grid up to 8,192
+    tokens, its one-pass grid beyond."""
     sys.path.insert(0, str(MOE / "kernels"))
     import dispatch
+    import topk_sigmoid_cuda
 
     def algo(tokens, experts, dtype=torch.bfloat16, biased=False):
         return dispatch.cuda_algo(torch.empty(tokens, experts, dtype=dtype), torch.zeros(experts) if biased else None)
 
-    assert algo(1, 64) == algo(1024, 64, torch.float16) == "warp"
-    assert algo(1, 128) == algo(1024, 128, torch.float16) == "keys_persistent"
+    assert algo(1, 64) == algo(1024, 128, torch.float16) == algo(65536, 256) == "sort"
+    assert algo(1, 64, torch.float32) == algo(1024, 64, biased=True) == "warp"
     assert algo(16, 128, torch.float32) == algo(16, 128, biased=True) == "warp"
-    assert algo(16, 256) == algo(1025, 64, biased=True) == algo(8192, 128, torch.float32) == "keys_persistent"
-    assert algo(8193, 64) == algo(65536, 256, biased=True) == "keys"
+    assert algo(16, 256, biased=True) == algo(1025, 64, biased=True) == algo(8192, 128, torch.float32) == "keys_persistent"
+    assert algo(8193, 64, torch.float32) == algo(65536, 256, biased=True) == "keys"
+    assert [topk_sigmoid_cuda.sort_algo(t, e, k) for t, e, k in ((1024, 256, 8), (1025, 256, 8), (8192, 128, 8),
+                                                                 (65535, 64, 8), (65536, 64, 8), (10**6, 256, 4))] \
+        == ["sort16", "sort64", "sort32", "sort16", "sort32", "sort32"]
 
 
 def test_bench_summary_counts_the_floor_and_the_cases_out_of_its_reach():

@@ -7,6 +7,9 @@ runs in parallel.
 - ``keys_persistent``: the same kernel on a grid of at most ``blocks_per_sm`` blocks per SM (12 by default,
   never more than fit at once), each warp taking token after token.
 - ``warp`` (topk_sigmoid_warp.cu, the first version): one warp per token, a REDUX and a ballot per round.
+- ``sort`` (topk_sigmoid_sort.cu; fp16/bf16 logits without a bias): sorting networks in each thread, EXPERTS/PT
+  threads per token, PT experts per thread chosen by shape (sort_algo); ``sort16``, ``sort32`` and ``sort64``
+  name a PT.
 """
 
 import hashlib
@@ -18,7 +21,12 @@ import torch
 HERE = Path(__file__).resolve().parent
 EXPERTS = (64, 128, 256)
 KS = (4, 8)
-ALGOS = {"warp": 0, "keys": 1, "keys_persistent": 2}
+ALGOS = {"warp": 0, "keys": 1, "keys_persistent": 2, "sort16": 3, "sort32": 4, "sort64": 5}
+# The sorting-network kernel's experts per thread (PT) by experts and k: up to 1,024 tokens 16 everywhere, at
+# 8,192 and at 65,536 tokens the fastest of 16, 32 and 64 on the H200 (benchmarks/results/moe_sort.json,
+# bf16 and fp16 alike). Between those sizes, the smaller one's choice.
+SORT_PT = {8192: {(64, 4): 16, (64, 8): 16, (128, 4): 16, (128, 8): 32, (256, 4): 64, (256, 8): 64},
+           65536: {(64, 4): 16, (64, 8): 32, (128, 4): 32, (128, 8): 32, (256, 4): 32, (256, 8): 64}}
 ALGO = "keys"
 DTYPES = {"f32": "float", "f16": "__half", "bf16": "__nv_bfloat16"}
 
@@ -29,6 +37,7 @@ _PER_DTYPE = r"""
 #include <algorithm>
 #include "topk_sigmoid_warp.cu"
 #include "topk_sigmoid_keys.cu"
+#include "topk_sigmoid_sort.cu"
 
 namespace {
 using T = DTYPE;
@@ -76,7 +85,19 @@ void launch(int algo, int blocks_per_sm, const torch::Tensor& x, const torch::Te
   const T* xp = reinterpret_cast<const T*>(x.data_ptr());
   const float* bp = B ? bias.data_ptr<float>() : nullptr;
   auto stream = c10::cuda::getCurrentCUDAStream();
-  if (algo == 0) {          // one token per warp, 8 warps per block
+  if (algo >= 3) {          // sorting networks, E / PT threads per token: PT 16, 32 or 64 (algo 3, 4, 5)
+    if constexpr (sizeof(T) == 2 && !B) {
+      const int pt = 16 << (algo - 3);
+      const int blocks = (int)(((int64_t)tokens * (E / pt) + 127) / 128);
+      float* wp = w.data_ptr<float>();
+      int* ip = ids.data_ptr<int>();
+      if (pt == 16) moe::topk_sigmoid_sort<T, E, NK, 16><<<blocks, 128, 0, stream>>>(xp, wp, ip, tokens);
+      if (pt == 32) moe::topk_sigmoid_sort<T, E, NK, 32><<<blocks, 128, 0, stream>>>(xp, wp, ip, tokens);
+      if (pt == 64) moe::topk_sigmoid_sort<T, E, NK, 64><<<blocks, 128, 0, stream>>>(xp, wp, ip, tokens);
+    } else {
+      TORCH_CHECK(false, "the sorting-network kernel takes fp16 or bf16 logits without a bias");
+    }
+  } else if (algo == 0) {   // one token per warp, 8 warps per block
     moe::topk_sigmoid_warp<T, E, NK, B><<<(tokens + 7) / 8, 256, 0, stream>>>(xp, bp, w.data_ptr<float>(),
                                                                               ids.data_ptr<int>(), tokens);
   } else {                  // E/8 or E/16 lanes per token, 4 warps per block
@@ -154,7 +175,8 @@ _ext = None
 
 def _sources() -> tuple[str, list[Path]]:
     """Write the build's sources (named by a hash of everything they hold) and return (name, files)."""
-    kernel_files = [HERE / n for n in ("topk_sigmoid_common.cuh", "topk_sigmoid_warp.cu", "topk_sigmoid_keys.cu")]
+    kernel_files = [HERE / n for n in ("topk_sigmoid_common.cuh", "topk_sigmoid_warp.cu", "topk_sigmoid_keys.cu",
+                                       "topk_sigmoid_sort.cu")]
     texts = {f"{name}.cu": _PER_DTYPE.replace("DTYPE", ctype).replace("NAME", name) for name, ctype in DTYPES.items()}
     texts["module.cpp"] = _MODULE
     digest = hashlib.sha256("".join([*texts.values(), *(f.read_text() for f in kernel_files)]).encode()).hexdigest()
@@ -185,8 +207,26 @@ def supported(logits: torch.Tensor, k: int) -> bool:
             and k in KS and torch.cuda.get_device_capability(logits.device) >= (8, 0))
 
 
+def sorts(logits: torch.Tensor, bias) -> bool:
+    """Whether the sorting-network kernel takes these inputs: fp16 or bf16 logits, no bias."""
+    return bias is None and logits.dtype in (torch.float16, torch.bfloat16)
+
+
+def sort_algo(tokens: int, experts: int, k: int) -> str:
+    """The sorting-network kernel with the experts per thread for this shape (SORT_PT)."""
+    if tokens <= 1024:
+        return "sort16"
+    return f"sort{SORT_PT[8192 if tokens < 65536 else 65536][(experts, k)]}"
+
+
 def run(logits: torch.Tensor, bias, k: int, algo: str, blocks_per_sm: int = 12):
-    """``blocks_per_sm``: with "keys_persistent", the grid's blocks per SM (at most)."""
+    """``blocks_per_sm``: with "keys_persistent", the grid's blocks per SM (at most). "sort": the sorting-network
+    kernel with the experts per thread for the shape."""
+    if algo.startswith("sort"):
+        if not sorts(logits, bias):
+            raise ValueError("the sorting-network kernel takes fp16 or bf16 logits without a bias")
+        if algo == "sort":
+            algo = sort_algo(logits.shape[0], logits.shape[1], k)
     x = logits.contiguous()
     if x.data_ptr() % 16:
         x = x.clone()

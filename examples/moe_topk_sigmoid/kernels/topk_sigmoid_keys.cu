@@ -40,6 +40,7 @@
 //
 // Analysis build: nvcc -arch=sm_90 -O3 -cubin -DMOE_EXPERTS=256 -DMOE_K=8 -DMOE_BIAS=0 -DMOE_DTYPE=__nv_bfloat16 topk_sigmoid_keys.cu
 // The PyTorch binding (topk_sigmoid_cuda.py) includes this file and instantiates every supported shape.
+#pragma once
 #include <type_traits>
 
 #include "topk_sigmoid_common.cuh"
@@ -581,7 +582,7 @@ __global__ __launch_bounds__(32 * WARPS_PER_BLOCK, min_blocks<T, EXPERTS, K, HAS
 
 }  // namespace moe
 
-#ifdef MOE_EXPERTS   // one instantiation for `kpilot isa analyze` (-D MOE_EXPERTS, MOE_K, MOE_BIAS, MOE_DTYPE)
+#if defined(MOE_EXPERTS) && !defined(MOE_SORT)   // one instantiation for `kpilot isa analyze` (-D MOE_EXPERTS, MOE_K, MOE_BIAS, MOE_DTYPE)
 template __global__ void moe::topk_sigmoid_keys<MOE_DTYPE, MOE_EXPERTS, MOE_K, (bool)MOE_BIAS>(const MOE_DTYPE*, const float*,
                                                                                     float*, int*, int, int);
 #endif

@@ -1,0 +1,99 @@
+"""The MoE sorting-network kernel (topk_sigmoid_sort.cu) at each of its experts per thread (sort16, sort32,
+sort64) against the packed-key kernel (keys above 8,192 tokens, keys_persistent up to it) and the first kernel
+(warp, up to 1,024 tokens), plain variant, fp16 and bf16; first its outputs on edge inputs (normal, all equal,
+all negative, +0 and -0, small integers; 1 to 20,001 tokens) through the problem's check. Each case's algorithms
+are timed in turn (L2 flushed, events, median of 200, as `kpilot bench` times), over two rounds with the order
+reversed in the second; a time is the median of its rounds. Writes OUT/moe_sort.json.
+
+    python benchmarks/moe_sort.py OUT
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MOE = ROOT / "examples" / "moe_topk_sigmoid"
+sys.path[:0] = [str(ROOT / "src"), str(MOE), str(MOE / "kernels"), str(ROOT / "benchmarks")]
+
+SORTS = ["sort16", "sort32", "sort64"]
+EDGE_TOKENS = (1, 3, 17, 1000, 20001)
+TIMED_TOKENS = {"bfloat16": (65536, 8192, 1024, 128, 16, 1), "float16": (65536, 8192)}
+
+
+def edge_inputs(torch, tokens: int, experts: int, g) -> dict:
+    rand = lambda: torch.rand(tokens, experts, device="cuda", generator=g)  # noqa: E731
+    return {"randn": torch.randn(tokens, experts, device="cuda", generator=g),
+            "equal": torch.full((tokens, experts), 0.5, device="cuda"),
+            "negative": -rand() - 0.1,
+            "zeros": torch.where(rand() < 0.5, 0.0, -0.0),
+            "integers": torch.randint(-3, 3, (tokens, experts), device="cuda", generator=g).float()}
+
+
+def main() -> None:
+    import torch
+
+    import reference as ref
+    import topk_sigmoid_cuda as tc
+    from _common import environment
+    from stream_floor import flushed_median_us
+
+    if len(sys.argv) != 2:
+        sys.exit(__doc__.strip().splitlines()[-1].strip())
+    if not torch.cuda.is_available():
+        sys.exit("moe_sort.py needs a GPU")
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    tc._extension()
+    print(f"build {time.time() - t0:.0f} s", flush=True)
+    failed, checks = [], 0
+    for dtype in (torch.bfloat16, torch.float16):
+        for experts in (64, 128, 256):
+            for k in (4, 8):
+                for tokens in EDGE_TOKENS:
+                    g = torch.Generator(device="cuda").manual_seed(tokens * 7 + experts + k)
+                    for name, x in edge_inputs(torch, tokens, experts, g).items():
+                        x = x.to(dtype)
+                        want = ref.topk_sigmoid(x, None, k)
+                        for algo in SORTS:
+                            checks += 1
+                            ok, msg = ref.check((x, None, k), tc.run(x, None, k, algo), want)
+                            if not ok:
+                                failed.append(f"{dtype} {experts} {k} {tokens} {name} {algo}: {msg[:150]}")
+    print(f"checks {checks}, failed {len(failed)}", *failed[:20], sep="\n", flush=True)
+    rows = []
+    for dtype, sizes in TIMED_TOKENS.items():
+        for tokens in sizes:
+            for experts in (64, 128, 256):
+                for k in (4, 8):
+                    case = {"experts": experts, "tokens": tokens, "k": k, "dtype": dtype}
+                    x, _, _ = ref.make_inputs(case, 1, "cuda")
+                    want = ref.topk_sigmoid(x, None, k)
+                    algos = ["keys" if tokens > 8192 else "keys_persistent", *(["warp"] if tokens <= 1024 else []),
+                             *SORTS]
+                    times, oks = {a: [] for a in algos}, {}
+                    for r in range(2):
+                        for a in algos if r % 2 == 0 else algos[::-1]:
+                            oks[a] = ref.check((x, None, k), tc.run(x, None, k, a), want)[0]
+                            times[a].append(flushed_median_us(lambda: tc.run(x, None, k, a)))
+                    row = dict(case, **{a: round(statistics.median(v), 3) for a, v in times.items()}, ok=oks)
+                    base = row[algos[0]]
+                    best = min(SORTS, key=lambda a: row[a])
+                    print(f"{dtype:8} E{experts:3} T{tokens:5} k{k}  {algos[0]} {base:7.2f}  "
+                          + "  ".join(f"{a} {row[a]:6.2f}" for a in SORTS)
+                          + (f"  warp {row['warp']:6.2f}" if "warp" in row else "")
+                          + f"  best {best} {row[best] / base:.3f}x  ok {all(oks.values())}", flush=True)
+                    rows.append(row)
+    (out / "moe_sort.json").write_text(json.dumps({"environment": environment(), "checks": checks, "failed": failed,
+                                                   "rows": rows}, indent=1))
+    if failed or not all(all(r["ok"].values()) for r in rows):
+        sys.exit("failed checks")
+
+
+if __name__ == "__main__":
+    main()
