@@ -1,11 +1,15 @@
 """The MoE sorting-network kernel (topk_sigmoid_sort.cu) at each of its experts per thread (sort16, sort32,
 sort64) against the packed-key kernel (keys above 8,192 tokens, keys_persistent up to it) and the first kernel
-(warp, up to 1,024 tokens), plain variant, fp16 and bf16; first its outputs on edge inputs (normal, all equal,
-all negative, +0 and -0, small integers; 1 to 20,001 tokens) through the problem's check. Each case's algorithms
-are timed in turn (L2 flushed, events, median of 200, as `kpilot bench` times), over two rounds with the order
-reversed in the second; a time is the median of its rounds. Writes OUT/moe_sort.json.
+(warp, up to 1,024 tokens); first its outputs on edge inputs (normal, all equal, all negative, +0 and -0, small
+integers; 1 to 20,001 tokens; with a bias, a narrow one and one spanning more than 1.5) through the problem's
+check. Each case's algorithms are timed in turn (L2 flushed, events, median of 200, as `kpilot bench` times),
+over two rounds with the order reversed in the second; a time is the median of its rounds. Writes
+OUT/moe_sort.json (OUT/moe_sort_biased.json with --biased).
 
-    python benchmarks/moe_sort.py OUT
+    python benchmarks/moe_sort.py OUT [--biased] [--no-time]
+
+Without a bias: fp16 and bf16 (timed: bf16 at 1 to 65,536 tokens, fp16 at 8,192 and 65,536). With --biased:
+bf16, fp16 and fp32 (timed: bf16 at 16 to 65,536 tokens, fp16 at 65,536, fp32 at 8,192 and 65,536).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ sys.path[:0] = [str(ROOT / "src"), str(MOE), str(MOE / "kernels"), str(ROOT / "b
 SORTS = ["sort16", "sort32", "sort64"]
 EDGE_TOKENS = (1, 3, 17, 1000, 20001)
 TIMED_TOKENS = {"bfloat16": (65536, 8192, 1024, 128, 16, 1), "float16": (65536, 8192)}
+TIMED_TOKENS_BIASED = {"bfloat16": (65536, 8192, 1024, 16), "float16": (65536,), "float32": (65536, 8192)}
 
 
 def edge_inputs(torch, tokens: int, experts: int, g) -> dict:
@@ -42,45 +47,57 @@ def main() -> None:
     from _common import environment
     from stream_floor import flushed_median_us
 
-    if len(sys.argv) != 2:
-        sys.exit(__doc__.strip().splitlines()[-1].strip())
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--biased", action="store_true", help="the biased variant (DeepSeek-V3 routing)")
+    ap.add_argument("--no-time", action="store_true", help="the edge checks alone")
+    args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("moe_sort.py needs a GPU")
-    out = Path(sys.argv[1])
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
+    dtypes = [torch.bfloat16, torch.float16] + ([torch.float32] if args.biased else [])
     t0 = time.time()
     tc._extension()
     print(f"build {time.time() - t0:.0f} s", flush=True)
     failed, checks = [], 0
-    for dtype in (torch.bfloat16, torch.float16):
+    for dtype in dtypes:
         for experts in (64, 128, 256):
             for k in (4, 8):
                 for tokens in EDGE_TOKENS:
                     g = torch.Generator(device="cuda").manual_seed(tokens * 7 + experts + k)
+                    biases = {"no bias": None}
+                    if args.biased:
+                        narrow = torch.randn(experts, device="cuda", generator=g) * 0.1
+                        biases = {"narrow bias": narrow, "wide bias": narrow * 30}
                     for name, x in edge_inputs(torch, tokens, experts, g).items():
                         x = x.to(dtype)
-                        want = ref.topk_sigmoid(x, None, k)
-                        for algo in SORTS:
-                            checks += 1
-                            ok, msg = ref.check((x, None, k), tc.run(x, None, k, algo), want)
-                            if not ok:
-                                failed.append(f"{dtype} {experts} {k} {tokens} {name} {algo}: {msg[:150]}")
+                        for bname, bias in biases.items():
+                            want = ref.topk_sigmoid(x, bias, k)
+                            for algo in SORTS:
+                                checks += 1
+                                ok, msg = ref.check((x, bias, k), tc.run(x, bias, k, algo), want)
+                                if not ok:
+                                    failed.append(f"{dtype} {experts} {k} {tokens} {name} {bname} {algo}: {msg[:150]}")
     print(f"checks {checks}, failed {len(failed)}", *failed[:20], sep="\n", flush=True)
     rows = []
-    for dtype, sizes in TIMED_TOKENS.items():
+    timed = {} if args.no_time else TIMED_TOKENS_BIASED if args.biased else TIMED_TOKENS
+    for dtype, sizes in timed.items():
         for tokens in sizes:
             for experts in (64, 128, 256):
                 for k in (4, 8):
                     case = {"experts": experts, "tokens": tokens, "k": k, "dtype": dtype}
-                    x, _, _ = ref.make_inputs(case, 1, "cuda")
-                    want = ref.topk_sigmoid(x, None, k)
+                    x, bias, _ = (ref.make_inputs_biased if args.biased else ref.make_inputs)(case, 1, "cuda")
+                    want = ref.topk_sigmoid(x, bias, k)
                     algos = ["keys" if tokens > 8192 else "keys_persistent", *(["warp"] if tokens <= 1024 else []),
                              *SORTS]
                     times, oks = {a: [] for a in algos}, {}
                     for r in range(2):
                         for a in algos if r % 2 == 0 else algos[::-1]:
-                            oks[a] = ref.check((x, None, k), tc.run(x, None, k, a), want)[0]
-                            times[a].append(flushed_median_us(lambda: tc.run(x, None, k, a)))
+                            oks[a] = ref.check((x, bias, k), tc.run(x, bias, k, a), want)[0]
+                            times[a].append(flushed_median_us(lambda: tc.run(x, bias, k, a)))
                     row = dict(case, **{a: round(statistics.median(v), 3) for a, v in times.items()}, ok=oks)
                     base = row[algos[0]]
                     best = min(SORTS, key=lambda a: row[a])
@@ -89,7 +106,7 @@ def main() -> None:
                           + (f"  warp {row['warp']:6.2f}" if "warp" in row else "")
                           + f"  best {best} {row[best] / base:.3f}x  ok {all(oks.values())}", flush=True)
                     rows.append(row)
-    (out / "moe_sort.json").write_text(json.dumps({"environment": environment(), "checks": checks, "failed": failed,
+    (out / ("moe_sort_biased.json" if args.biased else "moe_sort.json")).write_text(json.dumps({"environment": environment(), "checks": checks, "failed": failed,
                                                    "rows": rows}, indent=1))
     if failed or not all(all(r["ok"].values()) for r in rows):
         sys.exit("failed checks")

@@ -191,6 +191,27 @@ def test_sort_kernel_selects_by_min_and_max_alone(experts, k, pt):
     assert kern.resources.spill_store_bytes == 0 and kern.occupancy.percent >= 50
 
 
+@pytest.mark.parametrize("dtype", ["__nv_bfloat16", "float"])
+def test_sort_kernel_takes_a_bias(dtype):
+    """The sorting-network kernel with a bias (128 experts, k 8, 32 experts per thread, sm_90): the bias's least
+    value and span once per warp (two REDUX), a sigmoid per expert (two MUFU each), the selection on 32-bit keys
+    in min and max (64-bit keys, exact, only for a bias spanning 1.5 or more); no shared memory, no spills."""
+    from conftest import require_tool
+
+    require_tool("nvcc")
+    from kernelpilot.isa import analyze
+
+    (kern,) = analyze(MOE / "kernels" / "topk_sigmoid_sort.cu", arch="sm_90", block_size=128,
+                      defines={"MOE_SORT": "1", "MOE_EXPERTS": "128", "MOE_K": "8", "MOE_PT": "32", "MOE_BIAS": "1",
+                               "MOE_DTYPE": dtype})
+    ops = kern.opcodes
+    count = lambda prefix: sum(n for op, n in ops.items() if op.startswith(prefix))  # noqa: E731
+    assert count("REDUX") == 2 and count("STS") == count("LDS") == 0
+    assert count("MUFU") >= 2 * 32
+    assert count("VIMNMX") >= (4 * (38 + 32) - 32) * 0.9   # the 32-bit keys (64-bit: compares and selects)
+    assert kern.resources.spill_store_bytes == 0
+
+
 def test_keys_kernel_selects_fp32_logits_on_32_bit_keys():
     """fp32 logits, 256 experts, k 8, compiled for sm_90: k + 1 rounds of one REDUX each on 32-bit keys (and
     again in the rare selection with refills), on signed keys of positive logits and again on order keys where

@@ -42,7 +42,7 @@ PERSISTENT_UP_TO = 8192   # tokens: at most these (and above SMALL), the persist
 
 def cuda_algo(logits: torch.Tensor, bias=None) -> str:
     tokens, experts = logits.shape
-    if topk_sigmoid_cuda.sorts(logits, bias):
+    if bias is None and logits.element_size() == 2:   # the sorting-network kernel's measured cases (it takes a bias too)
         return "sort"
     if experts <= SMALL[0] and tokens <= SMALL[1]:
         return "warp"

@@ -40,7 +40,8 @@
 //
 // Analysis build: nvcc -arch=sm_90 -O3 -cubin -DMOE_EXPERTS=256 -DMOE_K=8 -DMOE_BIAS=0 -DMOE_DTYPE=__nv_bfloat16 topk_sigmoid_keys.cu
 // The PyTorch binding (topk_sigmoid_cuda.py) includes this file and instantiates every supported shape.
-#pragma once
+#ifndef MOE_TOPK_SIGMOID_KEYS_CU   // included by topk_sigmoid_sort.cu and the binding
+#define MOE_TOPK_SIGMOID_KEYS_CU
 #include <type_traits>
 
 #include "topk_sigmoid_common.cuh"
@@ -369,6 +370,28 @@ __device__ inline float from_order_key(unsigned k) {
   return __uint_as_float((k >> 31) ? (k ^ 0x80000000u) : ~k);
 }
 
+// The least bias over the warp (each lane holding P values; REDUX through order keys), and whether the bias is
+// too wide for 32-bit keys (spanning 1.5 or more).
+template <int P>
+__device__ inline bool bias_low(const float (&b)[P], float& lo) {
+  float l = b[0], h = b[0];
+#pragma unroll
+  for (int j = 1; j < P; ++j) { l = fminf(l, b[j]); h = fmaxf(h, b[j]); }
+  lo = from_order_key(__reduce_min_sync(FULL, order_key(l)));
+  h = from_order_key(__reduce_max_sync(FULL, order_key(h)));
+  return !(h - lo < 1.5f);
+}
+
+// What moves an expert's score sigmoid(x) + b into [1, 4) where the bias is narrow: 1 - lo + b, at least 1
+// whatever the rounding.
+__device__ inline float bias_shift(float b, float lo) { return fmaxf((1.0f - lo) + b, 1.0f); }
+
+// The 32-bit key of a score in [1, 4): its float bits less 1.0's, shifted by 8, then the index byte (0x3f800000 << 8
+// is 2^31).
+__device__ inline unsigned biased_key(float score, unsigned index_byte) {
+  return __float_as_uint(score) * 256u + (0x80000000u + index_byte);
+}
+
 // The row a group past the last token selects on (it writes nothing): logits j * 256 + lane + 1 for its j-th
 // expert, positive, distinct, and with each lane's largest above every other lane's second, so the top k comes
 // from k lanes, one each. Zeros would make every expert equal, the top k one lane's, and the warp select
@@ -451,14 +474,10 @@ __global__ __launch_bounds__(32 * WARPS_PER_BLOCK, min_blocks<T, EXPERTS, K, HAS
   if constexpr (HAS_BIAS) {
     float b[P];
     load_row<float, P>(bias + e0, b);
-    float lo = b[0], hi = b[0];
+    float lo;
+    wide = bias_low<P>(b, lo);
 #pragma unroll
-    for (int j = 1; j < P; ++j) { lo = fminf(lo, b[j]); hi = fmaxf(hi, b[j]); }
-    lo = from_order_key(__reduce_min_sync(FULL, order_key(lo)));
-    hi = from_order_key(__reduce_max_sync(FULL, order_key(hi)));
-    wide = !(hi - lo < 1.5f);
-#pragma unroll
-    for (int j = 0; j < P; ++j) shift[j] = fmaxf((1.0f - lo) + b[j], 1.0f);   // at least 1, whatever the rounding
+    for (int j = 0; j < P; ++j) shift[j] = bias_shift(b[j], lo);
   }
   unsigned* const slots32 = reinterpret_cast<unsigned*>(slot_store[warp]);
   unsigned long long* const slots64 = slot_store[warp];
@@ -543,7 +562,7 @@ __global__ __launch_bounds__(32 * WARPS_PER_BLOCK, min_blocks<T, EXPERTS, K, HAS
 #pragma unroll
           for (int j = 0; j < P; ++j) {
             const float s = sigmoid(x[j]) + shift[j];   // in [1, 4)
-            keys[j] = __float_as_uint(s) * 256u + (0x80000000u + 255u - (unsigned)(e0 + j));   // 0x3f800000 << 8 is 2^31
+            keys[j] = biased_key(s, 255u - (unsigned)(e0 + j));
           }
           select<unsigned, G, K>(keys, slots32 + slot);
         } else {       // 64-bit keys of a score with a wide bias
@@ -586,3 +605,4 @@ __global__ __launch_bounds__(32 * WARPS_PER_BLOCK, min_blocks<T, EXPERTS, K, HAS
 template __global__ void moe::topk_sigmoid_keys<MOE_DTYPE, MOE_EXPERTS, MOE_K, (bool)MOE_BIAS>(const MOE_DTYPE*, const float*,
                                                                                     float*, int*, int, int);
 #endif
+#endif  // MOE_TOPK_SIGMOID_KEYS_CU

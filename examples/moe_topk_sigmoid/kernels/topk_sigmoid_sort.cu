@@ -1,16 +1,19 @@
 // MoE top-k sigmoid routing for NVIDIA sm_80+ by sorting networks in each thread: EXPERTS / PT threads per token
-// (consecutive lanes), PT experts per thread (16, 32 or 64; topk_sigmoid_cuda.py picks by shape), fp16/bf16 logits
-// without a bias. A thread loads its PT logits at once (16-byte vectors, its token's lanes taking neighbouring
-// ones), makes one 32-bit key per expert (the logit's bits, then 255 - expert: equal logits, the lower expert
-// first) and keeps its best K keys sorted: each vector's eight keys are sorted by a network (19 compare-exchanges
+// (consecutive lanes), PT experts per thread (16, 32 or 64; topk_sigmoid_cuda.py picks by shape): fp16/bf16 logits,
+// or any logits with a bias. A thread loads its PT logits at once (16-byte vectors, its token's lanes taking
+// neighbouring ones), makes one 32-bit key per expert (the logit's bits, then 255 - expert: equal logits, the
+// lower expert first; with a bias the packed-key kernel's keys of the score moved into [1, 4), 64-bit exact keys
+// where the bias spans 1.5 or more) and keeps its best K keys sorted: each vector's eight keys are sorted by a network (19 compare-exchanges
 // at k 8; two networks of four at k 4) and merged into the list by the bitonic top-k merge (the larger of the list
 // and the reversed chunk, then a bitonic sorter). The token's lanes merge their lists through xor shuffles, and
-// its first lane writes the weights and ids. The selection is integer min and max alone (VIMNMX): no REDUX, no
-// shared memory, no rounds. Where a token has fewer than K positive logits (the signed keys order only those
-// exactly) the warp selects again on exact keys (the 16-bit order keys), the row loaded again.
+// its first lane writes the weights and ids (with a bias from the chosen logits read again, divided by their
+// sum). The selection is integer min and max alone (VIMNMX): no REDUX (but two per warp for the bias's range), no
+// shared memory, no rounds. Without a bias, where a token has fewer than K positive logits (the signed keys order
+// only those exactly) the warp selects again on exact keys (the 16-bit order keys), the row loaded again.
 //
 // Analysis build: nvcc -arch=sm_90 -O3 -cubin -DMOE_SORT -DMOE_EXPERTS=128 -DMOE_K=8 -DMOE_PT=64 -DMOE_DTYPE=__nv_bfloat16 topk_sigmoid_sort.cu
-#pragma once
+#ifndef MOE_TOPK_SIGMOID_SORT_CU
+#define MOE_TOPK_SIGMOID_SORT_CU
 #include "topk_sigmoid_keys.cu"
 
 namespace moe {
@@ -56,23 +59,15 @@ __device__ inline void merge_best(Key (&top)[N], const Key (&c)[N]) {
   }
 }
 
-// The best K keys of a token, sorted, in every one of its TPT lanes: this lane's V vectors of eight 16-bit logits
-// (vector v holds experts (v * TPT + t) * 8 ..., index bytes from `base`), then the lanes' lists merged. Keys:
-// int, the logit's bits then the expert twice (keys_of_words: exact among positive logits, whose keys are at
-// least POSITIVE_KEY and above all others); unsigned, the exact order keys (keys_of_halves).
-template <typename Key, int K, int TPT, int V>
-__device__ inline void best_keys(const uint4 (&raw)[V], unsigned base, Key (&top)[K]) {
+// The best K keys of a token, sorted, in every one of its TPT lanes: keys_of(v, keys) makes the eight keys of
+// this lane's v-th chunk of experts (experts (v * TPT + t) * 8 ...), which the networks merge into the lane's
+// list, then the lanes' lists are merged.
+template <typename Key, int K, int TPT, int CHUNKS, typename KeysOf>
+__device__ inline void best_keys(KeysOf keys_of, Key (&top)[K]) {
 #pragma unroll
-  for (int v = 0; v < V; ++v) {
-    const unsigned words[4] = {raw[v].x, raw[v].y, raw[v].z, raw[v].w};
-    const unsigned b = base - 8u * TPT * v * 0x01010101u;
-    const unsigned idx[2] = {b - 0x03020100u, b - 0x07060504u};
+  for (int v = 0; v < CHUNKS; ++v) {
     Key keys[8];
-    if constexpr (std::is_signed_v<Key>) {
-      keys_of_words(words, idx, reinterpret_cast<unsigned(&)[8]>(keys));
-    } else {
-      keys_of_halves(words, idx, keys);
-    }
+    keys_of(v, keys);
     if constexpr (K == 8) {
       sort_network<8>(keys);
       if (v == 0) {
@@ -110,62 +105,140 @@ __device__ inline unsigned bits_of_order16(unsigned o) {
   return o >= 0x8000u ? o - 0x8000u : 0x8000u | (0x8000u - o);
 }
 
-template <typename T, int EXPERTS, int K, int PT>
-__global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict__ logits, float* __restrict__ weights,
-                                                          int* __restrict__ ids, int tokens) {
-  static_assert(sizeof(T) == 2, "16-bit logits");
+// The weights and ids of a token's best K keys (its first lane): without a bias and with 16-bit logits from the
+// keys' bits (`exact`: the exact keys' order keys); otherwise the chosen logits read again, and with a bias the
+// weights divided by their sum.
+template <typename T, int EXPERTS, int K, bool HAS_BIAS, typename Key>
+__device__ inline void write_token(const T* __restrict__ row, const Key (&top)[K], bool exact, float* __restrict__ wrow,
+                                   int* __restrict__ irow) {
+  float w[K];
+  int e[K];
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < K; ++j) {
+    // The key through an opaque move: without it nvcc 13's cicc crashes (segmentation fault) on some builds of
+    // this kernel, alone or beside the packed-key one.
+    unsigned key = (unsigned)top[j];
+    asm("mov.b32 %0, %0;" : "+r"(key));
+    e[j] = 255 - (int)(key & 0xffu);
+    float x;
+    if constexpr (!HAS_BIAS && sizeof(T) == 2) {
+      const unsigned h = key >> 16;
+      x = from_bits<T>(exact ? bits_of_order16(h) : h);
+    } else {
+      x = to_float<T>(row[e[j]]);
+    }
+    w[j] = sigmoid(x);
+    sum += w[j];
+  }
+  float4* wp = reinterpret_cast<float4*>(wrow);
+  int4* ip = reinterpret_cast<int4*>(irow);
+  const float scale = HAS_BIAS ? 1.0f / sum : 1.0f;
+#pragma unroll
+  for (int q = 0; q < K / 4; ++q) {
+    wp[q] = make_float4(w[4 * q] * scale, w[4 * q + 1] * scale, w[4 * q + 2] * scale, w[4 * q + 3] * scale);
+    ip[q] = make_int4(e[4 * q], e[4 * q + 1], e[4 * q + 2], e[4 * q + 3]);
+  }
+}
+
+template <typename T, int EXPERTS, int K, int PT, bool HAS_BIAS>
+__global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict__ logits, const float* __restrict__ bias,
+                                                          float* __restrict__ weights, int* __restrict__ ids, int tokens) {
   static_assert(K == 4 || K == 8, "K must be 4 or 8");
   static_assert(PT % 8 == 0 && EXPERTS % PT == 0 && EXPERTS / PT <= 32, "PT: a multiple of 8 dividing EXPERTS");
-  constexpr int TPT = EXPERTS / PT;   // threads per token
-  constexpr int V = PT / 8;           // 16-byte vectors per thread
+  constexpr int TPT = EXPERTS / PT;            // threads per token
+  constexpr int CHUNKS = PT / 8;               // chunks of 8 experts per thread
+  constexpr int CV = 8 * (int)sizeof(T) / 16;  // 16-byte vectors per chunk (1, or 2 for fp32)
   const int t = threadIdx.x % TPT;
   const int token = (blockIdx.x * blockDim.x + threadIdx.x) / TPT;
   const bool live = token < tokens;
-  // A thread's vectors are v * TPT + t of the row (neighbouring lanes, neighbouring 16 bytes); threads past the
-  // last token read its row and write nothing (the shuffles need every lane).
-  const uint4* row = reinterpret_cast<const uint4*>(logits + (size_t)(live ? token : tokens - 1) * EXPERTS) + t;
-  uint4 raw[V];
+  // A thread's chunks are v * TPT + t of the row (neighbouring lanes, neighbouring bytes); threads past the last
+  // token read its row and write nothing (the shuffles need every lane).
+  const T* row = logits + (size_t)(live ? token : tokens - 1) * EXPERTS;
+  const uint4* vec = reinterpret_cast<const uint4*>(row) + t * CV;
+  uint4 raw[CHUNKS * CV];
 #pragma unroll
-  for (int v = 0; v < V; ++v) raw[v] = __ldg(row + v * TPT);
-  // Index bytes of vector v's experts (v * TPT + t) * 8 + j: one base, less a constant per vector.
+  for (int v = 0; v < CHUNKS; ++v) {
+#pragma unroll
+    for (int c = 0; c < CV; ++c) raw[v * CV + c] = __ldg(vec + v * TPT * CV + c);
+  }
+  // Index bytes of chunk v's experts (v * TPT + t) * 8 + j: one base, less a constant per chunk.
   const unsigned base = (255u - 8u * (unsigned)t) * 0x01010101u;
   unsigned top[K];
-  best_keys<int, K, TPT>(raw, base, reinterpret_cast<int(&)[K]>(top));
-  // Exact where every token's K-th key is a positive logit's; otherwise the warp selects again on exact keys,
-  // the row loaded again (volatile loads: the compiler would keep the first ones' PT / 2 registers all along).
-  const bool exact = __any_sync(FULL, (int)top[K - 1] < POSITIVE_KEY);
-  if (exact) {
+  bool exact = false;
+  if constexpr (!HAS_BIAS) {
+    static_assert(sizeof(T) == 2, "without a bias, 16-bit logits (fp32: the packed-key kernel)");
+    const auto words_of = [&](int v, unsigned (&w)[4], unsigned (&idx)[2]) {
+      w[0] = raw[v].x; w[1] = raw[v].y; w[2] = raw[v].z; w[3] = raw[v].w;
+      const unsigned b = base - 8u * TPT * v * 0x01010101u;
+      idx[0] = b - 0x03020100u;
+      idx[1] = b - 0x07060504u;
+    };
+    best_keys<int, K, TPT, CHUNKS>([&](int v, int (&keys)[8]) {
+      unsigned w[4], idx[2];
+      words_of(v, w, idx);
+      keys_of_words(w, idx, reinterpret_cast<unsigned(&)[8]>(keys));
+    }, reinterpret_cast<int(&)[K]>(top));
+    // Exact where every token's K-th key is a positive logit's; otherwise the warp selects again on exact keys,
+    // the row loaded again (volatile loads: the compiler would keep the first ones' PT / 2 registers all along).
+    exact = __any_sync(FULL, (int)top[K - 1] < POSITIVE_KEY);
+    if (exact) {
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-      asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                   : "=r"(raw[v].x), "=r"(raw[v].y), "=r"(raw[v].z), "=r"(raw[v].w) : "l"(row + v * TPT));
+      for (int v = 0; v < CHUNKS; ++v) {
+        asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(raw[v].x), "=r"(raw[v].y), "=r"(raw[v].z), "=r"(raw[v].w) : "l"(vec + v * TPT));
+      }
+      best_keys<unsigned, K, TPT, CHUNKS>([&](int v, unsigned (&keys)[8]) {
+        unsigned w[4], idx[2];
+        words_of(v, w, idx);
+        keys_of_halves(w, idx, keys);
+      }, top);
     }
-    best_keys<unsigned, K, TPT>(raw, base, top);
-  }
-  if (live && t == 0) {
-    float w[K];
-    int e[K];
+    if (live && t == 0) write_token<T, EXPERTS, K, false>(row, top, exact, weights + (size_t)token * K, ids + (size_t)token * K);
+  } else {
+    // The bias's least value and span, over the warp (lane l holds experts (l % (EXPERTS / 8)) * 8 ...).
+    float lo;
+    bool wide;
+    {
+      float b[8];
+      load_row<float, 8>(bias + (threadIdx.x % 32 % (EXPERTS / 8)) * 8, b);
+      wide = bias_low<8>(b, lo);
+    }
+    // Chunk v's logits and shifted scores (sigmoid plus 1 - lo + bias, in [1, 4) where the bias is narrow).
+    const auto scores_of = [&](int v, float (&s)[8]) {
+      const T* x = reinterpret_cast<const T*>(&raw[v * CV]);
+      float b[8];
+      load_row<float, 8>(bias + (v * TPT + t) * 8, b);
 #pragma unroll
-    for (int j = 0; j < K; ++j) {
-      // The key's bits through an opaque move: without it nvcc 13's cicc crashes (segmentation fault) on a
-      // translation unit that holds this kernel and the packed-key one.
-      unsigned h = top[j] >> 16;
-      asm("mov.b32 %0, %0;" : "+r"(h));
-      w[j] = sigmoid(from_bits<T>(exact ? bits_of_order16(h) : h));
-      e[j] = 255 - (int)(top[j] & 0xffu);
-    }
-    float4* wp = reinterpret_cast<float4*>(weights + (size_t)token * K);
-    int4* ip = reinterpret_cast<int4*>(ids + (size_t)token * K);
+      for (int j = 0; j < 8; ++j) s[j] = sigmoid(to_float<T>(x[j])) + bias_shift(b[j], lo);
+    };
+    if (!wide) {   // 32-bit keys: the score's bits less 1.0's, then the index byte
+      best_keys<unsigned, K, TPT, CHUNKS>([&](int v, unsigned (&keys)[8]) {
+        float s[8];
+        scores_of(v, s);
+        const unsigned ib = 255u - 8u * (unsigned)(v * TPT + t);
 #pragma unroll
-    for (int q = 0; q < K / 4; ++q) {
-      wp[q] = make_float4(w[4 * q], w[4 * q + 1], w[4 * q + 2], w[4 * q + 3]);
-      ip[q] = make_int4(e[4 * q], e[4 * q + 1], e[4 * q + 2], e[4 * q + 3]);
+        for (int j = 0; j < 8; ++j) keys[j] = biased_key(s[j], ib - j);
+      }, top);
+    } else {       // 64-bit keys, exact: the score's order key, then the index
+      unsigned long long top64[K];
+      best_keys<unsigned long long, K, TPT, CHUNKS>([&](int v, unsigned long long (&keys)[8]) {
+        float s[8];
+        scores_of(v, s);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) keys[j] = exact_key(s[j], (v * TPT + t) * 8 + j);
+      }, top64);
+#pragma unroll
+      for (int j = 0; j < K; ++j) top[j] = (unsigned)top64[j];
     }
+    if (live && t == 0) write_token<T, EXPERTS, K, true>(row, top, false, weights + (size_t)token * K, ids + (size_t)token * K);
   }
 }
 
 }  // namespace moe
 
-#ifdef MOE_SORT   // one instantiation for `kpilot isa analyze` (-D MOE_SORT, MOE_EXPERTS, MOE_K, MOE_PT, MOE_DTYPE)
-template __global__ void moe::topk_sigmoid_sort<MOE_DTYPE, MOE_EXPERTS, MOE_K, MOE_PT>(const MOE_DTYPE*, float*, int*, int);
+#ifdef MOE_SORT   // one instantiation for `kpilot isa analyze` (-D MOE_SORT, MOE_EXPERTS, MOE_K, MOE_PT, MOE_BIAS, MOE_DTYPE)
+template __global__ void moe::topk_sigmoid_sort<MOE_DTYPE, MOE_EXPERTS, MOE_K, MOE_PT, (bool)MOE_BIAS>(const MOE_DTYPE*, const float*,
+                                                                                            float*, int*, int);
 #endif
+#endif  // MOE_TOPK_SIGMOID_SORT_CU
