@@ -4,12 +4,12 @@ sort64) against the packed-key kernel (keys above 8,192 tokens, keys_persistent 
 integers; 1 to 20,001 tokens; with a bias, a narrow one and one spanning more than 1.5) through the problem's
 check. Each case's algorithms are timed in turn (L2 flushed, events, median of 200, as `kpilot bench` times),
 over two rounds with the order reversed in the second; a time is the median of its rounds. Writes
-OUT/moe_sort.json (OUT/moe_sort_biased.json with --biased).
+OUT/moe_sort.json (OUT/moe_sort_biased.json with --biased; either with _<dtype> for each --dtype).
 
-    python benchmarks/moe_sort.py OUT [--biased] [--no-time]
+    python benchmarks/moe_sort.py OUT [--biased] [--no-time] [--dtype float32 ...]
 
-Without a bias: fp16 and bf16 (timed: bf16 at 1 to 65,536 tokens, fp16 at 8,192 and 65,536). With --biased:
-bf16, fp16 and fp32 (timed: bf16 at 16 to 65,536 tokens, fp16 at 65,536, fp32 at 8,192 and 65,536).
+bf16, fp16 and fp32 (--dtype: some of them). Timed without a bias: bf16 at 1 to 65,536 tokens, fp16 and fp32 at
+8,192 and 65,536; with --biased: bf16 at 16 to 65,536 tokens, fp16 at 65,536, fp32 at 8,192 and 65,536.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ sys.path[:0] = [str(ROOT / "src"), str(MOE), str(MOE / "kernels"), str(ROOT / "b
 
 SORTS = ["sort16", "sort32", "sort64"]
 EDGE_TOKENS = (1, 3, 17, 1000, 20001)
-TIMED_TOKENS = {"bfloat16": (65536, 8192, 1024, 128, 16, 1), "float16": (65536, 8192)}
+TIMED_TOKENS = {"bfloat16": (65536, 8192, 1024, 128, 16, 1), "float16": (65536, 8192), "float32": (65536, 8192)}
 TIMED_TOKENS_BIASED = {"bfloat16": (65536, 8192, 1024, 16), "float16": (65536,), "float32": (65536, 8192)}
 
 
@@ -53,12 +53,15 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--biased", action="store_true", help="the biased variant (DeepSeek-V3 routing)")
     ap.add_argument("--no-time", action="store_true", help="the edge checks alone")
+    ap.add_argument("--dtype", action="append", choices=["bfloat16", "float16", "float32"],
+                    help="these dtypes alone (default: all three)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("moe_sort.py needs a GPU")
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    dtypes = [torch.bfloat16, torch.float16] + ([torch.float32] if args.biased else [])
+    names = args.dtype or ["bfloat16", "float16", "float32"]
+    dtypes = [getattr(torch, d) for d in names]
     t0 = time.time()
     tc._extension()
     print(f"build {time.time() - t0:.0f} s", flush=True)
@@ -84,6 +87,7 @@ def main() -> None:
     print(f"checks {checks}, failed {len(failed)}", *failed[:20], sep="\n", flush=True)
     rows = []
     timed = {} if args.no_time else TIMED_TOKENS_BIASED if args.biased else TIMED_TOKENS
+    timed = {d: t for d, t in timed.items() if d in names}
     for dtype, sizes in timed.items():
         for tokens in sizes:
             for experts in (64, 128, 256):
@@ -106,7 +110,8 @@ def main() -> None:
                           + (f"  warp {row['warp']:6.2f}" if "warp" in row else "")
                           + f"  best {best} {row[best] / base:.3f}x  ok {all(oks.values())}", flush=True)
                     rows.append(row)
-    (out / ("moe_sort_biased.json" if args.biased else "moe_sort.json")).write_text(json.dumps({"environment": environment(), "checks": checks, "failed": failed,
+    stem = "moe_sort_biased" if args.biased else "moe_sort"
+    (out / (stem + "".join(f"_{d}" for d in args.dtype or []) + ".json")).write_text(json.dumps({"environment": environment(), "checks": checks, "failed": failed,
                                                    "rows": rows}, indent=1))
     if failed or not all(all(r["ok"].values()) for r in rows):
         sys.exit("failed checks")

@@ -191,6 +191,27 @@ def test_sort_kernel_selects_by_min_and_max_alone(experts, k, pt):
     assert kern.resources.spill_store_bytes == 0 and kern.occupancy.percent >= 50
 
 
+def test_sort_kernel_selects_fp32_logits_on_24_bit_keys():
+    """fp32 logits without a bias (128 experts, k 8, 16 experts per thread, sm_90): signed 32-bit keys of the
+    logits' top 24 bits in min and max, the best key left out tracked through the merges (so that a tie at the
+    k-th is seen), 64-bit exact keys (compares and selects) only where two are alike; the row loaded once (four
+    16-byte loads), no REDUX, no shared memory, no spills."""
+    from conftest import require_tool
+
+    require_tool("nvcc")
+    from kernelpilot.isa import analyze
+
+    (kern,) = analyze(MOE / "kernels" / "topk_sigmoid_sort.cu", arch="sm_90", block_size=128,
+                      defines={"MOE_SORT": "1", "MOE_EXPERTS": "128", "MOE_K": "8", "MOE_PT": "16", "MOE_BIAS": "0",
+                               "MOE_DTYPE": "float"})
+    ops = kern.opcodes
+    count = lambda prefix: sum(n for op, n in ops.items() if op.startswith(prefix))  # noqa: E731
+    assert count("REDUX") == count("STS") == count("LDS") == 0
+    assert sum(n for op, n in ops.items() if op.startswith("LDG") and ".128" in op) == 4
+    assert count("VIMNMX") >= (2 * (38 + 32) - 32 + 3 * 32) * 0.9   # two chunks, three lane merges
+    assert kern.resources.spill_store_bytes == 0
+
+
 @pytest.mark.parametrize("dtype", ["__nv_bfloat16", "float"])
 def test_sort_kernel_takes_a_bias(dtype):
     """The sorting-network kernel with a bias (128 experts, k 8, 32 experts per thread, sm_90): the bias's least
@@ -246,13 +267,9 @@ def test_kernels_are_correct_on_the_gpu(variant, kernel):
                                         [(f.id, f.message) for f in res.flags])
 
 
-def cuda_algos(topk_sigmoid_cuda, x, bias) -> list[tuple[str, int]]:
-    """Every CUDA algorithm that takes these inputs, with the persistent grid small and full; the sorting-network
-    kernel at each of its experts per thread (fp16/bf16 logits, no bias)."""
-    algos = [("keys", 12), ("keys_persistent", 1), ("keys_persistent", 12), ("warp", 12)]
-    if topk_sigmoid_cuda.sorts(x, bias):
-        algos += [("sort16", 12), ("sort32", 12), ("sort64", 12)]
-    return algos
+# Every CUDA algorithm, the persistent grid small and full, the sorting-network kernel at each experts per thread.
+CUDA_ALGOS = [("keys", 12), ("keys_persistent", 1), ("keys_persistent", 12), ("warp", 12), ("sort16", 12),
+              ("sort32", 12), ("sort64", 12)]
 
 
 @pytest.mark.gpu
@@ -260,8 +277,8 @@ def cuda_algos(topk_sigmoid_cuda, x, bias) -> list[tuple[str, int]]:
 def test_cuda_kernels_where_the_top_k_is_not_positive(dtype):
     """Tokens whose k-th (or (k + 1)-th) logit is zero or negative, beside ordinary ones in the same warp: all
     negative, shifted down, and rows of +0 and -0 (equal: the lower expert first) with fewer than k positive
-    logits. Without a bias the packed-key and sorting-network kernels select such a warp again on exact keys;
-    every CUDA algorithm must give the reference's ids."""
+    logits (and fp32 logits alike in their top 24 bits). Without a bias the packed-key and sorting-network kernels
+    select such a warp again on exact keys; every CUDA algorithm must give the reference's ids."""
     sys.path.insert(0, str(MOE / "kernels"))
     import topk_sigmoid_cuda
 
@@ -280,7 +297,7 @@ def test_cuda_kernels_where_the_top_k_is_not_positive(dtype):
             x = torch.where((mode == 4)[:, None], torch.where(few, x.abs() + 0.5, -x.abs()), x)
             x = x.to(getattr(torch, dtype))
             want = ref.topk_sigmoid(x, None, k)
-            for algo, bps in cuda_algos(topk_sigmoid_cuda, x, None):
+            for algo, bps in CUDA_ALGOS:
                 got = topk_sigmoid_cuda.run(x, None, k, algo, bps)
                 ok, msg = ref.check((x, None, k), got, want)
                 if not ok:
@@ -307,7 +324,7 @@ def test_cuda_kernels_on_token_counts_outside_the_grid(dtype, with_bias):
                 x = (torch.round(x * 4) / 4 if tokens % 2 else x).to(getattr(torch, dtype))
                 bias = torch.randn(experts, generator=g, device="cuda") * 0.1 if with_bias else None
                 want = ref.topk_sigmoid(x, bias, k)
-                for algo, bps in cuda_algos(topk_sigmoid_cuda, x, bias):
+                for algo, bps in CUDA_ALGOS:
                     got = topk_sigmoid_cuda.run(x, bias, k, algo, bps)
                     ok, msg = ref.check((x, bias, k), got, want)
                     if not ok:
@@ -334,6 +351,7 @@ def test_dispatch_picks_the_cuda_algorithm_by_shape_dtype_and_bias():
     assert [topk_sigmoid_cuda.sort_algo(t, e, k) for t, e, k in ((1024, 256, 8), (1025, 256, 8), (8192, 128, 8),
                                                                  (65535, 64, 8), (65536, 64, 8), (10**6, 256, 4))] \
         == ["sort16", "sort64", "sort32", "sort16", "sort32", "sort32"]
+    assert topk_sigmoid_cuda.sort_algo(65536, 256, 8, element_size=4) == "sort32"
 
 
 def test_bench_summary_counts_the_floor_and_the_cases_out_of_its_reach():

@@ -7,7 +7,7 @@ runs in parallel.
 - ``keys_persistent``: the same kernel on a grid of at most ``blocks_per_sm`` blocks per SM (12 by default,
   never more than fit at once), each warp taking token after token.
 - ``warp`` (topk_sigmoid_warp.cu, the first version): one warp per token, a REDUX and a ballot per round.
-- ``sort`` (topk_sigmoid_sort.cu; fp16/bf16 logits, or a bias): sorting networks in each thread, EXPERTS/PT
+- ``sort`` (topk_sigmoid_sort.cu): sorting networks in each thread, EXPERTS/PT
   threads per token, PT experts per thread chosen by shape (sort_algo); ``sort16``, ``sort32`` and ``sort64``
   name a PT.
 """
@@ -25,7 +25,8 @@ ALGOS = {"warp": 0, "keys": 1, "keys_persistent": 2, "sort16": 3, "sort32": 4, "
 # The sorting-network kernel's experts per thread (PT) by experts and k, measured without a bias: up to 1,024
 # tokens 16 everywhere, at 8,192 and at 65,536 tokens the fastest of 16, 32 and 64 on the H200
 # (benchmarks/results/moe_sort.json, bf16 and fp16 alike). Between those sizes, the smaller one's choice. With a
-# bias the fastest differ in places (benchmarks/results/moe_sort_biased.json; fp32 logits want 16 or 32).
+# bias, or with fp32 logits, the fastest differ in places (benchmarks/results/moe_sort_biased.json: fp32 logits
+# want 16 or 32).
 SORT_PT = {8192: {(64, 4): 16, (64, 8): 16, (128, 4): 16, (128, 8): 32, (256, 4): 64, (256, 8): 64},
            65536: {(64, 4): 16, (64, 8): 32, (128, 4): 32, (128, 8): 32, (256, 4): 32, (256, 8): 64}}
 ALGO = "keys"
@@ -87,17 +88,13 @@ void launch(int algo, int blocks_per_sm, const torch::Tensor& x, const torch::Te
   const float* bp = B ? bias.data_ptr<float>() : nullptr;
   auto stream = c10::cuda::getCurrentCUDAStream();
   if (algo >= 3) {          // sorting networks, E / PT threads per token: PT 16, 32 or 64 (algo 3, 4, 5)
-    if constexpr (sizeof(T) == 2 || B) {
-      const int pt = 16 << (algo - 3);
-      const int blocks = (int)(((int64_t)tokens * (E / pt) + 127) / 128);
-      float* wp = w.data_ptr<float>();
-      int* ip = ids.data_ptr<int>();
-      if (pt == 16) moe::topk_sigmoid_sort<T, E, NK, 16, B><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
-      if (pt == 32) moe::topk_sigmoid_sort<T, E, NK, 32, B><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
-      if (pt == 64) moe::topk_sigmoid_sort<T, E, NK, 64, B><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
-    } else {
-      TORCH_CHECK(false, "the sorting-network kernel takes fp16 or bf16 logits, or a bias");
-    }
+    const int pt = 16 << (algo - 3);
+    const int blocks = (int)(((int64_t)tokens * (E / pt) + 127) / 128);
+    float* wp = w.data_ptr<float>();
+    int* ip = ids.data_ptr<int>();
+    if (pt == 16) moe::topk_sigmoid_sort<T, E, NK, 16, B><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
+    if (pt == 32) moe::topk_sigmoid_sort<T, E, NK, 32, B><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
+    if (pt == 64) moe::topk_sigmoid_sort<T, E, NK, 64, B><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
   } else if (algo == 0) {   // one token per warp, 8 warps per block
     moe::topk_sigmoid_warp<T, E, NK, B><<<(tokens + 7) / 8, 256, 0, stream>>>(xp, bp, w.data_ptr<float>(),
                                                                               ids.data_ptr<int>(), tokens);
@@ -208,27 +205,20 @@ def supported(logits: torch.Tensor, k: int) -> bool:
             and k in KS and torch.cuda.get_device_capability(logits.device) >= (8, 0))
 
 
-def sorts(logits: torch.Tensor, bias) -> bool:
-    """Whether the sorting-network kernel takes these inputs: fp16 or bf16 logits, or a bias (fp32 logits without
-    one take the packed-key kernel)."""
-    return bias is not None or logits.dtype in (torch.float16, torch.bfloat16)
-
-
-def sort_algo(tokens: int, experts: int, k: int) -> str:
-    """The sorting-network kernel with the experts per thread for this shape (SORT_PT)."""
+def sort_algo(tokens: int, experts: int, k: int, element_size: int = 2) -> str:
+    """The sorting-network kernel with the experts per thread for this shape (SORT_PT); for fp32 logits
+    (element_size 4) at most 32, where 64 spill."""
     if tokens <= 1024:
         return "sort16"
-    return f"sort{SORT_PT[8192 if tokens < 65536 else 65536][(experts, k)]}"
+    pt = SORT_PT[8192 if tokens < 65536 else 65536][(experts, k)]
+    return f"sort{min(pt, 32) if element_size == 4 else pt}"
 
 
 def run(logits: torch.Tensor, bias, k: int, algo: str, blocks_per_sm: int = 12):
     """``blocks_per_sm``: with "keys_persistent", the grid's blocks per SM (at most). "sort": the sorting-network
     kernel with the experts per thread for the shape."""
-    if algo.startswith("sort"):
-        if not sorts(logits, bias):
-            raise ValueError("the sorting-network kernel takes fp16 or bf16 logits, or a bias")
-        if algo == "sort":
-            algo = sort_algo(logits.shape[0], logits.shape[1], k)
+    if algo == "sort":
+        algo = sort_algo(logits.shape[0], logits.shape[1], k, logits.element_size())
     x = logits.contiguous()
     if x.data_ptr() % 16:
         x = x.clone()

@@ -1,9 +1,10 @@
 // MoE top-k sigmoid routing for NVIDIA sm_80+ by sorting networks in each thread: EXPERTS / PT threads per token
-// (consecutive lanes), PT experts per thread (16, 32 or 64; topk_sigmoid_cuda.py picks by shape): fp16/bf16 logits,
-// or any logits with a bias. A thread loads its PT logits at once (16-byte vectors, its token's lanes taking
+// (consecutive lanes), PT experts per thread (16, 32 or 64; topk_sigmoid_cuda.py picks by shape), fp32, fp16 or bf16
+// logits, with or without a bias. A thread loads its PT logits at once (16-byte vectors, its token's lanes taking
 // neighbouring ones), makes one 32-bit key per expert (the logit's bits, then 255 - expert: equal logits, the
-// lower expert first; with a bias the packed-key kernel's keys of the score moved into [1, 4), 64-bit exact keys
-// where the bias spans 1.5 or more) and keeps its best K keys sorted: each vector's eight keys are sorted by a network (19 compare-exchanges
+// lower expert first; fp32, the top 24 bits, exact where the merges' best key left out shows no tie at the k-th;
+// with a bias the packed-key kernel's keys of the score moved into [1, 4); 64-bit exact keys where those are not
+// exact) and keeps its best K keys sorted: each vector's eight keys are sorted by a network (19 compare-exchanges
 // at k 8; two networks of four at k 4) and merged into the list by the bitonic top-k merge (the larger of the list
 // and the reversed chunk, then a bitonic sorter). The token's lanes merge their lists through xor shuffles, and
 // its first lane writes the weights and ids (with a bias from the chosen logits read again, divided by their
@@ -45,11 +46,14 @@ __device__ inline void sort_network(Key (&v)[N]) {
 }
 
 // The best N of two sorted lists of N, sorted, into `top`: the larger of top[j] and c[N - 1 - j] is a bitonic
-// sequence of them, which a bitonic sorter orders.
-template <int N, typename Key>
-__device__ inline void merge_best(Key (&top)[N], const Key (&c)[N]) {
+// sequence of them, which a bitonic sorter orders. With TRACK, `below` also takes the largest key left out.
+template <int N, bool TRACK = false, typename Key>
+__device__ inline void merge_best(Key (&top)[N], const Key (&c)[N], Key& below) {
 #pragma unroll
-  for (int j = 0; j < N; ++j) top[j] = max(top[j], c[N - 1 - j]);
+  for (int j = 0; j < N; ++j) {
+    if constexpr (TRACK) below = max(below, min(top[j], c[N - 1 - j]));
+    top[j] = max(top[j], c[N - 1 - j]);
+  }
 #pragma unroll
   for (int d = N / 2; d > 0; d /= 2) {
 #pragma unroll
@@ -61,9 +65,10 @@ __device__ inline void merge_best(Key (&top)[N], const Key (&c)[N]) {
 
 // The best K keys of a token, sorted, in every one of its TPT lanes: keys_of(v, keys) makes the eight keys of
 // this lane's v-th chunk of experts (experts (v * TPT + t) * 8 ...), which the networks merge into the lane's
-// list, then the lanes' lists are merged.
-template <typename Key, int K, int TPT, int CHUNKS, typename KeysOf>
-__device__ inline void best_keys(KeysOf keys_of, Key (&top)[K]) {
+// list, then the lanes' lists are merged. With TRACK, `below` is the token's best key left out (the (K + 1)-th).
+template <typename Key, int K, int TPT, int CHUNKS, bool TRACK = false, typename KeysOf>
+__device__ inline void best_keys(KeysOf keys_of, Key (&top)[K], Key& below) {
+  below = std::is_signed_v<Key> ? Key(~(std::make_unsigned_t<Key>(~0ull) >> 1)) : Key(0);   // the least key
 #pragma unroll
   for (int v = 0; v < CHUNKS; ++v) {
     Key keys[8];
@@ -74,7 +79,7 @@ __device__ inline void best_keys(KeysOf keys_of, Key (&top)[K]) {
 #pragma unroll
         for (int j = 0; j < 8; ++j) top[j] = keys[j];
       } else {
-        merge_best<8>(top, keys);
+        merge_best<8, TRACK>(top, keys, below);
       }
     } else {
 #pragma unroll
@@ -85,7 +90,7 @@ __device__ inline void best_keys(KeysOf keys_of, Key (&top)[K]) {
 #pragma unroll
           for (int j = 0; j < 4; ++j) top[j] = four[j];
         } else {
-          merge_best<4>(top, four);
+          merge_best<4, TRACK>(top, four, below);
         }
       }
     }
@@ -95,8 +100,15 @@ __device__ inline void best_keys(KeysOf keys_of, Key (&top)[K]) {
     Key other[K];
 #pragma unroll
     for (int j = 0; j < K; ++j) other[j] = __shfl_xor_sync(FULL, top[j], d);
-    merge_best<K>(top, other);
+    if constexpr (TRACK) below = max(below, __shfl_xor_sync(FULL, below, d));
+    merge_best<K, TRACK>(top, other, below);
   }
+}
+
+template <typename Key, int K, int TPT, int CHUNKS, typename KeysOf>
+__device__ inline void best_keys(KeysOf keys_of, Key (&top)[K]) {
+  Key below;
+  best_keys<Key, K, TPT, CHUNKS, false>(keys_of, top, below);
 }
 
 // The logit's 16 bits of an exact key's order key (half_order_keys): 0x8000 + magnitude for positive values,
@@ -166,8 +178,45 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
   const unsigned base = (255u - 8u * (unsigned)t) * 0x01010101u;
   unsigned top[K];
   bool exact = false;
-  if constexpr (!HAS_BIAS) {
-    static_assert(sizeof(T) == 2, "without a bias, 16-bit logits (fp32: the packed-key kernel)");
+  if constexpr (!HAS_BIAS && sizeof(T) == 4) {
+    // fp32: signed keys of the logit's top 24 bits, then the index byte; they order the positive logits exactly
+    // where no two of a token's best K share those bits and no other expert shares the K-th one's (a count over
+    // the row). Otherwise, or where a token has fewer than K positive logits, the warp selects again on 64-bit
+    // exact keys (the order key, then the index).
+    const auto floats_of = [&](int v, float (&x)[8]) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        x[4 * c] = __uint_as_float(raw[2 * v + c].x);
+        x[4 * c + 1] = __uint_as_float(raw[2 * v + c].y);
+        x[4 * c + 2] = __uint_as_float(raw[2 * v + c].z);
+        x[4 * c + 3] = __uint_as_float(raw[2 * v + c].w);
+      }
+    };
+    int next;   // the best key left out
+    best_keys<int, K, TPT, CHUNKS, true>([&](int v, int (&keys)[8]) {
+      float x[8];
+      floats_of(v, x);
+      const unsigned ib = 255u - 8u * (unsigned)(v * TPT + t);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) keys[j] = (int)((__float_as_uint(x[j]) & 0xffffff00u) | (ib - j));
+    }, reinterpret_cast<int(&)[K]>(top), next);
+    bool alike = (int)top[K - 1] < 0x100 || (top[K - 1] >> 8) == ((unsigned)next >> 8);   // not positive, or a tie
+#pragma unroll
+    for (int j = 0; j + 1 < K; ++j) alike |= (top[j] >> 8) == (top[j + 1] >> 8);
+    exact = __any_sync(FULL, alike);
+    if (exact) {
+      unsigned long long top64[K];
+      best_keys<unsigned long long, K, TPT, CHUNKS>([&](int v, unsigned long long (&keys)[8]) {
+        float x[8];
+        floats_of(v, x);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) keys[j] = exact_key(x[j], (v * TPT + t) * 8 + j);
+      }, top64);
+#pragma unroll
+      for (int j = 0; j < K; ++j) top[j] = (unsigned)top64[j];
+    }
+    if (live && t == 0) write_token<T, EXPERTS, K, false>(row, top, exact, weights + (size_t)token * K, ids + (size_t)token * K);
+  } else if constexpr (!HAS_BIAS) {
     const auto words_of = [&](int v, unsigned (&w)[4], unsigned (&idx)[2]) {
       w[0] = raw[v].x; w[1] = raw[v].y; w[2] = raw[v].z; w[3] = raw[v].w;
       const unsigned b = base - 8u * TPT * v * 0x01010101u;
