@@ -45,6 +45,7 @@ def main() -> None:
     import reference as ref
     import topk_sigmoid_cuda as tc
     from _common import environment
+    from moe_large import round_orders
     from stream_floor import flushed_median_us
 
     import argparse
@@ -98,8 +99,8 @@ def main() -> None:
                     algos = ["keys" if tokens > 8192 else "keys_persistent", *(["warp"] if tokens <= 1024 else []),
                              *SORTS]
                     times, oks = {a: [] for a in algos}, {}
-                    for r in range(2):
-                        for a in algos if r % 2 == 0 else algos[::-1]:
+                    for order in round_orders(algos, 2):
+                        for a in order:
                             oks[a] = ref.check((x, bias, k), tc.run(x, bias, k, a), want)[0]
                             times[a].append(flushed_median_us(lambda: tc.run(x, bias, k, a)))
                     row = dict(case, **{a: round(statistics.median(v), 3) for a, v in times.items()}, ok=oks)
@@ -111,8 +112,8 @@ def main() -> None:
                           + f"  best {best} {row[best] / base:.3f}x  ok {all(oks.values())}", flush=True)
                     rows.append(row)
     stem = "moe_sort_biased" if args.biased else "moe_sort"
-    (out / (stem + "".join(f"_{d}" for d in args.dtype or []) + ".json")).write_text(json.dumps({"environment": environment(), "checks": checks, "failed": failed,
-                                                   "rows": rows}, indent=1))
+    (out / (stem + "".join(f"_{d}" for d in args.dtype or []) + ".json")).write_text(
+        json.dumps({"environment": environment(), "checks": checks, "failed": failed, "rows": rows}, indent=1))
     if failed or not all(all(r["ok"].values()) for r in rows):
         sys.exit("failed checks")
 

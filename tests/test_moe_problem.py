@@ -165,12 +165,8 @@ def test_keys_kernel_takes_one_group_max_per_round(experts, k, redux, shuffles, 
         assert ops.get("SEL", 0) < 4 * redux
 
 
-@pytest.mark.parametrize("experts,k,pt", [(128, 8, 32), (64, 4, 16), (256, 8, 64)])
-def test_sort_kernel_selects_by_min_and_max_alone(experts, k, pt):
-    """The sorting-network kernel for sm_90, bf16 logits: the selection is integer min and max (compare-exchanges),
-    no REDUX, no shared memory; shuffles only where a token's lanes merge their lists (k per level, log2 of
-    experts / pt levels), on the fast keys and again on exact ones. The row in 16-byte loads, pt / 8 of them, and
-    again in the warps that select on exact keys; no spills, 8 blocks per SM or more."""
+def sort_kernel_sass(experts: int, k: int, pt: int, dtype: str, bias: int = 0):
+    """The sorting-network kernel compiled for sm_90 and analyzed: (the kernel, count(opcode prefix))."""
     from conftest import require_tool
 
     require_tool("nvcc")
@@ -178,13 +174,21 @@ def test_sort_kernel_selects_by_min_and_max_alone(experts, k, pt):
 
     (kern,) = analyze(MOE / "kernels" / "topk_sigmoid_sort.cu", arch="sm_90", block_size=128,
                       defines={"MOE_SORT": "1", "MOE_EXPERTS": str(experts), "MOE_K": str(k), "MOE_PT": str(pt),
-                               "MOE_DTYPE": "__nv_bfloat16"})
-    ops = kern.opcodes
-    count = lambda prefix: sum(n for op, n in ops.items() if op.startswith(prefix))  # noqa: E731
+                               "MOE_BIAS": str(bias), "MOE_DTYPE": dtype})
+    return kern, lambda prefix: sum(n for op, n in kern.opcodes.items() if op.startswith(prefix))
+
+
+@pytest.mark.parametrize("experts,k,pt", [(128, 8, 32), (64, 4, 16), (256, 8, 64)])
+def test_sort_kernel_selects_by_min_and_max_alone(experts, k, pt):
+    """The sorting-network kernel for sm_90, bf16 logits: the selection is integer min and max (compare-exchanges),
+    no REDUX, no shared memory; shuffles only where a token's lanes merge their lists (k per level, log2 of
+    experts / pt levels), on the fast keys and again on exact ones. The row in 16-byte loads, pt / 8 of them, and
+    again in the warps that select on exact keys; no spills, 8 blocks per SM or more."""
+    kern, count = sort_kernel_sass(experts, k, pt, "__nv_bfloat16")
     levels = (experts // pt).bit_length() - 1
     assert count("REDUX") == count("STS") == count("LDS") == 0
     assert count("SHFL") == 2 * k * levels
-    assert sum(n for op, n in ops.items() if op.startswith("LDG") and ".128" in op) == 2 * (pt // 8)
+    assert sum(n for op, n in kern.opcodes.items() if op.startswith("LDG") and ".128" in op) == 2 * (pt // 8)
     vectors, per_vector = pt // 8, (38 + 32 if k == 8 else 2 * (10 + 12))   # sort and merge of 8 keys (k 4: 2 x 4)
     assert count("VIMNMX") >= 2 * (vectors * per_vector - 32) * 0.9
     assert count("SEL") + count("ISETP") < count("VIMNMX") / 10
@@ -196,18 +200,9 @@ def test_sort_kernel_selects_fp32_logits_on_24_bit_keys():
     logits' top 24 bits in min and max, the best key left out tracked through the merges (so that a tie at the
     k-th is seen), 64-bit exact keys (compares and selects) only where two are alike; the row loaded once (four
     16-byte loads), no REDUX, no shared memory, no spills."""
-    from conftest import require_tool
-
-    require_tool("nvcc")
-    from kernelpilot.isa import analyze
-
-    (kern,) = analyze(MOE / "kernels" / "topk_sigmoid_sort.cu", arch="sm_90", block_size=128,
-                      defines={"MOE_SORT": "1", "MOE_EXPERTS": "128", "MOE_K": "8", "MOE_PT": "16", "MOE_BIAS": "0",
-                               "MOE_DTYPE": "float"})
-    ops = kern.opcodes
-    count = lambda prefix: sum(n for op, n in ops.items() if op.startswith(prefix))  # noqa: E731
+    kern, count = sort_kernel_sass(128, 8, 16, "float")
     assert count("REDUX") == count("STS") == count("LDS") == 0
-    assert sum(n for op, n in ops.items() if op.startswith("LDG") and ".128" in op) == 4
+    assert sum(n for op, n in kern.opcodes.items() if op.startswith("LDG") and ".128" in op) == 4
     assert count("VIMNMX") >= (2 * (38 + 32) - 32 + 3 * 32) * 0.9   # two chunks, three lane merges
     assert kern.resources.spill_store_bytes == 0
 
@@ -217,16 +212,7 @@ def test_sort_kernel_takes_a_bias(dtype):
     """The sorting-network kernel with a bias (128 experts, k 8, 32 experts per thread, sm_90): the bias's least
     value and span once per warp (two REDUX), a sigmoid per expert (two MUFU each), the selection on 32-bit keys
     in min and max (64-bit keys, exact, only for a bias spanning 1.5 or more); no shared memory, no spills."""
-    from conftest import require_tool
-
-    require_tool("nvcc")
-    from kernelpilot.isa import analyze
-
-    (kern,) = analyze(MOE / "kernels" / "topk_sigmoid_sort.cu", arch="sm_90", block_size=128,
-                      defines={"MOE_SORT": "1", "MOE_EXPERTS": "128", "MOE_K": "8", "MOE_PT": "32", "MOE_BIAS": "1",
-                               "MOE_DTYPE": dtype})
-    ops = kern.opcodes
-    count = lambda prefix: sum(n for op, n in ops.items() if op.startswith(prefix))  # noqa: E731
+    kern, count = sort_kernel_sass(128, 8, 32, dtype, bias=1)
     assert count("REDUX") == 2 and count("STS") == count("LDS") == 0
     assert count("MUFU") >= 2 * 32
     assert count("VIMNMX") >= (4 * (38 + 32) - 32) * 0.9   # the 32-bit keys (64-bit: compares and selects)

@@ -370,6 +370,12 @@ __device__ inline float from_order_key(unsigned k) {
   return __uint_as_float((k >> 31) ? (k ^ 0x80000000u) : ~k);
 }
 
+// The signed 32-bit key of an fp32 logit: its top 24 bits, then the index byte. Among positive logits it orders
+// like them where no two share those bits.
+__device__ inline int top24_key(float x, unsigned index_byte) {
+  return (int)((__float_as_uint(x) & 0xffffff00u) | index_byte);
+}
+
 // The least bias over the warp (each lane holding P values; REDUX through order keys), and whether the bias is
 // too wide for 32-bit keys (spanning 1.5 or more).
 template <int P>
@@ -539,7 +545,7 @@ __global__ __launch_bounds__(32 * WARPS_PER_BLOCK, min_blocks<T, EXPERTS, K, HAS
         if constexpr (!HAS_BIAS) {   // fp32: 24 bits of the logit, then the expert; exact where no two differ
           int fast[P];                // only below those bits among the top k + 1
 #pragma unroll
-          for (int j = 0; j < P; ++j) fast[j] = (int)((__float_as_uint(x[j]) & 0xffffff00u) | (255u - (unsigned)(e0 + j)));
+          for (int j = 0; j < P; ++j) fast[j] = top24_key(x[j], 255u - (unsigned)(e0 + j));
           const int fast_after = select<int, G, K, 1>(fast, slots32 + slot);
           unsigned after = (unsigned)fast_after;
           if (__any_sync(FULL, fast_after < 0x100)) {   // a zero or a negative logit in some token's top k + 1

@@ -111,6 +111,21 @@ __device__ inline void best_keys(KeysOf keys_of, Key (&top)[K]) {
   best_keys<Key, K, TPT, CHUNKS, false>(keys_of, top, below);
 }
 
+// The best K exact 64-bit keys (the value's order key, then 255 - expert) of the values values_of(v, x) gives for
+// this lane's chunk v, whose first expert is first(v); into `top`, their low words (the index byte the tail reads).
+template <int K, int TPT, int CHUNKS, typename ValuesOf, typename First>
+__device__ inline void best_exact(ValuesOf values_of, First first, unsigned (&top)[K]) {
+  unsigned long long top64[K];
+  best_keys<unsigned long long, K, TPT, CHUNKS>([&](int v, unsigned long long (&keys)[8]) {
+    float x[8];
+    values_of(v, x);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) keys[j] = exact_key(x[j], first(v) + j);
+  }, top64);
+#pragma unroll
+  for (int j = 0; j < K; ++j) top[j] = (unsigned)top64[j];
+}
+
 // The logit's 16 bits of an exact key's order key (half_order_keys): 0x8000 + magnitude for positive values,
 // 0x8000 - magnitude for negative ones.
 __device__ inline unsigned bits_of_order16(unsigned o) {
@@ -120,7 +135,7 @@ __device__ inline unsigned bits_of_order16(unsigned o) {
 // The weights and ids of a token's best K keys (its first lane): without a bias and with 16-bit logits from the
 // keys' bits (`exact`: the exact keys' order keys); otherwise the chosen logits read again, and with a bias the
 // weights divided by their sum.
-template <typename T, int EXPERTS, int K, bool HAS_BIAS, typename Key>
+template <typename T, int K, bool HAS_BIAS, typename Key>
 __device__ inline void write_token(const T* __restrict__ row, const Key (&top)[K], bool exact, float* __restrict__ wrow,
                                    int* __restrict__ irow) {
   float w[K];
@@ -174,15 +189,15 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
 #pragma unroll
     for (int c = 0; c < CV; ++c) raw[v * CV + c] = __ldg(vec + v * TPT * CV + c);
   }
-  // Index bytes of chunk v's experts (v * TPT + t) * 8 + j: one base, less a constant per chunk.
-  const unsigned base = (255u - 8u * (unsigned)t) * 0x01010101u;
+  const auto first = [&](int v) { return (v * TPT + t) * 8; };   // the first expert of this lane's chunk v
+  const auto index_byte = [&](int v) { return 255u - 8u * (unsigned)(v * TPT + t); };   // first(v)'s, 255 - it
   unsigned top[K];
   bool exact = false;
   if constexpr (!HAS_BIAS && sizeof(T) == 4) {
     // fp32: signed keys of the logit's top 24 bits, then the index byte; they order the positive logits exactly
-    // where no two of a token's best K share those bits and no other expert shares the K-th one's (a count over
-    // the row). Otherwise, or where a token has fewer than K positive logits, the warp selects again on 64-bit
-    // exact keys (the order key, then the index).
+    // where no two of a token's best K share those bits and the best key left out (tracked through the merges)
+    // does not share the K-th one's. Otherwise, or where a token has fewer than K positive logits, the warp
+    // selects again on 64-bit exact keys (the order key, then the index).
     const auto floats_of = [&](int v, float (&x)[8]) {
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
@@ -196,27 +211,17 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
     best_keys<int, K, TPT, CHUNKS, true>([&](int v, int (&keys)[8]) {
       float x[8];
       floats_of(v, x);
-      const unsigned ib = 255u - 8u * (unsigned)(v * TPT + t);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) keys[j] = (int)((__float_as_uint(x[j]) & 0xffffff00u) | (ib - j));
+      for (int j = 0; j < 8; ++j) keys[j] = top24_key(x[j], index_byte(v) - j);
     }, reinterpret_cast<int(&)[K]>(top), next);
     bool alike = (int)top[K - 1] < 0x100 || (top[K - 1] >> 8) == ((unsigned)next >> 8);   // not positive, or a tie
 #pragma unroll
     for (int j = 0; j + 1 < K; ++j) alike |= (top[j] >> 8) == (top[j + 1] >> 8);
     exact = __any_sync(FULL, alike);
-    if (exact) {
-      unsigned long long top64[K];
-      best_keys<unsigned long long, K, TPT, CHUNKS>([&](int v, unsigned long long (&keys)[8]) {
-        float x[8];
-        floats_of(v, x);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) keys[j] = exact_key(x[j], (v * TPT + t) * 8 + j);
-      }, top64);
-#pragma unroll
-      for (int j = 0; j < K; ++j) top[j] = (unsigned)top64[j];
-    }
-    if (live && t == 0) write_token<T, EXPERTS, K, false>(row, top, exact, weights + (size_t)token * K, ids + (size_t)token * K);
+    if (exact) best_exact<K, TPT, CHUNKS>(floats_of, first, top);
   } else if constexpr (!HAS_BIAS) {
+    // Index bytes of chunk v's experts: one base, less a constant per chunk.
+    const unsigned base = (255u - 8u * (unsigned)t) * 0x01010101u;
     const auto words_of = [&](int v, unsigned (&w)[4], unsigned (&idx)[2]) {
       w[0] = raw[v].x; w[1] = raw[v].y; w[2] = raw[v].z; w[3] = raw[v].w;
       const unsigned b = base - 8u * TPT * v * 0x01010101u;
@@ -243,7 +248,6 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
         keys_of_halves(w, idx, keys);
       }, top);
     }
-    if (live && t == 0) write_token<T, EXPERTS, K, false>(row, top, exact, weights + (size_t)token * K, ids + (size_t)token * K);
   } else {
     // The bias's least value and span, over the warp (lane l holds experts (l % (EXPERTS / 8)) * 8 ...).
     float lo;
@@ -257,7 +261,7 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
     const auto scores_of = [&](int v, float (&s)[8]) {
       const T* x = reinterpret_cast<const T*>(&raw[v * CV]);
       float b[8];
-      load_row<float, 8>(bias + (v * TPT + t) * 8, b);
+      load_row<float, 8>(bias + first(v), b);
 #pragma unroll
       for (int j = 0; j < 8; ++j) s[j] = sigmoid(to_float<T>(x[j])) + bias_shift(b[j], lo);
     };
@@ -265,23 +269,14 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
       best_keys<unsigned, K, TPT, CHUNKS>([&](int v, unsigned (&keys)[8]) {
         float s[8];
         scores_of(v, s);
-        const unsigned ib = 255u - 8u * (unsigned)(v * TPT + t);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) keys[j] = biased_key(s[j], ib - j);
+        for (int j = 0; j < 8; ++j) keys[j] = biased_key(s[j], index_byte(v) - j);
       }, top);
     } else {       // 64-bit keys, exact: the score's order key, then the index
-      unsigned long long top64[K];
-      best_keys<unsigned long long, K, TPT, CHUNKS>([&](int v, unsigned long long (&keys)[8]) {
-        float s[8];
-        scores_of(v, s);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) keys[j] = exact_key(s[j], (v * TPT + t) * 8 + j);
-      }, top64);
-#pragma unroll
-      for (int j = 0; j < K; ++j) top[j] = (unsigned)top64[j];
+      best_exact<K, TPT, CHUNKS>(scores_of, first, top);
     }
-    if (live && t == 0) write_token<T, EXPERTS, K, true>(row, top, false, weights + (size_t)token * K, ids + (size_t)token * K);
   }
+  if (live && t == 0) write_token<T, K, HAS_BIAS>(row, top, exact, weights + (size_t)token * K, ids + (size_t)token * K);
 }
 
 }  // namespace moe
