@@ -6,10 +6,11 @@ check. Each case's algorithms are timed in turn (L2 flushed, events, median of 2
 over two rounds with the order reversed in the second; a time is the median of its rounds. Writes
 OUT/moe_sort.json (OUT/moe_sort_biased.json with --biased; either with _<dtype> for each --dtype).
 
-    python benchmarks/moe_sort.py OUT [--biased] [--no-time] [--dtype float32 ...]
+    python benchmarks/moe_sort.py OUT [--biased] [--no-time | --no-check] [--dtype float32 ...] [--tokens 16 ...]
 
 bf16, fp16 and fp32 (--dtype: some of them). Timed without a bias: bf16 at 1 to 65,536 tokens, fp16 and fp32 at
-8,192 and 65,536; with --biased: bf16 at 16 to 65,536 tokens, fp16 at 65,536, fp32 at 8,192 and 65,536.
+8,192 and 65,536; with --biased: bf16 at 16 to 65,536 tokens, fp16 at 65,536, fp32 at 8,192 and 65,536. --tokens
+times these token counts instead, for every dtype (the file's name then ends in _t<tokens>...).
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--biased", action="store_true", help="the biased variant (DeepSeek-V3 routing)")
     ap.add_argument("--no-time", action="store_true", help="the edge checks alone")
+    ap.add_argument("--no-check", action="store_true", help="the timings alone (outputs still checked)")
+    ap.add_argument("--tokens", type=int, action="append", help="time these token counts (default: by dtype)")
     ap.add_argument("--dtype", action="append", choices=["bfloat16", "float16", "float32"],
                     help="these dtypes alone (default: all three)")
     args = ap.parse_args()
@@ -67,7 +70,7 @@ def main() -> None:
     tc._extension()
     print(f"build {time.time() - t0:.0f} s", flush=True)
     failed, checks = [], 0
-    for dtype in dtypes:
+    for dtype in [] if args.no_check else dtypes:
         for experts in (64, 128, 256):
             for k in (4, 8):
                 for tokens in EDGE_TOKENS:
@@ -88,7 +91,7 @@ def main() -> None:
     print(f"checks {checks}, failed {len(failed)}", *failed[:20], sep="\n", flush=True)
     rows = []
     timed = {} if args.no_time else TIMED_TOKENS_BIASED if args.biased else TIMED_TOKENS
-    timed = {d: t for d, t in timed.items() if d in names}
+    timed = {d: args.tokens or t for d, t in timed.items() if d in names}
     for dtype, sizes in timed.items():
         for tokens in sizes:
             for experts in (64, 128, 256):
@@ -112,7 +115,8 @@ def main() -> None:
                           + f"  best {best} {row[best] / base:.3f}x  ok {all(oks.values())}", flush=True)
                     rows.append(row)
     stem = "moe_sort_biased" if args.biased else "moe_sort"
-    (out / (stem + "".join(f"_{d}" for d in args.dtype or []) + ".json")).write_text(
+    stem += "".join(f"_{d}" for d in args.dtype or []) + "".join(f"_t{t}" for t in args.tokens or [])
+    (out / (stem + ".json")).write_text(
         json.dumps({"environment": environment(), "checks": checks, "failed": failed, "rows": rows}, indent=1))
     if failed or not all(all(r["ok"].values()) for r in rows):
         sys.exit("failed checks")
