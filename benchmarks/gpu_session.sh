@@ -23,6 +23,7 @@
 #   moe-bench-large   examples/moe_topk_sigmoid/bench.py on the cases of 8192 tokens or more (bfloat16)
 #   moe-bench-plain, moe-bench-biased    bench.py on every bfloat16 case of one variant (the report merges both)
 #   moe-bench-dtypes-plain, moe-bench-dtypes-biased    bench.py of dispatch.py on every float16 and float32 case
+#                     (MOE_DTYPES: these dtypes instead, e.g. float32)
 #   pytest-moe        python -m pytest -m gpu tests/test_moe_problem.py (the MoE kernels alone)
 #   moe-large         benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
 #                     their stream floors; quick, between full bench.py runs)
@@ -124,7 +125,7 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
       python3 "$MOE/bench.py" --dtype bfloat16 --variant "${name#moe-bench-}" ${MOE_BUDGET:+--budget $MOE_BUDGET} \
           && cp -r "$MOE"/results/* "$dir/" ;;
     moe-bench-dtypes-plain|moe-bench-dtypes-biased)
-      for dtype in float16 float32; do
+      for dtype in ${MOE_DTYPES:-float16 float32}; do
         python3 "$MOE/bench.py" --dtype $dtype --variant "${name#moe-bench-dtypes-}" --kernel dispatch.py \
             ${MOE_BUDGET:+--budget $MOE_BUDGET} || return 1
       done

@@ -319,25 +319,32 @@ def test_cuda_kernels_on_token_counts_outside_the_grid(dtype, with_bias):
 
 
 def test_dispatch_picks_the_cuda_algorithm_by_shape_dtype_and_bias():
-    """16-bit logits without a bias: the sorting-network kernel, its experts per thread by shape. Otherwise up to
-    128 experts and 1,024 tokens the one-warp-per-token kernel; the packed keys' persistent grid up to 8,192
-    tokens, its one-pass grid beyond."""
+    """The sorting-network kernel at the experts per thread measured fastest for the case's tokens, shape,
+    logit size and bias; the first kernel or the packed-key kernel where those were faster (dispatch.OTHER)."""
     sys.path.insert(0, str(MOE / "kernels"))
     import dispatch
     import topk_sigmoid_cuda
 
-    def algo(tokens, experts, dtype=torch.bfloat16, biased=False):
-        return dispatch.cuda_algo(torch.empty(tokens, experts, dtype=dtype), torch.zeros(experts) if biased else None)
+    def algo(tokens, experts, k=8, dtype=torch.bfloat16, biased=False):
+        logits = torch.empty(tokens, experts, dtype=dtype)
+        return dispatch.cuda_algo(logits, torch.zeros(experts) if biased else None, k)
 
-    assert algo(1, 64) == algo(1024, 128, torch.float16) == algo(65536, 256) == "sort"
-    assert algo(1, 64, torch.float32) == algo(1024, 64, biased=True) == "warp"
-    assert algo(16, 128, torch.float32) == algo(16, 128, biased=True) == "warp"
-    assert algo(16, 256, biased=True) == algo(1025, 64, biased=True) == algo(8192, 128, torch.float32) == "keys_persistent"
-    assert algo(8193, 64, torch.float32) == algo(65536, 256, biased=True) == "keys"
-    assert [topk_sigmoid_cuda.sort_algo(t, e, k) for t, e, k in ((1024, 256, 8), (1025, 256, 8), (8192, 128, 8),
-                                                                 (65535, 64, 8), (65536, 64, 8), (10**6, 256, 4))] \
-        == ["sort16", "sort64", "sort32", "sort16", "sort32", "sort32"]
-    assert topk_sigmoid_cuda.sort_algo(65536, 256, 8, element_size=4) == "sort32"
+    assert algo(1, 64) == algo(1024, 128, 4, torch.float16) == algo(1024, 256, 4, torch.float32, True) == "sort16"
+    assert algo(1025, 256) == algo(8192, 256, 4) == algo(65536, 256) == algo(65536, 256, 4, biased=True) == "sort64"
+    assert algo(8192, 256, biased=True) == algo(65535, 128) == algo(65536, 64) == "sort32"
+    assert algo(65535, 64) == algo(65536, 64, 8, torch.float32, True) == algo(8192, 256, 8, torch.float32, True) \
+        == "sort16"
+    assert algo(1, 64, 4, biased=True) == algo(1024, 64, 4, torch.float32, True) == "warp"
+    assert algo(1025, 64, 4, biased=True) == "sort16" and algo(1024, 64, 8, biased=True) == "sort16"
+    assert algo(1025, 128, 8, torch.float32) == algo(8192, 256, 4, torch.float32) == "keys_persistent"
+    assert algo(65536, 256, 4, torch.float32) == algo(10**6, 256, 8, torch.float32, True) == "keys"
+    assert algo(65536, 256, 4, torch.float32, True) == algo(65536, 128, 8, torch.float32) == "sort32"
+    # every case of every logit size and bias has an experts per thread for run(..., "sort")
+    for size in (2, 4):
+        for biased in (False, True):
+            for tokens in (1, 1024, 1025, 65535, 65536):
+                for experts, k in topk_sigmoid_cuda.SHAPES:
+                    assert topk_sigmoid_cuda.sort_algo(tokens, experts, k, size, biased) in topk_sigmoid_cuda.ALGOS
 
 
 def test_bench_summary_counts_the_floor_and_the_cases_out_of_its_reach():

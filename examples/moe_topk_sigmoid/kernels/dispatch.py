@@ -2,19 +2,21 @@
 the HIP DPP kernel on AMD GFX9 (gfx90a, gfx942, gfx950: not run here, there being no AMD GPU), and the
 portable Triton kernel otherwise (other shapes, other GPUs, and the CPU through Triton's interpreter).
 
-On NVIDIA the CUDA kernel is chosen by the logits' dtype, the bias and the shape, from H200 timings:
+On NVIDIA the CUDA kernel is the one measured fastest on the H200 for the case's tokens, experts, k, logit size
+and bias (benchmarks/results/moe_sort*.json: each case's algorithms timed in turn, two rounds): the
+sorting-network kernel at the experts per thread topk_sigmoid_cuda.sort_algo gives, but where another kernel
+was faster (OTHER):
 
-- fp16 or bf16 logits without a bias: the sorting-network kernel at every size. It took 0.74x to 1.00x of the
-  time of the packed-key kernel (persistent grid up to 8,192 tokens, one-pass grid above; 0.88x by geometric
-  mean) on the 36 bf16 cases of 1 to 65,536 tokens and the 12 fp16 cases of 8,192 and 65,536 tokens, and 0.71x
-  to 0.94x of the first kernel's on the 24 bf16 cases up to 1,024 tokens (benchmarks/results/moe_sort.json, each
-  case's algorithms timed in turn in two rounds).
-- fp32 logits or a bias, up to 128 experts and 1,024 tokens: the first kernel (one warp per token). The packed-key
-  kernel's persistent grid was faster there on 3 of 8 cases of 128 experts with fp32 logits, 9 of 24 with a bias
-  (1.00x and 1.01x by geometric mean) and 1 of 48 at 64 experts (benchmarks/results/moe_small_e9d9816.json).
-- Otherwise the packed-key kernel: on its persistent grid up to 8,192 tokens, and on a grid that covers the tokens
-  once beyond (at 65,536 tokens the one-pass grid was faster on 10 of the 12 bf16 cases at babaec9, by up to 6%;
-  at 8,192 the two were within 2% but for one case, where the persistent grid was 5% faster)."""
+- a bias, 64 experts, k 4, up to 1,024 tokens: the first kernel (one warp per token), by 2% to 7% at 16 and
+  1,024 tokens on all three dtypes;
+- fp32 logits without a bias at 256 experts (8,192 and 65,536 tokens) and 128 experts with k 8 at 8,192 tokens:
+  the packed-key kernel (persistent grid up to 8,192 tokens, one pass beyond), by 1% to 19%; the sorting
+  network's 32-byte chunks hold more registers and its selection tracks the best key left out to see ties;
+- fp32 logits with a bias at 256 experts, k 8, 65,536 tokens: the packed-key kernel, by 1%.
+
+Elsewhere the sorting-network kernel took 0.72x to 1.00x of the packed-key kernel's time (0.89x by geometric
+mean, 150 timings) and 0.71x to 1.05x of the first kernel's up to 1,024 tokens (0.87x, 78; the slowest, fp32
+logits without a bias at 1,024 tokens, 64 and 128 experts with k 8, where it is faster at 1 to 128 tokens)."""
 
 import sys
 from pathlib import Path
@@ -36,23 +38,26 @@ def pick(logits: torch.Tensor, k: int) -> str:
     return "triton"
 
 
-SMALL = (128, 1024)   # experts, tokens: at most these, the one-warp-per-token CUDA kernel (fp32 logits or a bias)
-PERSISTENT_UP_TO = 8192   # tokens: at most these (and above SMALL), the persistent grid
+# Where another CUDA kernel was faster than the sorting-network one: (logit size in bytes, bias, tokens tier
+# (topk_sigmoid_cuda.tokens_tier), experts, k) -> the algorithm.
+OTHER = {
+    **{(size, True, 1024, 64, 4): "warp" for size in (2, 4)},
+    **{(4, False, 8192, e, k): "keys_persistent" for e, k in ((128, 8), (256, 4), (256, 8))},
+    **{(4, False, 65536, 256, k): "keys" for k in (4, 8)},
+    (4, True, 65536, 256, 8): "keys",
+}
 
 
-def cuda_algo(logits: torch.Tensor, bias=None) -> str:
+def cuda_algo(logits: torch.Tensor, bias, k: int) -> str:
     tokens, experts = logits.shape
-    if bias is None and logits.element_size() == 2:   # the sorting-network kernel's measured cases (it takes a bias too)
-        return "sort"
-    if experts <= SMALL[0] and tokens <= SMALL[1]:
-        return "warp"
-    return "keys_persistent" if tokens <= PERSISTENT_UP_TO else "keys"
+    case = (logits.element_size(), bias is not None, topk_sigmoid_cuda.tokens_tier(tokens), experts, k)
+    return OTHER.get(case) or topk_sigmoid_cuda.sort_algo(tokens, experts, k, case[0], case[1])
 
 
 def topk_sigmoid(logits: torch.Tensor, bias, k: int):
     which = pick(logits, k)
     if which == "cuda":
-        return topk_sigmoid_cuda.run(logits, bias, k, cuda_algo(logits, bias))
+        return topk_sigmoid_cuda.run(logits, bias, k, cuda_algo(logits, bias, k))
     if which == "hip":
         return topk_sigmoid_hip.topk_sigmoid(logits, bias, k)
     return topk_sigmoid_triton.topk_sigmoid(logits, bias, k)

@@ -7,9 +7,8 @@ runs in parallel.
 - ``keys_persistent``: the same kernel on a grid of at most ``blocks_per_sm`` blocks per SM (12 by default,
   never more than fit at once), each warp taking token after token.
 - ``warp`` (topk_sigmoid_warp.cu, the first version): one warp per token, a REDUX and a ballot per round.
-- ``sort`` (topk_sigmoid_sort.cu): sorting networks in each thread, EXPERTS/PT
-  threads per token, PT experts per thread chosen by shape (sort_algo); ``sort16``, ``sort32`` and ``sort64``
-  name a PT.
+- ``sort`` (topk_sigmoid_sort.cu): sorting networks in each thread, EXPERTS/PT threads per token, PT experts per
+  thread chosen by shape, logit size and bias (sort_algo); ``sort16``, ``sort32`` and ``sort64`` name a PT.
 """
 
 import hashlib
@@ -22,13 +21,17 @@ HERE = Path(__file__).resolve().parent
 EXPERTS = (64, 128, 256)
 KS = (4, 8)
 ALGOS = {"warp": 0, "keys": 1, "keys_persistent": 2, "sort16": 3, "sort32": 4, "sort64": 5}
-# The sorting-network kernel's experts per thread (PT) by experts and k, measured without a bias: up to 1,024
-# tokens 16 everywhere, at 8,192 and at 65,536 tokens the fastest of 16, 32 and 64 on the H200
-# (benchmarks/results/moe_sort.json, bf16 and fp16 alike). Between those sizes, the smaller one's choice. With a
-# bias, or with fp32 logits, the fastest differ in places (benchmarks/results/moe_sort_biased.json: fp32 logits
-# want 16 or 32).
-SORT_PT = {8192: {(64, 4): 16, (64, 8): 16, (128, 4): 16, (128, 8): 32, (256, 4): 64, (256, 8): 64},
-           65536: {(64, 4): 16, (64, 8): 32, (128, 4): 32, (128, 8): 32, (256, 4): 32, (256, 8): 64}}
+SHAPES = ((64, 4), (64, 8), (128, 4), (128, 8), (256, 4), (256, 8))   # (experts, k)
+# The sorting-network kernel's experts per thread (PT), the fastest of 16, 32 and 64 on the H200 by logit size in
+# bytes and bias, then by tokens (up to 1,024; up to 8,192; 65,536), then for each of SHAPES
+# (benchmarks/results/moe_sort*.json: each case's algorithms timed in turn, two rounds; fp16 and bf16 alike).
+# Between 8,192 and 65,536 tokens, the smaller one's choice.
+SORT_PT = {
+    (2, False): {1024: (16,) * 6, 8192: (16, 16, 16, 32, 64, 64), 65536: (16, 32, 32, 32, 32, 64)},
+    (2, True): {1024: (16,) * 6, 8192: (16, 16, 16, 32, 32, 32), 65536: (16, 32, 32, 32, 64, 64)},
+    (4, False): {1024: (16,) * 6, 8192: (16,) * 6, 65536: (16, 16, 32, 32, 32, 32)},
+    (4, True): {1024: (16,) * 6, 8192: (16, 16, 16, 32, 16, 16), 65536: (16, 16, 32, 32, 32, 32)},
+}
 ALGO = "keys"
 DTYPES = {"f32": "float", "f16": "__half", "bf16": "__nv_bfloat16"}
 
@@ -205,20 +208,21 @@ def supported(logits: torch.Tensor, k: int) -> bool:
             and k in KS and torch.cuda.get_device_capability(logits.device) >= (8, 0))
 
 
-def sort_algo(tokens: int, experts: int, k: int, element_size: int = 2) -> str:
-    """The sorting-network kernel with the experts per thread for this shape (SORT_PT); for fp32 logits
-    (element_size 4) at most 32, where 64 spill."""
-    if tokens <= 1024:
-        return "sort16"
-    pt = SORT_PT[8192 if tokens < 65536 else 65536][(experts, k)]
-    return f"sort{min(pt, 32) if element_size == 4 else pt}"
+def tokens_tier(tokens: int) -> int:
+    """The measured token count whose choices serve `tokens`: 1,024 up to it, 8,192 below 65,536, then 65,536."""
+    return 1024 if tokens <= 1024 else 8192 if tokens < 65536 else 65536
+
+
+def sort_algo(tokens: int, experts: int, k: int, element_size: int = 2, biased: bool = False) -> str:
+    """The sorting-network kernel at the experts per thread measured fastest for this case (SORT_PT)."""
+    return f"sort{SORT_PT[(element_size, biased)][tokens_tier(tokens)][SHAPES.index((experts, k))]}"
 
 
 def run(logits: torch.Tensor, bias, k: int, algo: str, blocks_per_sm: int = 12):
     """``blocks_per_sm``: with "keys_persistent", the grid's blocks per SM (at most). "sort": the sorting-network
     kernel with the experts per thread for the shape."""
     if algo == "sort":
-        algo = sort_algo(logits.shape[0], logits.shape[1], k, logits.element_size())
+        algo = sort_algo(logits.shape[0], logits.shape[1], k, logits.element_size(), bias is not None)
     x = logits.contiguous()
     if x.data_ptr() % 16:
         x = x.clone()
