@@ -1,8 +1,8 @@
 """The MoE Triton kernel (topk_sigmoid_triton.py) at each of several launch settings (ROWS tokens per program,
-NUM_WARPS) on the bf16 cases of both variants from 1,024 tokens up: each case's settings timed in turn (L2
-flushed, events, median of 200, as `kpilot bench` times), over two rounds with the order reversed in the
-second, every output checked. Writes OUT/moe_triton_configs.json; prints each case's fastest setting and the
-default's time against it.
+NUM_WARPS; the kernel's TILE set to ROWS times the experts) on the bf16 cases of both variants from 1,024 tokens
+up: each case's settings timed in turn (L2 flushed, events, median of 200, as `kpilot bench` times), over two
+rounds with the order reversed in the second, every output checked. Writes OUT/moe_triton_configs.json; prints
+each case's fastest setting and the kernel's own setting's time against it (where it is among those timed).
 
     python benchmarks/moe_triton_configs.py OUT [--tokens 8192 ...] [--config 16x4 ...]
 """
@@ -46,10 +46,11 @@ def main() -> None:
         settings = {c: tuple(int(n) for n in c.split("x")) for c in configs}
     except ValueError:
         sys.exit(f"a setting is ROWSxNUM_WARPS, e.g. 16x4: got {configs}")
-    default = f"{tt.ROWS}x{tt.NUM_WARPS}"
+    tile, warps = tt.TILE, tt.NUM_WARPS
 
     def run(setting, x, bias, k):
-        tt.ROWS, tt.NUM_WARPS = settings[setting]
+        per_program, tt.NUM_WARPS = settings[setting]
+        tt.TILE = per_program * x.shape[1]
         return tt.topk_sigmoid(x, bias, k)
 
     rows, bad = [], []
@@ -67,19 +68,25 @@ def main() -> None:
                             if not ok:
                                 bad.append(f"{case} {c}: {msg[:150]}")
                             times[c].append(flushed_median_us(lambda: run(c, x, bias, k)))
-                    row = dict(case, **{c: round(statistics.median(v), 3) for c, v in times.items()})
+                    default = f"{max(1, tile // experts)}x{warps}"
+                    row = dict(case, **{c: round(statistics.median(v), 3) for c, v in times.items()}, default=default)
                     best = min(configs, key=lambda c: row[c])
                     print(f"{'biased' if biased else 'plain ':6} E{experts:3} T{tokens:5} k{k}  "
                           + "  ".join(f"{c} {row[c]:7.2f}" for c in configs)
                           + f"  best {best}" + (f"  default {row[default] / row[best]:.3f}x of it" if default in row else ""),
                           flush=True)
                     rows.append(row)
+    tt.TILE, tt.NUM_WARPS = tile, warps
     geo = {c: math.exp(statistics.mean(math.log(r[c] / min(r[d] for d in configs)) for r in rows)) for c in configs}
+    own = [r[r["default"]] / min(r[d] for d in configs) for r in rows if r["default"] in r]
+    if own:
+        geo["default"] = math.exp(statistics.mean(math.log(x) for x in own))
     print("geometric mean of each setting's time over the case's fastest:",
           "  ".join(f"{c} {g:.3f}" for c, g in sorted(geo.items(), key=lambda kv: kv[1])), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "moe_triton_configs.json").write_text(json.dumps(
-        {"environment": environment(), "default": default, "of_fastest_geomean": geo, "failed": bad, "rows": rows},
+        {"environment": environment(), "tile": tile, "num_warps": warps, "of_fastest_geomean": geo, "failed": bad,
+         "rows": rows},
         indent=1))
     if bad:
         sys.exit("failed checks:\n" + "\n".join(bad[:20]))
