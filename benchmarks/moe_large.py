@@ -51,6 +51,22 @@ def round_orders(names: list[str], rounds: int) -> list[list[str]]:
     return [list(names) if r % 2 == 0 else list(reversed(names)) for r in range(rounds)]
 
 
+def checked_times_in_turn(names: list[str], call, check, rounds: int = 2) -> tuple[dict, dict]:
+    """Each name's output checked (check(call(name)) -> (ok, message)) and its call timed as `kpilot bench` times
+    (stream_floor.flushed_median_us), the names in turn in round_orders(names, rounds): the median of each name's
+    rounds in us, and each name's failed checks' messages."""
+    from stream_floor import flushed_median_us
+
+    times, failures = {n: [] for n in names}, {n: [] for n in names}
+    for order in round_orders(names, rounds):
+        for n in order:
+            ok, msg = check(call(n))
+            if not ok:
+                failures[n].append(msg)
+            times[n].append(flushed_median_us(lambda: call(n)))
+    return {n: statistics.median(t) for n, t in times.items()}, failures
+
+
 def main() -> None:
     import torch
 

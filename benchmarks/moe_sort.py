@@ -16,7 +16,6 @@ times these token counts instead, for every dtype (the file's name then ends in 
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -46,8 +45,7 @@ def main() -> None:
     import reference as ref
     import topk_sigmoid_cuda as tc
     from _common import environment
-    from moe_large import round_orders
-    from stream_floor import flushed_median_us
+    from moe_large import checked_times_in_turn
 
     import argparse
 
@@ -101,12 +99,10 @@ def main() -> None:
                     want = ref.topk_sigmoid(x, bias, k)
                     algos = ["keys" if tokens > 8192 else "keys_persistent", *(["warp"] if tokens <= 1024 else []),
                              *SORTS]
-                    times, oks = {a: [] for a in algos}, {}
-                    for order in round_orders(algos, 2):
-                        for a in order:
-                            oks[a] = ref.check((x, bias, k), tc.run(x, bias, k, a), want)[0]
-                            times[a].append(flushed_median_us(lambda: tc.run(x, bias, k, a)))
-                    row = dict(case, **{a: round(statistics.median(v), 3) for a, v in times.items()}, ok=oks)
+                    times, failures = checked_times_in_turn(algos, lambda a: tc.run(x, bias, k, a),
+                                                            lambda got: ref.check((x, bias, k), got, want))
+                    oks = {a: not failures[a] for a in algos}
+                    row = dict(case, **{a: round(t, 3) for a, t in times.items()}, ok=oks)
                     base = row[algos[0]]
                     best = min(SORTS, key=lambda a: row[a])
                     print(f"{dtype:8} E{experts:3} T{tokens:5} k{k}  {algos[0]} {base:7.2f}  "

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -38,8 +37,7 @@ def main() -> None:
     import reference as ref
     import topk_sigmoid_triton as tt
     from _common import environment
-    from moe_large import round_orders
-    from stream_floor import flushed_median_us
+    from moe_large import checked_times_in_turn
 
     configs = args.config or list(CONFIGS)
     try:
@@ -61,15 +59,11 @@ def main() -> None:
                     case = {"experts": experts, "tokens": tokens, "k": k, "dtype": "bfloat16", "biased": biased}
                     x, bias, _ = (ref.make_inputs_biased if biased else ref.make_inputs)(case, 1, "cuda")
                     want = ref.topk_sigmoid(x, bias, k)
-                    times = {c: [] for c in configs}
-                    for order in round_orders(configs, 2):
-                        for c in order:
-                            ok, msg = ref.check((x, bias, k), run(c, x, bias, k), want)
-                            if not ok:
-                                bad.append(f"{case} {c}: {msg[:150]}")
-                            times[c].append(flushed_median_us(lambda: run(c, x, bias, k)))
+                    times, failures = checked_times_in_turn(configs, lambda c: run(c, x, bias, k),
+                                                            lambda got: ref.check((x, bias, k), got, want))
+                    bad += [f"{case} {c}: {msg[:150]}" for c, msgs in failures.items() for msg in msgs]
                     default = f"{max(1, tile // experts)}x{warps}"
-                    row = dict(case, **{c: round(statistics.median(v), 3) for c, v in times.items()}, default=default)
+                    row = dict(case, **{c: round(t, 3) for c, t in times.items()}, default=default)
                     best = min(configs, key=lambda c: row[c])
                     print(f"{'biased' if biased else 'plain ':6} E{experts:3} T{tokens:5} k{k}  "
                           + "  ".join(f"{c} {row[c]:7.2f}" for c in configs)
@@ -77,10 +71,11 @@ def main() -> None:
                           flush=True)
                     rows.append(row)
     tt.TILE, tt.NUM_WARPS = tile, warps
-    geo = {c: math.exp(statistics.mean(math.log(r[c] / min(r[d] for d in configs)) for r in rows)) for c in configs}
-    own = [r[r["default"]] / min(r[d] for d in configs) for r in rows if r["default"] in r]
+    fastest = [min(r[c] for c in configs) for r in rows]
+    geo = {c: statistics.geometric_mean([r[c] / f for r, f in zip(rows, fastest)]) for c in configs}
+    own = [r[r["default"]] / f for r, f in zip(rows, fastest) if r["default"] in r]
     if own:
-        geo["default"] = math.exp(statistics.mean(math.log(x) for x in own))
+        geo["default"] = statistics.geometric_mean(own)
     print("geometric mean of each setting's time over the case's fastest:",
           "  ".join(f"{c} {g:.3f}" for c, g in sorted(geo.items(), key=lambda kv: kv[1])), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)

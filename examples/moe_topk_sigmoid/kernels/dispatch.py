@@ -50,8 +50,9 @@ OTHER = {
 
 def cuda_algo(logits: torch.Tensor, bias, k: int) -> str:
     tokens, experts = logits.shape
-    case = (logits.element_size(), bias is not None, topk_sigmoid_cuda.tokens_tier(tokens), experts, k)
-    return OTHER.get(case) or topk_sigmoid_cuda.sort_algo(tokens, experts, k, case[0], case[1])
+    size, biased = logits.element_size(), bias is not None
+    return (OTHER.get((size, biased, topk_sigmoid_cuda.tokens_tier(tokens), experts, k))
+            or topk_sigmoid_cuda.sort_algo(tokens, experts, k, size, biased))
 
 
 def topk_sigmoid(logits: torch.Tensor, bias, k: int):
