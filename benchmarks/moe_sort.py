@@ -7,10 +7,13 @@ over two rounds with the order reversed in the second; a time is the median of i
 OUT/moe_sort.json (OUT/moe_sort_biased.json with --biased; either with _<dtype> for each --dtype).
 
     python benchmarks/moe_sort.py OUT [--biased] [--no-time | --no-check] [--dtype float32 ...] [--tokens 16 ...]
+                                      [--sorts sort32 prune32 ...]
 
 bf16, fp16 and fp32 (--dtype: some of them). Timed without a bias: bf16 at 1 to 65,536 tokens, fp16 and fp32 at
 8,192 and 65,536; with --biased: bf16 at 16 to 65,536 tokens, fp16 at 65,536, fp32 at 8,192 and 65,536. --tokens
-times these token counts instead, for every dtype (the file's name then ends in _t<tokens>...).
+times these token counts instead, for every dtype (the file's name then ends in _t<tokens>...). --sorts checks
+and times these sorting-network kernels (any of topk_sigmoid_cuda.ALGOS from sort16 on; the pruned ones where
+they serve the logits) in place of sort16, sort32 and sort64 (the file's name then ends in _<sort>...).
 """
 
 from __future__ import annotations
@@ -55,12 +58,15 @@ def main() -> None:
     ap.add_argument("--no-time", action="store_true", help="the edge checks alone")
     ap.add_argument("--no-check", action="store_true", help="the timings alone (outputs still checked)")
     ap.add_argument("--tokens", type=int, action="append", help="time these token counts (default: by dtype)")
+    ap.add_argument("--sorts", nargs="+", choices=[a for a in tc.ALGOS if a.startswith(("sort", "prune"))],
+                    help="these sorting-network kernels (default: sort16 sort32 sort64)")
     ap.add_argument("--dtype", action="append", choices=["bfloat16", "float16", "float32"],
                     help="these dtypes alone (default: all three)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("moe_sort.py needs a GPU")
     out = args.out
+    sorts = args.sorts or SORTS
     out.mkdir(parents=True, exist_ok=True)
     names = args.dtype or ["bfloat16", "float16", "float32"]
     dtypes = [getattr(torch, d) for d in names]
@@ -81,7 +87,9 @@ def main() -> None:
                         x = x.to(dtype)
                         for bname, bias in biases.items():
                             want = ref.topk_sigmoid(x, bias, k)
-                            for algo in SORTS:
+                            for algo in sorts:
+                                if not tc.takes(algo, x.element_size(), bias is not None):
+                                    continue
                                 checks += 1
                                 ok, msg = ref.check((x, bias, k), tc.run(x, bias, k, algo), want)
                                 if not ok:
@@ -97,21 +105,23 @@ def main() -> None:
                     case = {"experts": experts, "tokens": tokens, "k": k, "dtype": dtype}
                     x, bias, _ = (ref.make_inputs_biased if args.biased else ref.make_inputs)(case, 1, "cuda")
                     want = ref.topk_sigmoid(x, bias, k)
+                    here = [a for a in sorts if tc.takes(a, x.element_size(), bias is not None)]
                     algos = ["keys" if tokens > 8192 else "keys_persistent", *(["warp"] if tokens <= 1024 else []),
-                             *SORTS]
+                             *here]
                     times, failures = checked_times_in_turn(algos, lambda a: tc.run(x, bias, k, a),
                                                             lambda got: ref.check((x, bias, k), got, want))
                     oks = {a: not failures[a] for a in algos}
                     row = dict(case, **{a: round(t, 3) for a, t in times.items()}, ok=oks)
                     base = row[algos[0]]
-                    best = min(SORTS, key=lambda a: row[a])
+                    best = min(here, key=lambda a: row[a])
                     print(f"{dtype:8} E{experts:3} T{tokens:5} k{k}  {algos[0]} {base:7.2f}  "
-                          + "  ".join(f"{a} {row[a]:6.2f}" for a in SORTS)
+                          + "  ".join(f"{a} {row[a]:6.2f}" for a in here)
                           + (f"  warp {row['warp']:6.2f}" if "warp" in row else "")
                           + f"  best {best} {row[best] / base:.3f}x  ok {all(oks.values())}", flush=True)
                     rows.append(row)
     stem = "moe_sort_biased" if args.biased else "moe_sort"
     stem += "".join(f"_{d}" for d in args.dtype or []) + "".join(f"_t{t}" for t in args.tokens or [])
+    stem += "".join(f"_{a}" for a in args.sorts or [])
     (out / (stem + ".json")).write_text(
         json.dumps({"environment": environment(), "checks": checks, "failed": failed, "rows": rows}, indent=1))
     if failed or not all(all(r["ok"].values()) for r in rows):

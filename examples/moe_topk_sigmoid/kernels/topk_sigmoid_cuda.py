@@ -9,6 +9,9 @@ runs in parallel.
 - ``warp`` (topk_sigmoid_warp.cu, the first version): one warp per token, a REDUX and a ballot per round.
 - ``sort`` (topk_sigmoid_sort.cu): sorting networks in each thread, EXPERTS/PT threads per token, PT experts per
   thread chosen by shape, logit size and bias (sort_algo); ``sort16``, ``sort32`` and ``sort64`` name a PT.
+- ``prune16``, ``prune32``, ``prune64`` (fp16 and bf16 logits without a bias): the sorting-network kernel that
+  first takes the maximum of each chunk of 8 experts and then selects within the K chunks of the token's K
+  largest maxima alone (the only ones that can hold its best K), read again from L1.
 """
 
 import hashlib
@@ -20,7 +23,8 @@ import torch
 HERE = Path(__file__).resolve().parent
 EXPERTS = (64, 128, 256)
 KS = (4, 8)
-ALGOS = {"warp": 0, "keys": 1, "keys_persistent": 2, "sort16": 3, "sort32": 4, "sort64": 5}
+ALGOS = {"warp": 0, "keys": 1, "keys_persistent": 2, "sort16": 3, "sort32": 4, "sort64": 5, "prune16": 6,
+         "prune32": 7, "prune64": 8}
 SHAPES = ((64, 4), (64, 8), (128, 4), (128, 8), (256, 4), (256, 8))   # (experts, k)
 # The sorting-network kernel's experts per thread (PT), the fastest of 16, 32 and 64 on the H200 by logit size in
 # bytes and bias, then by tokens (up to 1,024; up to 8,192; 65,536), then for each of SHAPES
@@ -90,14 +94,23 @@ void launch(int algo, int blocks_per_sm, const torch::Tensor& x, const torch::Te
   const T* xp = reinterpret_cast<const T*>(x.data_ptr());
   const float* bp = B ? bias.data_ptr<float>() : nullptr;
   auto stream = c10::cuda::getCurrentCUDAStream();
-  if (algo >= 3) {          // sorting networks, E / PT threads per token: PT 16, 32 or 64 (algo 3, 4, 5)
-    const int pt = 16 << (algo - 3);
+  if (algo >= 3) {          // sorting networks, E / PT threads per token: PT 16, 32 or 64 (algo 3, 4, 5; pruned 6, 7, 8)
+    const int pt = 16 << ((algo - 3) % 3);
+    const bool prune = algo >= 6;
     const int blocks = (int)(((int64_t)tokens * (E / pt) + 127) / 128);
     float* wp = w.data_ptr<float>();
     int* ip = ids.data_ptr<int>();
-    if (pt == 16) moe::topk_sigmoid_sort<T, E, NK, 16, B><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
-    if (pt == 32) moe::topk_sigmoid_sort<T, E, NK, 32, B><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
-    if (pt == 64) moe::topk_sigmoid_sort<T, E, NK, 64, B><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
+    if (!prune) {
+      if (pt == 16) moe::topk_sigmoid_sort<T, E, NK, 16, B><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
+      if (pt == 32) moe::topk_sigmoid_sort<T, E, NK, 32, B><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
+      if (pt == 64) moe::topk_sigmoid_sort<T, E, NK, 64, B><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
+    } else if constexpr (sizeof(T) == 2 && !B) {
+      if (pt == 16) moe::topk_sigmoid_sort<T, E, NK, 16, B, true><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
+      if (pt == 32) moe::topk_sigmoid_sort<T, E, NK, 32, B, true><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
+      if (pt == 64) moe::topk_sigmoid_sort<T, E, NK, 64, B, true><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
+    } else {
+      TORCH_CHECK(false, "the pruned sorting-network kernel takes fp16 or bf16 logits without a bias");
+    }
   } else if (algo == 0) {   // one token per warp, 8 warps per block
     moe::topk_sigmoid_warp<T, E, NK, B><<<(tokens + 7) / 8, 256, 0, stream>>>(xp, bp, w.data_ptr<float>(),
                                                                               ids.data_ptr<int>(), tokens);
@@ -216,6 +229,12 @@ def tokens_tier(tokens: int) -> int:
 def sort_algo(tokens: int, experts: int, k: int, element_size: int = 2, biased: bool = False) -> str:
     """The sorting-network kernel at the experts per thread measured fastest for this case (SORT_PT)."""
     return f"sort{SORT_PT[(element_size, biased)][tokens_tier(tokens)][SHAPES.index((experts, k))]}"
+
+
+def takes(algo: str, element_size: int, biased: bool) -> bool:
+    """Whether `algo` serves logits of this size in bytes, with or without a bias (the pruned kernels: 16-bit
+    logits without one)."""
+    return not algo.startswith("prune") or (element_size == 2 and not biased)
 
 
 def run(logits: torch.Tensor, bias, k: int, algo: str, blocks_per_sm: int = 12):

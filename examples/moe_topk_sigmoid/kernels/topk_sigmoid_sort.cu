@@ -19,6 +19,12 @@
 
 namespace moe {
 
+// The least key of its type: the start of a tracked maximum, and what a lane with no chunk to give contributes.
+template <typename Key>
+__device__ constexpr Key least_key() {
+  return std::is_signed_v<Key> ? Key(~(std::make_unsigned_t<Key>(~0ull) >> 1)) : Key(0);
+}
+
 // Compare-exchange, largest first.
 template <typename Key>
 __device__ inline void cx(Key& a, Key& b) {
@@ -68,7 +74,7 @@ __device__ inline void merge_best(Key (&top)[N], const Key (&c)[N], Key& below) 
 // list, then the lanes' lists are merged. With TRACK, `below` is the token's best key left out (the (K + 1)-th).
 template <typename Key, int K, int TPT, int CHUNKS, bool TRACK = false, typename KeysOf>
 __device__ inline void best_keys(KeysOf keys_of, Key (&top)[K], Key& below) {
-  below = std::is_signed_v<Key> ? Key(~(std::make_unsigned_t<Key>(~0ull) >> 1)) : Key(0);   // the least key
+  below = least_key<Key>();
 #pragma unroll
   for (int v = 0; v < CHUNKS; ++v) {
     Key keys[8];
@@ -109,6 +115,43 @@ template <typename Key, int K, int TPT, int CHUNKS, typename KeysOf>
 __device__ inline void best_keys(KeysOf keys_of, Key (&top)[K]) {
   Key below;
   best_keys<Key, K, TPT, CHUNKS, false>(keys_of, top, below);
+}
+
+// best_keys over only the chunks that can hold a token's best K keys: the K chunks whose largest keys are the
+// token's K largest chunk maxima. (A key of the best K lies in a chunk whose maximum is at least that key; were
+// K other chunks' maxima above that maximum, K keys would be above it.) keys_of(v, keys) makes the keys of this
+// lane's chunk v (first expert (v * TPT + t) * 8), from which each lane takes its chunks' maxima; the token's best
+// K maxima are selected as its keys are, into every lane; lane t then takes the chunks of the maxima t, t + TPT,
+// ..., chunk_keys(key, keys) making the keys of the chunk that holds the expert of `key`, and the lists are merged
+// once more. Experts are told by the keys' low byte, 255 - expert.
+template <typename Key, int K, int TPT, int CHUNKS, typename KeysOf, typename ChunkKeys>
+__device__ inline void best_keys_pruned(int t, KeysOf keys_of, ChunkKeys chunk_keys, Key (&top)[K]) {
+  Key maxima[CHUNKS];
+#pragma unroll
+  for (int v = 0; v < CHUNKS; ++v) {
+    Key keys[8];
+    keys_of(v, keys);
+    const Key a = max(max(keys[0], keys[1]), max(keys[2], keys[3]));
+    const Key b = max(max(keys[4], keys[5]), max(keys[6], keys[7]));
+    maxima[v] = max(a, b);
+  }
+  Key best[K];   // the token's best K chunk maxima (padding with the least key folds away)
+  best_keys<Key, K, TPT, (CHUNKS + 7) / 8>([&](int g, Key (&keys)[8]) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) keys[j] = g * 8 + j < CHUNKS ? maxima[g * 8 + j] : least_key<Key>();
+  }, best);
+  best_keys<Key, K, TPT, (K + TPT - 1) / TPT>([&](int j, Key (&keys)[8]) {
+    Key pick = best[j * TPT];
+#pragma unroll
+    for (int s = 1; s < TPT; ++s) {
+      if (j * TPT + s < K && t == s) pick = best[j * TPT + s];
+    }
+    chunk_keys(pick, keys);
+    if (j * TPT + t >= K) {   // no chunk left for this lane
+#pragma unroll
+      for (int i = 0; i < 8; ++i) keys[i] = least_key<Key>();
+    }
+  }, top);
 }
 
 // The best K exact 64-bit keys (the value's order key, then 255 - expert) of the values values_of(v, x) gives for
@@ -168,11 +211,12 @@ __device__ inline void write_token(const T* __restrict__ row, const Key (&top)[K
   }
 }
 
-template <typename T, int EXPERTS, int K, int PT, bool HAS_BIAS>
+template <typename T, int EXPERTS, int K, int PT, bool HAS_BIAS, bool PRUNE = false>
 __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict__ logits, const float* __restrict__ bias,
                                                           float* __restrict__ weights, int* __restrict__ ids, int tokens) {
   static_assert(K == 4 || K == 8, "K must be 4 or 8");
   static_assert(PT % 8 == 0 && EXPERTS % PT == 0 && EXPERTS / PT <= 32, "PT: a multiple of 8 dividing EXPERTS");
+  static_assert(!PRUNE || (!HAS_BIAS && sizeof(T) == 2), "chunks pruned by their maxima: 16-bit logits, no bias");
   constexpr int TPT = EXPERTS / PT;            // threads per token
   constexpr int CHUNKS = PT / 8;               // chunks of 8 experts per thread
   constexpr int CV = 8 * (int)sizeof(T) / 16;  // 16-byte vectors per chunk (1, or 2 for fp32)
@@ -228,11 +272,23 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
       idx[0] = b - 0x03020100u;
       idx[1] = b - 0x07060504u;
     };
-    best_keys<int, K, TPT, CHUNKS>([&](int v, int (&keys)[8]) {
+    const auto keys_of = [&](int v, int (&keys)[8]) {
       unsigned w[4], idx[2];
       words_of(v, w, idx);
       keys_of_words(w, idx, reinterpret_cast<unsigned(&)[8]>(keys));
-    }, reinterpret_cast<int(&)[K]>(top));
+    };
+    if constexpr (PRUNE) {   // the chunks of the best K maxima read again (from L1) and selected
+      best_keys_pruned<int, K, TPT, CHUNKS>(t, keys_of, [&](int key, int (&keys)[8]) {
+        const unsigned first = (255u - ((unsigned)key & 0xffu)) & ~7u;
+        const uint4 q = __ldg(reinterpret_cast<const uint4*>(row + first));
+        const unsigned w[4] = {q.x, q.y, q.z, q.w};
+        const unsigned b = (255u - first) * 0x01010101u;
+        const unsigned idx[2] = {b - 0x03020100u, b - 0x07060504u};
+        keys_of_words(w, idx, reinterpret_cast<unsigned(&)[8]>(keys));
+      }, reinterpret_cast<int(&)[K]>(top));
+    } else {
+      best_keys<int, K, TPT, CHUNKS>(keys_of, reinterpret_cast<int(&)[K]>(top));
+    }
     // Exact where every token's K-th key is a positive logit's; otherwise the warp selects again on exact keys,
     // the row loaded again (volatile loads: the compiler would keep the first ones' PT / 2 registers all along).
     exact = __any_sync(FULL, (int)top[K - 1] < POSITIVE_KEY);
@@ -281,8 +337,12 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
 
 }  // namespace moe
 
-#ifdef MOE_SORT   // one instantiation for `kpilot isa analyze` (-D MOE_SORT, MOE_EXPERTS, MOE_K, MOE_PT, MOE_BIAS, MOE_DTYPE)
-template __global__ void moe::topk_sigmoid_sort<MOE_DTYPE, MOE_EXPERTS, MOE_K, MOE_PT, (bool)MOE_BIAS>(const MOE_DTYPE*, const float*,
-                                                                                            float*, int*, int);
+#ifdef MOE_SORT   // one instantiation for `kpilot isa analyze` (-D MOE_SORT, MOE_EXPERTS, MOE_K, MOE_PT, MOE_BIAS, MOE_PRUNE,
+                 // MOE_DTYPE)
+#ifndef MOE_PRUNE
+#define MOE_PRUNE 0
+#endif
+template __global__ void moe::topk_sigmoid_sort<MOE_DTYPE, MOE_EXPERTS, MOE_K, MOE_PT, (bool)MOE_BIAS, (bool)MOE_PRUNE>(
+    const MOE_DTYPE*, const float*, float*, int*, int);
 #endif
 #endif  // MOE_TOPK_SIGMOID_SORT_CU
