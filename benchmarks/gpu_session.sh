@@ -28,7 +28,8 @@
 #   moe-large         benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
 #                     their stream floors; quick, between full bench.py runs)
 #   moe-sort          benchmarks/moe_sort.py (the sorting-network kernel at each experts per thread against the packed-key
-#                     and first kernels, plain fp16/bf16, edge inputs checked first)
+#                     and first kernels, plain fp16/bf16, edge inputs checked first; $MOE_SORT_ARGS: more options,
+#                     e.g. --tokens 8192 --sorts sort32 prune32)
 #   moe-variants      benchmarks/moe_variants.py: the tree and each folder of $MOE_VARIANTS (files replacing MoE kernel
 #                     files) built at once, GPU tests of edge cases on each, then moe_large.py timing every case on
 #                     each in turn in one process, times against the tree's
@@ -118,7 +119,7 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
           --case experts=256,tokens=8192,k=8,dtype=bfloat16 --store "$dir/runs.db" --json > "$dir/events.jsonl"
       report "$dir" ;;
     moe-large) python3 benchmarks/moe_large.py ${MOE_LARGE_ARGS:-} && cp benchmarks/results/moe_large.json "$dir/" ;;
-    moe-sort) python3 benchmarks/moe_sort.py "$dir" ;;
+    moe-sort) python3 benchmarks/moe_sort.py "$dir" ${MOE_SORT_ARGS:-} ;;
     moe-variants) python3 benchmarks/moe_variants.py "$dir" ${MOE_VARIANTS:?moe-variants needs MOE_VARIANTS} ${MOE_VARIANTS_ARGS:-} ;;
     moe-bench-large) python3 "$MOE/bench.py" --dtype bfloat16 --tokens 8192 --tokens 65536 && cp -r "$MOE"/results/* "$dir/" ;;
     moe-bench-plain|moe-bench-biased)
