@@ -254,13 +254,9 @@ def test_kernels_are_correct_on_the_gpu(variant, kernel):
 
 
 # Every CUDA algorithm, the persistent grid small and full, the sorting-network kernel at each experts per thread,
-# pruned or not (the pruned ones where they serve the logits: cuda_algos).
+# pruned or not.
 CUDA_ALGOS = [("keys", 12), ("keys_persistent", 1), ("keys_persistent", 12), ("warp", 12), ("sort16", 12),
               ("sort32", 12), ("sort64", 12), ("prune16", 12), ("prune32", 12), ("prune64", 12)]
-
-
-def cuda_algos(topk_sigmoid_cuda, x, bias):
-    return [(a, bps) for a, bps in CUDA_ALGOS if topk_sigmoid_cuda.takes(a, x.element_size(), bias is not None)]
 
 
 @pytest.mark.gpu
@@ -288,7 +284,7 @@ def test_cuda_kernels_where_the_top_k_is_not_positive(dtype):
             x = torch.where((mode == 4)[:, None], torch.where(few, x.abs() + 0.5, -x.abs()), x)
             x = x.to(getattr(torch, dtype))
             want = ref.topk_sigmoid(x, None, k)
-            for algo, bps in cuda_algos(topk_sigmoid_cuda, x, None):
+            for algo, bps in CUDA_ALGOS:
                 got = topk_sigmoid_cuda.run(x, None, k, algo, bps)
                 ok, msg = ref.check((x, None, k), got, want)
                 if not ok:
@@ -315,7 +311,7 @@ def test_cuda_kernels_on_token_counts_outside_the_grid(dtype, with_bias):
                 x = (torch.round(x * 4) / 4 if tokens % 2 else x).to(getattr(torch, dtype))
                 bias = torch.randn(experts, generator=g, device="cuda") * 0.1 if with_bias else None
                 want = ref.topk_sigmoid(x, bias, k)
-                for algo, bps in cuda_algos(topk_sigmoid_cuda, x, bias):
+                for algo, bps in CUDA_ALGOS:
                     got = topk_sigmoid_cuda.run(x, bias, k, algo, bps)
                     ok, msg = ref.check((x, bias, k), got, want)
                     if not ok:

@@ -9,9 +9,9 @@ runs in parallel.
 - ``warp`` (topk_sigmoid_warp.cu, the first version): one warp per token, a REDUX and a ballot per round.
 - ``sort`` (topk_sigmoid_sort.cu): sorting networks in each thread, EXPERTS/PT threads per token, PT experts per
   thread chosen by shape, logit size and bias (sort_algo); ``sort16``, ``sort32`` and ``sort64`` name a PT.
-- ``prune16``, ``prune32``, ``prune64`` (fp16 and bf16 logits without a bias): the sorting-network kernel that
-  first takes the maximum of each chunk of 8 experts and then selects within the K chunks of the token's K
-  largest maxima alone (the only ones that can hold its best K), read again from L1.
+- ``prune16``, ``prune32``, ``prune64``: the sorting-network kernel that first takes the maximum of each chunk of
+  8 experts and then selects within the K chunks of the token's K largest maxima alone (the only ones that can
+  hold its best K): the logits read again from L1 without a bias, the keys kept in shared memory with one.
 """
 
 import hashlib
@@ -104,12 +104,10 @@ void launch(int algo, int blocks_per_sm, const torch::Tensor& x, const torch::Te
       if (pt == 16) moe::topk_sigmoid_sort<T, E, NK, 16, B><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
       if (pt == 32) moe::topk_sigmoid_sort<T, E, NK, 32, B><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
       if (pt == 64) moe::topk_sigmoid_sort<T, E, NK, 64, B><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
-    } else if constexpr (sizeof(T) == 2 && !B) {
+    } else {
       if (pt == 16) moe::topk_sigmoid_sort<T, E, NK, 16, B, true><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
       if (pt == 32) moe::topk_sigmoid_sort<T, E, NK, 32, B, true><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
       if (pt == 64) moe::topk_sigmoid_sort<T, E, NK, 64, B, true><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
-    } else {
-      TORCH_CHECK(false, "the pruned sorting-network kernel takes fp16 or bf16 logits without a bias");
     }
   } else if (algo == 0) {   // one token per warp, 8 warps per block
     moe::topk_sigmoid_warp<T, E, NK, B><<<(tokens + 7) / 8, 256, 0, stream>>>(xp, bp, w.data_ptr<float>(),
@@ -229,12 +227,6 @@ def tokens_tier(tokens: int) -> int:
 def sort_algo(tokens: int, experts: int, k: int, element_size: int = 2, biased: bool = False) -> str:
     """The sorting-network kernel at the experts per thread measured fastest for this case (SORT_PT)."""
     return f"sort{SORT_PT[(element_size, biased)][tokens_tier(tokens)][SHAPES.index((experts, k))]}"
-
-
-def takes(algo: str, element_size: int, biased: bool) -> bool:
-    """Whether `algo` serves logits of this size in bytes, with or without a bias (the pruned kernels: 16-bit
-    logits without one)."""
-    return not algo.startswith("prune") or (element_size == 2 and not biased)
 
 
 def run(logits: torch.Tensor, bias, k: int, algo: str, blocks_per_sm: int = 12):

@@ -117,30 +117,34 @@ __device__ inline void best_keys(KeysOf keys_of, Key (&top)[K]) {
   best_keys<Key, K, TPT, CHUNKS, false>(keys_of, top, below);
 }
 
+// The largest of a chunk's eight keys.
+template <typename Key>
+__device__ inline Key chunk_max(const Key (&keys)[8]) {
+  return max(max(max(keys[0], keys[1]), max(keys[2], keys[3])), max(max(keys[4], keys[5]), max(keys[6], keys[7])));
+}
+
 // best_keys over only the chunks that can hold a token's best K keys: the K chunks whose largest keys are the
 // token's K largest chunk maxima. (A key of the best K lies in a chunk whose maximum is at least that key; were
-// K other chunks' maxima above that maximum, K keys would be above it.) keys_of(v, keys) makes the keys of this
-// lane's chunk v (first expert (v * TPT + t) * 8), from which each lane takes its chunks' maxima; the token's best
-// K maxima are selected as its keys are, into every lane; lane t then takes the chunks of the maxima t, t + TPT,
-// ..., chunk_keys(key, keys) making the keys of the chunk that holds the expert of `key`, and the lists are merged
-// once more. Experts are told by the keys' low byte, 255 - expert.
-template <typename Key, int K, int TPT, int CHUNKS, typename KeysOf, typename ChunkKeys>
-__device__ inline void best_keys_pruned(int t, KeysOf keys_of, ChunkKeys chunk_keys, Key (&top)[K]) {
+// K other chunks' maxima above that maximum, K keys would be above it.) maximum_of(v) gives this lane's chunk v's
+// maximum (first expert (v * TPT + t) * 8), or any key that orders the chunks as their maxima do and whose low
+// byte is 255 less an expert of the chunk; the token's best K of those are selected as its keys are, into every
+// lane; lane t then takes the chunks of the maxima t, t + TPT, ..., chunk_keys(key, keys) making the keys of the
+// chunk that holds the expert of `key`'s low byte, and the lists are merged once more. With TRACK, `below` is the
+// token's best key left out: the larger of the best left out of the chunks taken and the (K + 1)-th maximum.
+template <typename Key, int K, int TPT, int CHUNKS, bool TRACK = false, typename MaximumOf, typename ChunkKeys>
+__device__ inline void best_keys_pruned(int t, MaximumOf maximum_of, ChunkKeys chunk_keys, Key (&top)[K],
+                                        Key& below) {
   Key maxima[CHUNKS];
 #pragma unroll
-  for (int v = 0; v < CHUNKS; ++v) {
-    Key keys[8];
-    keys_of(v, keys);
-    const Key a = max(max(keys[0], keys[1]), max(keys[2], keys[3]));
-    const Key b = max(max(keys[4], keys[5]), max(keys[6], keys[7]));
-    maxima[v] = max(a, b);
-  }
+  for (int v = 0; v < CHUNKS; ++v) maxima[v] = maximum_of(v);
   Key best[K];   // the token's best K chunk maxima (padding with the least key folds away)
-  best_keys<Key, K, TPT, (CHUNKS + 7) / 8>([&](int g, Key (&keys)[8]) {
+  Key below_maxima;
+  best_keys<Key, K, TPT, (CHUNKS + 7) / 8, TRACK>([&](int g, Key (&keys)[8]) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) keys[j] = g * 8 + j < CHUNKS ? maxima[g * 8 + j] : least_key<Key>();
-  }, best);
-  best_keys<Key, K, TPT, (K + TPT - 1) / TPT>([&](int j, Key (&keys)[8]) {
+  }, best, below_maxima);
+  __syncwarp();   // chunks kept in shared memory by maximum_of are seen by the token's other lanes
+  best_keys<Key, K, TPT, (K + TPT - 1) / TPT, TRACK>([&](int j, Key (&keys)[8]) {
     Key pick = best[j * TPT];
 #pragma unroll
     for (int s = 1; s < TPT; ++s) {
@@ -151,7 +155,14 @@ __device__ inline void best_keys_pruned(int t, KeysOf keys_of, ChunkKeys chunk_k
 #pragma unroll
       for (int i = 0; i < 8; ++i) keys[i] = least_key<Key>();
     }
-  }, top);
+  }, top, below);
+  if constexpr (TRACK) below = max(below, below_maxima);
+}
+
+// The first expert of the chunk of 8 that holds the expert of a key's low byte (255 - expert).
+template <typename Key>
+__device__ inline unsigned chunk_of(Key key) {
+  return (255u - ((unsigned)key & 0xffu)) & ~7u;
 }
 
 // The best K exact 64-bit keys (the value's order key, then 255 - expert) of the values values_of(v, x) gives for
@@ -216,7 +227,6 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
                                                           float* __restrict__ weights, int* __restrict__ ids, int tokens) {
   static_assert(K == 4 || K == 8, "K must be 4 or 8");
   static_assert(PT % 8 == 0 && EXPERTS % PT == 0 && EXPERTS / PT <= 32, "PT: a multiple of 8 dividing EXPERTS");
-  static_assert(!PRUNE || (!HAS_BIAS && sizeof(T) == 2), "chunks pruned by their maxima: 16-bit logits, no bias");
   constexpr int TPT = EXPERTS / PT;            // threads per token
   constexpr int CHUNKS = PT / 8;               // chunks of 8 experts per thread
   constexpr int CV = 8 * (int)sizeof(T) / 16;  // 16-byte vectors per chunk (1, or 2 for fp32)
@@ -252,12 +262,30 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
       }
     };
     int next;   // the best key left out
-    best_keys<int, K, TPT, CHUNKS, true>([&](int v, int (&keys)[8]) {
-      float x[8];
-      floats_of(v, x);
+    if constexpr (PRUNE) {
+      // A chunk's largest logit bits (signed, as the keys order them) cut to 24, then its index byte; the chunks
+      // of the best K read again (from L1) and selected.
+      best_keys_pruned<int, K, TPT, CHUNKS, true>(t, [&](int v) {
+        const uint4 a = raw[2 * v], b = raw[2 * v + 1];
+        const int m = max(max(max((int)a.x, (int)a.y), max((int)a.z, (int)a.w)),
+                          max(max((int)b.x, (int)b.y), max((int)b.z, (int)b.w)));
+        return (int)(((unsigned)m & 0xffffff00u) | (255u - 8u * (unsigned)(v * TPT + t)));
+      }, [&](int key, int (&keys)[8]) {
+        const unsigned first = chunk_of(key);
+        const uint4* q = reinterpret_cast<const uint4*>(row + first);
+        const uint4 a = __ldg(q), b = __ldg(q + 1);
+        const unsigned w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
-      for (int j = 0; j < 8; ++j) keys[j] = top24_key(x[j], index_byte(v) - j);
-    }, reinterpret_cast<int(&)[K]>(top), next);
+        for (int j = 0; j < 8; ++j) keys[j] = top24_key(__uint_as_float(w[j]), 255u - first - (unsigned)j);
+      }, reinterpret_cast<int(&)[K]>(top), next);
+    } else {
+      best_keys<int, K, TPT, CHUNKS, true>([&](int v, int (&keys)[8]) {
+        float x[8];
+        floats_of(v, x);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) keys[j] = top24_key(x[j], index_byte(v) - j);
+      }, reinterpret_cast<int(&)[K]>(top), next);
+    }
     bool alike = (int)top[K - 1] < 0x100 || (top[K - 1] >> 8) == ((unsigned)next >> 8);   // not positive, or a tie
 #pragma unroll
     for (int j = 0; j + 1 < K; ++j) alike |= (top[j] >> 8) == (top[j + 1] >> 8);
@@ -277,15 +305,23 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
       words_of(v, w, idx);
       keys_of_words(w, idx, reinterpret_cast<unsigned(&)[8]>(keys));
     };
-    if constexpr (PRUNE) {   // the chunks of the best K maxima read again (from L1) and selected
-      best_keys_pruned<int, K, TPT, CHUNKS>(t, keys_of, [&](int key, int (&keys)[8]) {
-        const unsigned first = (255u - ((unsigned)key & 0xffu)) & ~7u;
+    if constexpr (PRUNE) {
+      // A chunk's largest 16-bit value by halves (VIMNMX.S16x2 as the signed keys order them), then its index
+      // byte twice; the chunks of the best K read again (from L1) and selected.
+      int below;
+      best_keys_pruned<int, K, TPT, CHUNKS>(t, [&](int v) {
+        const uint4 q = raw[v];
+        const unsigned m4 = __vmaxs2(__vmaxs2(q.x, q.y), __vmaxs2(q.z, q.w));
+        const unsigned m = __vmaxs2(m4, __byte_perm(m4, 0, 0x1032));
+        return (int)__byte_perm(m, 255u - 8u * (unsigned)(v * TPT + t), 0x3244);
+      }, [&](int key, int (&keys)[8]) {
+        const unsigned first = chunk_of(key);
         const uint4 q = __ldg(reinterpret_cast<const uint4*>(row + first));
         const unsigned w[4] = {q.x, q.y, q.z, q.w};
         const unsigned b = (255u - first) * 0x01010101u;
         const unsigned idx[2] = {b - 0x03020100u, b - 0x07060504u};
         keys_of_words(w, idx, reinterpret_cast<unsigned(&)[8]>(keys));
-      }, reinterpret_cast<int(&)[K]>(top));
+      }, reinterpret_cast<int(&)[K]>(top), below);
     } else {
       best_keys<int, K, TPT, CHUNKS>(keys_of, reinterpret_cast<int(&)[K]>(top));
     }
@@ -322,12 +358,34 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
       for (int j = 0; j < 8; ++j) s[j] = sigmoid(to_float<T>(x[j])) + bias_shift(b[j], lo);
     };
     if (!wide) {   // 32-bit keys: the score's bits less 1.0's, then the index byte
-      best_keys<unsigned, K, TPT, CHUNKS>([&](int v, unsigned (&keys)[8]) {
+      const auto keys_of = [&](int v, unsigned (&keys)[8]) {
         float s[8];
         scores_of(v, s);
 #pragma unroll
         for (int j = 0; j < 8; ++j) keys[j] = biased_key(s[j], index_byte(v) - j);
-      }, top);
+      };
+      if constexpr (PRUNE) {
+        // Every chunk's keys kept in shared memory (16-byte halves, thread by thread: no bank conflicts on the
+        // way in), its maximum taken; the chunks of the best K read back from the lanes that made them.
+        __shared__ uint4 stash[2 * CHUNKS][128];
+        const int me = threadIdx.x, lane0 = me - t;
+        unsigned below;
+        best_keys_pruned<unsigned, K, TPT, CHUNKS>(t, [&](int v) {
+          unsigned keys[8];
+          keys_of(v, keys);
+          stash[2 * v][me] = make_uint4(keys[0], keys[1], keys[2], keys[3]);
+          stash[2 * v + 1][me] = make_uint4(keys[4], keys[5], keys[6], keys[7]);
+          return chunk_max(keys);
+        }, [&](unsigned key, unsigned (&keys)[8]) {
+          const unsigned c = chunk_of(key) / 8;   // the token's chunk c: lane c % TPT's chunk c / TPT
+          const int v = (int)(c / TPT), from = lane0 + (int)(c % TPT);
+          const uint4 a = stash[2 * v][from], b = stash[2 * v + 1][from];
+          keys[0] = a.x; keys[1] = a.y; keys[2] = a.z; keys[3] = a.w;
+          keys[4] = b.x; keys[5] = b.y; keys[6] = b.z; keys[7] = b.w;
+        }, top, below);
+      } else {
+        best_keys<unsigned, K, TPT, CHUNKS>(keys_of, top);
+      }
     } else {       // 64-bit keys, exact: the score's order key, then the index
       best_exact<K, TPT, CHUNKS>(scores_of, first, top);
     }
