@@ -165,8 +165,9 @@ def test_keys_kernel_takes_one_group_max_per_round(experts, k, redux, shuffles, 
         assert ops.get("SEL", 0) < 4 * redux
 
 
-def sort_kernel_sass(experts: int, k: int, pt: int, dtype: str, bias: int = 0):
-    """The sorting-network kernel compiled for sm_90 and analyzed: (the kernel, count(opcode prefix))."""
+def sort_kernel_sass(experts: int, k: int, pt: int, dtype: str, bias: int = 0, prune: int = 0):
+    """The sorting-network kernel (pruned with `prune`) compiled for sm_90 and analyzed: (the kernel,
+    count(opcode prefix))."""
     from conftest import require_tool
 
     require_tool("nvcc")
@@ -174,7 +175,7 @@ def sort_kernel_sass(experts: int, k: int, pt: int, dtype: str, bias: int = 0):
 
     (kern,) = analyze(MOE / "kernels" / "topk_sigmoid_sort.cu", arch="sm_90", block_size=128,
                       defines={"MOE_SORT": "1", "MOE_EXPERTS": str(experts), "MOE_K": str(k), "MOE_PT": str(pt),
-                               "MOE_BIAS": str(bias), "MOE_DTYPE": dtype})
+                               "MOE_BIAS": str(bias), "MOE_DTYPE": dtype, "MOE_PRUNE": str(prune)})
     return kern, lambda prefix: sum(n for op, n in kern.opcodes.items() if op.startswith(prefix))
 
 
@@ -217,6 +218,43 @@ def test_sort_kernel_takes_a_bias(dtype):
     assert count("MUFU") >= 2 * 32
     assert count("VIMNMX") >= (4 * (38 + 32) - 32) * 0.9   # the 32-bit keys (64-bit: compares and selects)
     assert kern.resources.spill_store_bytes == 0
+
+
+def test_pruned_sort_kernel_selects_within_the_chunks_of_largest_maxima():
+    """The pruned sorting-network kernel (256 experts, k 8, 64 experts per thread, bf16 logits, sm_90): each chunk
+    of 8 experts' maximum in packed 16-bit max (VIMNMX.S16x2, three per chunk), the k chunks of largest maxima
+    chosen and read again from L1 (two more 16-byte loads per lane: k chunks over four lanes), then selected
+    within; fewer than 55% of the unpruned kernel's min and max on the fast keys (VIMNMX; the .U32 ones select on
+    exact keys, alike in both), one more lane merge (of the maxima), no shared memory, no spills."""
+    kern, count = sort_kernel_sass(256, 8, 64, "__nv_bfloat16", prune=1)
+    base, base_count = sort_kernel_sass(256, 8, 64, "__nv_bfloat16")
+    fast = lambda kernel: sum(n for op, n in kernel.opcodes.items() if op in ("VIMNMX", "VIMNMX3"))  # noqa: E731
+    assert kern.opcodes.get("VIMNMX.S16x2", 0) + kern.opcodes.get("VIMNMX3.S16x2", 0) >= 3 * 8
+    assert fast(kern) < 0.55 * fast(base)
+    assert count("VIMNMX.U32") == base_count("VIMNMX.U32")
+    ldg = lambda kernel: sum(n for op, n in kernel.opcodes.items() if op.startswith("LDG") and ".128" in op)  # noqa
+    assert ldg(kern) == ldg(base) + 2 == 18
+    assert count("SHFL") == base_count("SHFL") + 8 * 2
+    assert count("REDUX") == count("STS") == count("LDS") == 0
+    assert kern.resources.spill_store_bytes == 0
+
+
+@pytest.mark.parametrize("dtype,bias,pt", [("float", 0, 32), ("__nv_bfloat16", 1, 64)])
+def test_pruned_sort_kernel_for_fp32_logits_and_a_bias(dtype, bias, pt):
+    """The pruned kernel, 256 experts, k 8 (sm_90): fp32 logits on 24-bit maxima, read again from L1 (two more
+    16-byte loads); with a bias the 32-bit score keys kept in shared memory in the first stage and the chosen
+    chunks read back from there (no more global loads). Fewer fast-key min and max than unpruned, by a fifth or
+    more."""
+    kern, count = sort_kernel_sass(256, 8, pt, dtype, bias=bias, prune=1)
+    base, base_count = sort_kernel_sass(256, 8, pt, dtype, bias=bias)
+    fast = "VIMNMX.U32" if bias else "VIMNMX"
+    assert count(fast) < 0.8 * base_count(fast)
+    ldg = lambda kernel: sum(n for op, n in kernel.opcodes.items() if op.startswith("LDG") and ".128" in op)  # noqa
+    if bias:
+        assert count("STS") >= 1 and count("LDS") >= 1 and ldg(kern) == ldg(base)
+    else:
+        assert count("STS") == count("LDS") == 0 and ldg(kern) == ldg(base) + 2
+        assert kern.resources.spill_store_bytes == 0
 
 
 def test_keys_kernel_selects_fp32_logits_on_32_bit_keys():
@@ -320,8 +358,8 @@ def test_cuda_kernels_on_token_counts_outside_the_grid(dtype, with_bias):
 
 
 def test_dispatch_picks_the_cuda_algorithm_by_shape_dtype_and_bias():
-    """The sorting-network kernel at the experts per thread measured fastest for the case's tokens, shape,
-    logit size and bias; the first kernel or the packed-key kernel where those were faster (dispatch.OTHER)."""
+    """The sorting-network kernel (experts per thread, pruned or not) measured fastest for the case's tokens,
+    shape, logit size and bias; the first kernel or the packed-key kernel where those were faster (dispatch.OTHER)."""
     sys.path.insert(0, str(MOE / "kernels"))
     import dispatch
     import topk_sigmoid_cuda
@@ -331,16 +369,18 @@ def test_dispatch_picks_the_cuda_algorithm_by_shape_dtype_and_bias():
         return dispatch.cuda_algo(logits, torch.zeros(experts) if biased else None, k)
 
     assert algo(1, 64) == algo(1024, 128, 4, torch.float16) == algo(1024, 256, 4, torch.float32, True) == "sort16"
-    assert algo(1025, 256) == algo(8192, 256, 4) == algo(65536, 256) == algo(65536, 256, 4, biased=True) == "sort64"
+    assert algo(1025, 256) == algo(8192, 256, 4) == algo(65536, 256) == algo(65536, 256, 8, biased=True) == "prune64"
+    assert algo(65536, 256, 4, biased=True) == "sort64"
     assert algo(8192, 256, biased=True) == algo(65535, 128) == algo(65536, 64) == "sort32"
+    assert algo(8192, 128, 4) == algo(65536, 128, 4, torch.float32) == algo(65536, 256, 8, torch.float32) == "prune32"
     assert algo(65535, 64) == algo(65536, 64, 8, torch.float32, True) == algo(8192, 256, 8, torch.float32, True) \
         == "sort16"
     assert algo(1, 64, 4, biased=True) == algo(1024, 64, 4, torch.float32, True) == "warp"
     assert algo(1025, 64, 4, biased=True) == "sort16" and algo(1024, 64, 8, biased=True) == "sort16"
     assert algo(1025, 128, 8, torch.float32) == algo(8192, 256, 4, torch.float32) == "keys_persistent"
-    assert algo(65536, 256, 4, torch.float32) == algo(10**6, 256, 8, torch.float32, True) == "keys"
-    assert algo(65536, 256, 4, torch.float32, True) == algo(65536, 128, 8, torch.float32) == "sort32"
-    # every case of every logit size and bias has an experts per thread for run(..., "sort")
+    assert algo(65536, 256, 8, torch.float32, True) == algo(10**6, 256, 8, torch.float32, True) == "keys"
+    assert algo(65536, 256, 4, torch.float32, True) == algo(65536, 128, 8, torch.float32, True) == "sort32"
+    # every case of every logit size and bias has a sorting-network kernel for run(..., "sort")
     for size in (2, 4):
         for biased in (False, True):
             for tokens in (1, 1024, 1025, 65535, 65536):

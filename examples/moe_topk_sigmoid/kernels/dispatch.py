@@ -4,19 +4,21 @@ portable Triton kernel otherwise (other shapes, other GPUs, and the CPU through 
 
 On NVIDIA the CUDA kernel is the one measured fastest on the H200 for the case's tokens, experts, k, logit size
 and bias (benchmarks/results/moe_sort*.json: each case's algorithms timed in turn, two rounds): the
-sorting-network kernel at the experts per thread topk_sigmoid_cuda.sort_algo gives, but where another kernel
-was faster (OTHER):
+sorting-network kernel topk_sigmoid_cuda.sort_algo gives (its experts per thread, pruned to the K chunks of
+largest maxima or not), but where another kernel was faster (OTHER):
 
 - a bias, 64 experts, k 4, up to 1,024 tokens: the first kernel (one warp per token), by 2% to 7% at 16 and
   1,024 tokens on all three dtypes;
-- fp32 logits without a bias at 256 experts (8,192 and 65,536 tokens) and 128 experts with k 8 at 8,192 tokens:
-  the packed-key kernel (persistent grid up to 8,192 tokens, one pass beyond), by 1% to 19%; the sorting
-  network's 32-byte chunks hold more registers and its selection tracks the best key left out to see ties;
+- fp32 logits without a bias at 8,192 tokens, 256 experts and 128 experts with k 8: the packed-key kernel on a
+  persistent grid, by 0.3% to 13%; the sorting network's 32-byte chunks hold more registers and its selection
+  tracks the best key left out to see ties;
 - fp32 logits with a bias at 256 experts, k 8, 65,536 tokens: the packed-key kernel, by 1%.
 
-Elsewhere the sorting-network kernel took 0.72x to 1.00x of the packed-key kernel's time (0.89x by geometric
-mean, 150 timings) and 0.71x to 1.05x of the first kernel's up to 1,024 tokens (0.87x, 78; the slowest, fp32
-logits without a bias at 1,024 tokens, 64 and 128 experts with k 8, where it is faster at 1 to 128 tokens)."""
+Measured at 8,192 and 65,536 tokens on all three dtypes, both variants (moe_sort_t8192_t65536_sort16_sort32_sort64_
+prune16_prune32_prune64.json and its _biased twin), the kernel picked took 0.72x to 1.00x of the packed-key
+kernel's time; the pruned kernel took 0.83x of the fastest unpruned one's at 256 experts, k 8, 65,536 tokens
+without a bias (bf16, fp16 and fp32 alike), 0.93x to 1.00x on the other plain cases it serves, and 0.96x to 0.97x
+with a bias (256 experts, k 8, 65,536 tokens, fp16 and bf16)."""
 
 import sys
 from pathlib import Path
@@ -43,7 +45,6 @@ def pick(logits: torch.Tensor, k: int) -> str:
 OTHER = {
     **{(size, True, 1024, 64, 4): "warp" for size in (2, 4)},
     **{(4, False, 8192, e, k): "keys_persistent" for e, k in ((128, 8), (256, 4), (256, 8))},
-    **{(4, False, 65536, 256, k): "keys" for k in (4, 8)},
     (4, True, 65536, 256, 8): "keys",
 }
 

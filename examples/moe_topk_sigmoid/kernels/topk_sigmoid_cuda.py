@@ -8,7 +8,8 @@ runs in parallel.
   never more than fit at once), each warp taking token after token.
 - ``warp`` (topk_sigmoid_warp.cu, the first version): one warp per token, a REDUX and a ballot per round.
 - ``sort`` (topk_sigmoid_sort.cu): sorting networks in each thread, EXPERTS/PT threads per token, PT experts per
-  thread chosen by shape, logit size and bias (sort_algo); ``sort16``, ``sort32`` and ``sort64`` name a PT.
+  thread; ``sort16``, ``sort32`` and ``sort64`` name a PT, ``sort`` the fastest for the case (sort_algo: a
+  pruned one or not, by shape, tokens, logit size and bias).
 - ``prune16``, ``prune32``, ``prune64``: the sorting-network kernel that first takes the maximum of each chunk of
   8 experts and then selects within the K chunks of the token's K largest maxima alone (the only ones that can
   hold its best K): the logits read again from L1 without a bias, the keys kept in shared memory with one.
@@ -26,15 +27,24 @@ KS = (4, 8)
 ALGOS = {"warp": 0, "keys": 1, "keys_persistent": 2, "sort16": 3, "sort32": 4, "sort64": 5, "prune16": 6,
          "prune32": 7, "prune64": 8}
 SHAPES = ((64, 4), (64, 8), (128, 4), (128, 8), (256, 4), (256, 8))   # (experts, k)
-# The sorting-network kernel's experts per thread (PT), the fastest of 16, 32 and 64 on the H200 by logit size in
-# bytes and bias, then by tokens (up to 1,024; up to 8,192; 65,536), then for each of SHAPES
-# (benchmarks/results/moe_sort*.json: each case's algorithms timed in turn, two rounds; fp16 and bf16 alike).
-# Between 8,192 and 65,536 tokens, the smaller one's choice.
-SORT_PT = {
-    (2, False): {1024: (16,) * 6, 8192: (16, 16, 16, 32, 64, 64), 65536: (16, 32, 32, 32, 32, 64)},
-    (2, True): {1024: (16,) * 6, 8192: (16, 16, 16, 32, 32, 32), 65536: (16, 32, 32, 32, 64, 64)},
-    (4, False): {1024: (16,) * 6, 8192: (16,) * 6, 65536: (16, 16, 32, 32, 32, 32)},
-    (4, True): {1024: (16,) * 6, 8192: (16, 16, 16, 32, 16, 16), 65536: (16, 16, 32, 32, 32, 32)},
+# The sorting-network kernel measured fastest on the H200 (of sort16, sort32, sort64 and, from 8,192 tokens,
+# prune16, prune32, prune64) by logit size in bytes and bias, then by tokens (up to 1,024; up to 8,192; 65,536),
+# then for each of SHAPES (benchmarks/results/moe_sort*.json: each case's algorithms timed in turn, two rounds; fp16
+# and bf16 alike; a pruned kernel where it was 2% or more faster). Between 8,192 and 65,536 tokens, the smaller
+# one's choice.
+SORT_ALGO = {
+    (2, False): {1024: ("sort16",) * 6,
+                 8192: ("sort16", "sort16", "prune32", "sort32", "prune64", "prune64"),
+                 65536: ("sort16", "sort32", "sort32", "sort32", "prune64", "prune64")},
+    (2, True): {1024: ("sort16",) * 6,
+                8192: ("sort16", "sort16", "sort16", "sort32", "sort32", "sort32"),
+                65536: ("sort16", "sort32", "sort32", "sort32", "sort64", "prune64")},
+    (4, False): {1024: ("sort16",) * 6,
+                 8192: ("sort16",) * 6,
+                 65536: ("sort16", "sort16", "prune32", "prune32", "prune32", "prune32")},
+    (4, True): {1024: ("sort16",) * 6,
+                8192: ("sort16", "sort16", "sort16", "sort32", "sort16", "sort16"),
+                65536: ("sort16", "sort16", "sort32", "sort32", "sort32", "sort32")},
 }
 ALGO = "keys"
 DTYPES = {"f32": "float", "f16": "__half", "bf16": "__nv_bfloat16"}
@@ -225,8 +235,8 @@ def tokens_tier(tokens: int) -> int:
 
 
 def sort_algo(tokens: int, experts: int, k: int, element_size: int = 2, biased: bool = False) -> str:
-    """The sorting-network kernel at the experts per thread measured fastest for this case (SORT_PT)."""
-    return f"sort{SORT_PT[(element_size, biased)][tokens_tier(tokens)][SHAPES.index((experts, k))]}"
+    """The sorting-network kernel measured fastest for this case (SORT_ALGO)."""
+    return SORT_ALGO[(element_size, biased)][tokens_tier(tokens)][SHAPES.index((experts, k))]
 
 
 def run(logits: torch.Tensor, bias, k: int, algo: str, blocks_per_sm: int = 12):
