@@ -4,6 +4,7 @@ interpreter, plain and biased."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -406,3 +407,50 @@ def test_bench_summary_counts_the_floor_and_the_cases_out_of_its_reach():
     assert s["cases_stream_floor_above_1_5x_floor"] == 1 and s["within_1_5x_floor_at_8192_tokens_or_more"] is False
     assert s["worst_of_stream_at_8192_tokens_or_more"] == 1.5 and s["cases_with_outputs_ok"] == 4
     assert bench.out_of_reach(rows) == ["plain unreachable"]
+
+
+def test_bench_rows_file_keeps_what_a_partial_run_did_not_time(tmp_path):
+    """A run of some cases or kernels updates the rows file: untouched cases stay, a kernel not timed again
+    keeps its time with ratios to the new baselines, and the file lists both runs; a run covering all that was
+    there replaces it."""
+    import bench
+
+    def row(case, eager, floor, **kernels):
+        r = {"variant": "plain", "case": case, "params": {"tokens": 1}, "eager_us": eager, "compile_us": eager / 2,
+             "floor_us": floor, "stream_us": None}
+        return r | {k: bench.ratios(r, {"median_us": t, "graph_us": t, "check_ok": True}) for k, t in kernels.items()}
+
+    def part(git, rows):
+        return {"variant": "plain", "date": "d" + git, "git": git, "launch_floor_us": 4.0, "rows": rows}
+
+    path = tmp_path / "h200.plain.float16.rows.json"
+    cuda, disp = "topk_sigmoid_cuda.py", "dispatch.py"
+    bench.write_rows(path, part("a", [row("c1", 40.0, 4.0, **{cuda: 8.0, disp: 5.0}),
+                                      row("c2", 60.0, 4.0, **{cuda: 9.0, disp: 6.0})]))
+    assert len(json.loads(path.read_text())["runs"]) == 1
+    bench.write_rows(path, part("b", [row("c2", 30.0, 5.0, **{disp: 3.0}), row("c3", 10.0, 4.0, **{disp: 4.0})]))
+    got = json.loads(path.read_text())
+    assert [r["case"] for r in got["rows"]] == ["c1", "c2", "c3"]
+    c1, c2 = got["rows"][0], got["rows"][1]
+    assert c1[cuda]["median_us"] == 8.0 and c1[disp]["vs_eager"] == 8.0
+    assert c2[disp]["median_us"] == 3.0 and c2[disp]["vs_eager"] == 10.0
+    assert c2[cuda]["median_us"] == 9.0 and c2[cuda]["vs_eager"] == round(30.0 / 9.0, 3) and c2[cuda]["of_floor"] == 1.8
+    assert cuda not in got["rows"][2]
+    assert [(r["git"], r["cases"], r["kernels"]) for r in got["runs"]] == [("a", 2, [cuda, disp]), ("b", 2, [disp])]
+    assert got["git"] == "b" and bench.present(got["rows"]) == [disp]
+    bench.write_rows(path, part("c", [row(c, 10.0, 4.0, **{cuda: 5.0, disp: 4.0}) for c in ("c1", "c2", "c3")]))
+    got = json.loads(path.read_text())
+    assert [r["git"] for r in got["runs"]] == ["c"] and got["rows"][1][disp]["median_us"] == 4.0
+
+
+def test_bench_times_again_a_case_whose_event_median_is_far_above_graph_replay():
+    import types
+
+    import bench
+
+    def b(t, g):
+        return types.SimpleNamespace(timing={"median_us": t}, graph_timing={"median_us": g} if g else None)
+
+    by_case = {"spike": b(17.2, 4.4), "close": b(8.0, 4.5), "small": b(4.0, 1.9), "slow graph": b(4.2, 26.4),
+               "no graph": b(30.0, None)}
+    assert bench.disturbed(by_case) == ["spike"]
