@@ -27,11 +27,11 @@ KS = (4, 8)
 ALGOS = {"warp": 0, "keys": 1, "keys_persistent": 2, "sort16": 3, "sort32": 4, "sort64": 5, "prune16": 6,
          "prune32": 7, "prune64": 8}
 SHAPES = ((64, 4), (64, 8), (128, 4), (128, 8), (256, 4), (256, 8))   # (experts, k)
-# The sorting-network kernel measured fastest on the H200 (of sort16, sort32, sort64 and, from 8,192 tokens,
-# prune16, prune32, prune64) by logit size in bytes and bias, then by tokens (up to 1,024; up to 8,192; 65,536),
-# then for each of SHAPES (benchmarks/results/moe_sort*.json: each case's algorithms timed in turn, two rounds; fp16
-# and bf16 alike; a pruned kernel where it was 2% or more faster). Between 8,192 and 65,536 tokens, the smaller
-# one's choice.
+# The sorting-network kernel measured fastest on the H200 (of sort16, sort32, sort64, prune16, prune32 and prune64)
+# by logit size in bytes and bias, then by tokens (up to 1,024; up to 8,192; 65,536), then for each of SHAPES
+# (benchmarks/results/moe_sort*.json: each case's algorithms timed in turn, two rounds; fp16 and bf16 alike; a
+# pruned kernel where it was 2% or more faster, which it never was at 128 and 1,024 tokens). Between 8,192 and
+# 65,536 tokens, the smaller one's choice.
 SORT_ALGO = {
     (2, False): {1024: ("sort16",) * 6,
                  8192: ("sort16", "sort16", "prune32", "sort32", "prune64", "prune64"),
