@@ -124,6 +124,22 @@ def test_triton_matmul_uses_wgmma_on_sm90_and_mfma_on_gfx942():
     assert nv["occupancy"]["limiter"] in ("registers", "shared_memory", "warps")
 
 
+def test_triton_lds_allocated_at_launch_counts_in_amd_occupancy():
+    """Triton on AMD allocates the matmul's LDS at launch (the code object's group segment says 0 bytes); the
+    report carries Triton's amount and the occupancy counts it: 64 KiB of LDS per CU on gfx942 holds
+    65536 // shared workgroups of num_warps waves, over 4 SIMDs."""
+    require_module("triton")
+    from kernelpilot.toolchain.triton_compile import compile_triton
+
+    spec = f"{K / 'matmul_triton.py'}:matmul_kernel"
+    shared = int(compile_triton(spec, arch="gfx942").metadata["shared"])
+    amd = analyze_json(spec, "--arch", "gfx942")["kernels"][0]
+    waves_per_group = amd["occupancy"]["block_size"] // 64
+    assert shared > 0 and amd["resources"]["lds_bytes"] == 0
+    assert amd["resources"]["dynamic_shared_bytes"] == shared
+    assert amd["occupancy"]["limits"]["lds"] == min(8, 65536 // shared * waves_per_group // 4)
+
+
 # ------------------------------------------------------------------ NVIDIA findings and resources
 
 

@@ -70,6 +70,41 @@ def test_triton_kernel_is_correct_on_cpu(variant):
     assert res.correct and res.passed, [(c.case, c.message) for c in res.cases if not c.ok]
 
 
+def test_triton_tile_on_64_lane_waves_keeps_a_token_off_half_a_wave():
+    """On 32-lane warps a tile of TILE logits; on 64-lane waves a token's 16-byte vectors on 16 lanes or fewer
+    (16 rows: 4 per wave) or on all 64 lanes (one row per wave), never on 32."""
+    sys.path.insert(0, str(MOE / "kernels"))
+    import topk_sigmoid_triton as tt
+
+    assert [tt.rows_per_program(e, 2) for e in (64, 128, 256)] == [16, 8, 4]
+    assert [tt.rows_per_program(e, 2, 64) for e in (64, 128, 256)] == [16, 16, 4]
+    assert [tt.rows_per_program(e, 4, 64) for e in (64, 128, 256)] == [16, 4, 4]
+    assert tt.rows_per_program(128, 2, 64, num_warps=2) == 8 and tt.rows_per_program(128, 4, 64, num_warps=2) == 2
+
+
+def test_triton_kernel_is_correct_on_cpu_with_the_64_lane_tiles():
+    """The tiles laid out for 64-lane waves, run on the CPU through Triton's interpreter against the reference:
+    every shape, logit type and bias, with a partial last tile."""
+    import subprocess
+
+    require_module("triton")
+    code = ("import torch, reference as ref, topk_sigmoid_triton as tt\n"
+            "g = torch.Generator().manual_seed(0)\n"
+            "for experts in (64, 128, 256):\n"
+            "    for dtype in (torch.float32, torch.bfloat16, torch.float16):\n"
+            "        for bias in (None, torch.randn(experts, generator=g) * 0.1):\n"
+            "            x = torch.randn(37, experts, generator=g).to(dtype)\n"
+            "            for k in (4, 8):\n"
+            "                inputs = (x, bias, k)\n"
+            "                ok, msg = ref.check(inputs, tt.topk_sigmoid(x, bias, k, wave=64), ref.topk_sigmoid(*inputs))\n"
+            "                assert ok, (experts, dtype, bias is None, k, msg)\n"
+            "print('ok')\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=MOE, capture_output=True, text=True,
+                         env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{MOE / 'kernels'}{os.pathsep}{MOE}"},
+                         timeout=600)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-2000:]
+
+
 def test_stream_floor_kernel_reads_every_logit():
     """The stream floor's kernel (stream_floor.py), on the CPU through Triton's interpreter: its weights are each
     row's maximum (with the bias added), so it read every logit; a partial last tile is masked."""
@@ -117,6 +152,50 @@ def test_hip_kernel_selects_with_dpp_not_lds(arch, has_bias):
     assert count(lambda op: "readlane" in op) == 8 + has_bias
     assert count(lambda op: op.endswith("_dpp")) == 6 * (8 + has_bias)
     assert not {f.id for f in k.findings} & {"amd.lds-crosslane", "amd.readlane-chain"}
+
+
+def triton_gfx942(experts: int, dtype: str, has_bias: bool, k: int, rows: int):
+    """The Triton kernel compiled for gfx942 with this many rows per program, analyzed: (opcode counts, report)."""
+    from kernelpilot.isa import analyze
+
+    (rep,) = analyze(f"{MOE / 'kernels' / 'topk_sigmoid_triton.py'}:topk_sigmoid_kernel", arch="gfx942",
+                     signature=f"logits_ptr:*{dtype}, bias_ptr:*fp32, w_ptr:*fp32, ids_ptr:*i32, tokens:i32, experts:i32:16",
+                     defines={"BLOCK_E": str(experts), "K": str(k), "KP": str(k), "ROWS": str(rows),
+                              "HAS_BIAS": str(has_bias)})
+    return (lambda pred: sum(n for op, n in rep.opcodes.items() if pred(op))), rep
+
+
+@pytest.mark.parametrize("experts", [64, 128, 256])
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize("has_bias", [False, True])
+def test_triton_kernel_for_gfx942_reduces_by_dpp_without_lds(experts, dtype, has_bias):
+    """The Triton kernel compiled for gfx942 (not run: there is no AMD GPU here) with the rows it takes on 64-lane
+    waves: its reductions (three per round: the maximum, its lowest index, the weight) are DPP alone, no
+    ds_bpermute; the LDS only holds the outputs once on their way to the stores (a few ds_ instructions, none in
+    the rounds). A token on 16 lanes or fewer needs no readlane, one on a whole wave one per reduction. No
+    spills."""
+    require_module("triton")
+    sys.path.insert(0, str(MOE / "kernels"))
+    import topk_sigmoid_triton as tt
+
+    size = 2 if dtype == "bf16" else 4
+    rows, k = tt.rows_per_program(experts, size, 64), 8
+    count, rep = triton_gfx942(experts, dtype, has_bias, k, rows)
+    assert count(lambda op: op.startswith(("ds_bpermute", "ds_permute", "ds_swizzle"))) == 0
+    assert count(lambda op: op.startswith("ds_")) < 10
+    assert count(lambda op: op.endswith("_dpp")) >= 3 * k * 4
+    assert count(lambda op: "readlane" in op and "readfirstlane" not in op) == (0 if experts * size <= 256 else 3 * k)
+    assert not rep.resources.vgpr_spill and not rep.resources.sgpr_spill and not rep.resources.scratch_bytes
+    assert not {f.id for f in rep.findings} & {"amd.lds-crosslane", "amd.readlane-chain"}
+
+
+def test_triton_kernel_for_gfx942_on_half_waves_goes_through_lds():
+    """What the 64-lane tiles avoid: with the 32-lane warps' tile (8 rows of 128 fp32 experts, a token on 32 lanes)
+    gfx942 reduces over a wave's halves by ds_bpermute, three per round, and kpilot flags it."""
+    require_module("triton")
+    count, rep = triton_gfx942(128, "fp32", False, 8, 8)
+    assert count(lambda op: op.startswith("ds_bpermute")) == 3 * 8
+    assert "amd.lds-crosslane" in {f.id for f in rep.findings}
 
 
 @pytest.mark.parametrize("has_bias", [0, 1])

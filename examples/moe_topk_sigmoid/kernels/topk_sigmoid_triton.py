@@ -5,8 +5,16 @@ equals, then masked out), and writes weights and ids; with a bias, the weights a
 ROWS is TILE // experts (rounded up to a power of two): a tile of TILE logits per program. On the H200, TILE
 1024 with 4 warps came to 1.02x of the fastest of eight settings per case by geometric mean (at most 1.11x),
 where 16 rows for every shape came to 1.18x (at most 2.00x at 256 experts), on the 36 bf16 cases of both
-variants from 1,024 tokens (benchmarks/results/moe_triton_configs.json). Not timed on AMD.
+variants from 1,024 tokens (benchmarks/results/moe_triton_configs.json).
+
+On 64-lane waves (AMD GFX9: gfx90a, gfx942, gfx950) the rows are chosen so that no reduction crosses between
+the two 32-lane halves of a wave, which gfx942 can only do through ds_bpermute (the LDS crossbar): a token held
+by 16 lanes or fewer reduces by DPP within rows of 16 lanes (quad_perm, row_half_mirror, row_ror), one held by
+all 64 by DPP row_shr and row_bcast and one readlane per reduction (rows_per_program). Compiled for gfx942 in
+the tests; not run on AMD hardware.
 """
+
+import functools
 
 import torch
 import triton
@@ -59,13 +67,37 @@ def topk_sigmoid_kernel(logits_ptr, bias_ptr, w_ptr, ids_ptr, tokens, experts, B
     tl.store(ids_ptr + out, ids, mask=store_ok)
 
 
-def topk_sigmoid(logits: torch.Tensor, bias, k: int):
+def rows_per_program(block_e: int, itemsize: int, warp_size: int = 32, num_warps: int | None = None) -> int:
+    """Tokens per program: a tile of TILE logits; on 64-lane waves, a token on 16 lanes or fewer (its row in
+    16-byte vectors, one per lane; 4 or more tokens per wave) or on a whole wave (one token per wave), never on
+    32 lanes (a reduction over a wave's two halves is a ds_bpermute on gfx942)."""
+    rows = max(1, TILE // block_e)
+    if warp_size == 64:
+        lanes = block_e * itemsize // 16
+        num_warps = num_warps or NUM_WARPS
+        rows = max(rows, 4 * num_warps) if lanes <= 16 else num_warps
+    return rows
+
+
+def warp_size(t: torch.Tensor) -> int:
+    """The device's warp (wave) size: 64 on AMD GFX9, 32 on NVIDIA and for the CPU interpreter."""
+    return _device_warp_size(t.device.index if t.device.index is not None else torch.cuda.current_device()) \
+        if t.is_cuda else 32
+
+
+@functools.lru_cache(maxsize=None)
+def _device_warp_size(index: int) -> int:
+    return int(getattr(torch.cuda.get_device_properties(index), "warp_size", 32) or 32)
+
+
+def topk_sigmoid(logits: torch.Tensor, bias, k: int, wave: int | None = None):
+    """``wave``: the warp size to lay the tile out for (default: the device's)."""
     logits = logits.contiguous()
     tokens, experts = logits.shape
     w = torch.empty(tokens, k, device=logits.device, dtype=torch.float32)
     ids = torch.empty(tokens, k, device=logits.device, dtype=torch.int32)
     block_e = triton.next_power_of_2(experts)
-    rows = max(1, TILE // block_e)
+    rows = rows_per_program(block_e, logits.element_size(), wave or warp_size(logits))
     grid = (triton.cdiv(tokens, rows),)
     topk_sigmoid_kernel[grid](logits, bias if bias is not None else logits, w, ids, tokens, experts,
                               BLOCK_E=block_e, K=k, KP=triton.next_power_of_2(k), ROWS=rows,

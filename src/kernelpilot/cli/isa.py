@@ -137,7 +137,7 @@ def _fmt_bytes(n: int | None) -> str:
     return "?" if n is None else f"{n} B"
 
 
-def _resources_line(r) -> str:
+def _resources_line(r, dynamic_shared: int = 0) -> str:
     if isinstance(r, AmdResources):
         parts = [f"vgpr {r.vgpr}", f"sgpr {r.sgpr}", f"agpr {r.agpr}", f"lds {_fmt_bytes(r.lds_bytes)}",
                  f"scratch {_fmt_bytes(r.scratch_bytes)}", f"spills vgpr {r.vgpr_spill} / sgpr {r.sgpr_spill}"]
@@ -145,6 +145,8 @@ def _resources_line(r) -> str:
         parts = [f"registers {r.registers}", f"spill stores {_fmt_bytes(r.spill_store_bytes)}",
                  f"spill loads {_fmt_bytes(r.spill_load_bytes)}", f"stack {_fmt_bytes(r.stack_bytes)}",
                  f"shared {_fmt_bytes(r.shared_bytes)}", f"local {_fmt_bytes(r.local_bytes)}", f"barriers {r.barriers}"]
+    if dynamic_shared:
+        parts.append(f"{'lds' if isinstance(r, AmdResources) else 'shared'} {dynamic_shared} B at launch (Triton)")
     src = f"   (from {r.source})" if r.source else ""
     return ", ".join(parts) + src
 
@@ -171,7 +173,7 @@ def render_report(r: KernelReport, *, all_opcodes: bool = False) -> str:
     out = [f"kernel {name}  [{r.arch}, {r.vendor}]  from {r.source}"]
     if r.display_name and r.display_name != r.name:
         out.append(f"  symbol       {r.name}")
-    out.append(f"  resources    {_resources_line(r.resources)}")
+    out.append(f"  resources    {_resources_line(r.resources, r.dynamic_shared_bytes())}")
     o = r.occupancy
     if o is not None:
         unit = {"warps_per_sm": "warps per SM", "waves_per_simd": "waves per SIMD"}.get(o.unit, o.unit)

@@ -160,16 +160,16 @@ def _occupancy(isa: KernelISA, spec, block_size: int | None) -> Occupancy | None
     r = isa.resources
     if spec is None or bs is None:
         return None
+    dyn = int(isa.metadata.get("dynamic_shared_bytes", 0) or 0)   # Triton's, allocated at launch
     if isinstance(r, NvidiaResources):
         if r.registers is None:
             return None
-        dyn = int(isa.metadata.get("dynamic_shared_bytes", 0) or 0)
         return nvidia_occupancy(spec, registers=r.registers, shared_bytes=r.shared_bytes or 0,
                                 block_size=bs, dynamic_shared_bytes=dyn)
     if isinstance(r, AmdResources):
         if r.vgpr is None:
             return None
-        occ = amd_occupancy(spec, vgpr=r.vgpr, agpr=r.agpr or 0, sgpr=r.sgpr or 0, lds_bytes=r.lds_bytes or 0,
+        occ = amd_occupancy(spec, vgpr=r.vgpr, agpr=r.agpr or 0, sgpr=r.sgpr or 0, lds_bytes=(r.lds_bytes or 0) + dyn,
                             block_size=bs, accum_offset=r.accum_offset)
         occ.compiler = isa.compiler_occupancy
         return occ

@@ -199,6 +199,14 @@ class KernelReport:
     notes: list[str] = field(default_factory=list)   # what the build said that bears on the numbers
     isa: KernelISA | None = field(default=None, repr=False, compare=False)
 
+    def dynamic_shared_bytes(self) -> int:
+        """Shared memory (LDS) allocated at launch (Triton's), beside the static amount in ``resources``."""
+        return int((self.isa.metadata if self.isa else {}).get("dynamic_shared_bytes", 0) or 0)
+
+    def _dynamic_shared(self) -> dict[str, int]:
+        n = self.dynamic_shared_bytes()
+        return {"dynamic_shared_bytes": n} if n else {}
+
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -206,7 +214,7 @@ class KernelReport:
             "arch": self.arch,
             "vendor": self.vendor,
             "source": self.source,
-            "resources": self.resources.to_json(),
+            "resources": self.resources.to_json() | self._dynamic_shared(),
             "occupancy": self.occupancy.to_json() if self.occupancy else None,
             "instruction_count": self.instruction_count,
             "opcodes": dict(self.opcodes),

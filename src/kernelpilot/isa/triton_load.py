@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernelpilot.isa.model import KernelISA
+from kernelpilot.isa.model import KernelISA, NvidiaResources
 
 __all__ = ["load"]
 
@@ -36,9 +36,11 @@ def load(source: str, spec, opts, work: Path) -> list[KernelISA]:
     for k in kernels:
         k.block_size = build.block_size
         k.block_size_source = f"Triton num_warps={build.num_warps}"
-        if build.vendor == "nvidia" and shared:
-            # Triton allocates its shared memory dynamically; ptxas reports only static shared.
-            static = getattr(k.resources, "shared_bytes", 0) or 0
+        if shared:
+            # Triton allocates its shared memory (LDS on AMD) dynamically, at launch; the compiler's report (ptxas,
+            # the code object's group segment) holds only the static part.
+            r = k.resources
+            static = (r.shared_bytes if isinstance(r, NvidiaResources) else r.lds_bytes) or 0
             k.metadata["dynamic_shared_bytes"] = max(shared - static, 0)
         k.metadata["triton"] = {key: build.metadata[key] for key in ("num_warps", "num_stages", "shared", "name")
                                 if key in build.metadata}
