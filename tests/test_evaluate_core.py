@@ -184,6 +184,38 @@ def test_fingerprint_is_the_same_on_cpu_and_gpu():
         assert fingerprint(t) == fingerprint(t.cuda()), (t.dtype, tuple(t.shape))
 
 
+@pytest.mark.gpu
+def test_graph_replay_time_leaves_out_a_slow_host():
+    """graph_sampler replays the graph once per sample and keeps the GPU busy while the host calls the replay:
+    with 300 us of host work before each replay (a busy host), a graph of one small kernel still times at a
+    fraction of that, where without the lead the flush (tens of us) ends long before the replay is launched."""
+    import time
+
+    from kernelpilot.evaluate.timing import graph_sampler
+
+    x = torch.zeros(1 << 16, device="cuda")
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        x.add_(1)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        x.add_(1)
+
+    class SlowHost:
+        def replay(self):
+            t = time.perf_counter()
+            while time.perf_counter() - t < 300e-6:
+                pass
+            graph.replay()
+
+    sample = graph_sampler(SlowHost())
+    times = [sample(i) for i in range(30)]
+    torch.cuda.synchronize()
+    assert float(x[0]) == 1 + 30 and len(sample.host_us) == 30 and min(sample.host_us) >= 300
+    assert sorted(times)[15] < 100, times
+
+
 @pytest.mark.parametrize("excess,median,level", [
     (22.5, 1.3, "error"),      # side_stream_late on an H200: the hidden softmax, against a 1.3 us timed launch
     (37.2, 1.3, "error"),

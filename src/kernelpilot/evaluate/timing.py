@@ -218,13 +218,32 @@ def _event_tools(clock: dict[str, Any] | None):
     )
 
 
+class _Lead:
+    """The host takes time to launch the timed work (Python, Triton's launcher, a graph's replay), and more when
+    its CPU is busy. So that the events time the GPU's work and not the host's, the GPU is kept busy (a spin
+    kernel, recorded before the start event) while the host records the start event and launches: the spin
+    lasts about twice the host time the last calls took."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.spin = getattr(torch.cuda, "_sleep", None)
+        self.host_us: list[float] = []
+
+    def __call__(self) -> float:
+        """Spin for the lead (us, 0 before the first call was timed); returns it."""
+        if self.spin is None or not self.host_us:
+            return 0.0
+        lead = min(10_000.0, 2.0 * statistics.median(self.host_us[-16:]) + 20.0)
+        self.spin(int(lead * _SPIN_CYCLES_PER_US))
+        return lead
+
+
 def gpu_sampler(call: Callable[[], Any], *, prepare: Callable[[int], None] | None = None,
                 after: Callable[[int, Any], None] | None = None, flush_l2: bool = True, flush_mode: str = "read",
                 device: str = "cuda", clock: dict[str, Any] | None = None) -> Callable[[int], float]:
     """One sample: ``prepare(i)``, flush L2, events around ``call()``, device-wide synchronize,
     then ``after(i, output)`` (untimed, e.g. keep the output for checking)."""
-    import torch
-
     flush = l2_flusher(device, flush_mode) if flush_l2 else None
     event, record, synchronize, elapsed = _event_tools(clock)
     start = event(enable_timing=True)
@@ -232,11 +251,8 @@ def gpu_sampler(call: Callable[[], Any], *, prepare: Callable[[int], None] | Non
 
     post = event(enable_timing=True)
     sample_tails = Tails()
-    # The host takes time to launch the candidate's kernels (Python, Triton's launcher). So that the events
-    # time the GPU's work and not the host's, the GPU is kept busy (a spin kernel) while the host records the
-    # start event and launches: the spin lasts about twice the host time the last calls took.
-    spin = getattr(torch.cuda, "_sleep", None)
-    host_us: list[float] = []
+    lead_in = _Lead()
+    spin, host_us = lead_in.spin, lead_in.host_us
     clock_now = time.perf_counter
 
     def tail() -> float:
@@ -260,10 +276,7 @@ def gpu_sampler(call: Callable[[], Any], *, prepare: Callable[[int], None] | Non
             prepare(i)
         if flush is not None:
             flush()
-        lead = 0.0
-        if spin is not None and host_us:
-            lead = min(10_000.0, 2.0 * statistics.median(host_us[-16:]) + 20.0)
-            spin(int(lead * _SPIN_CYCLES_PER_US))
+        lead = lead_in()
         record(start)
         h = clock_now()
         out = call()
@@ -287,25 +300,31 @@ def gpu_sampler(call: Callable[[], Any], *, prepare: Callable[[int], None] | Non
 def graph_sampler(graph, *, prepare: Callable[[int], None] | None = None,
                   after: Callable[[int], None] | None = None, flush_l2: bool = True, flush_mode: str = "read",
                   device: str = "cuda", clock: dict[str, Any] | None = None) -> Callable[[int], float]:
-    """Like ``gpu_sampler`` but replays a captured CUDA graph (launch overhead removed)."""
+    """Like ``gpu_sampler`` but replays a captured CUDA graph (launch overhead removed; the GPU kept busy
+    while the host calls the replay, as there)."""
     flush = l2_flusher(device, flush_mode) if flush_l2 else None
     event, record, synchronize, elapsed = _event_tools(clock)
     start = event(enable_timing=True)
     end = event(enable_timing=True)
+    lead_in = _Lead()
 
     def sample(i: int) -> float:
         if prepare is not None:
             prepare(i)
         if flush is not None:
             flush()
+        lead_in()
         record(start)
+        h = time.perf_counter()
         graph.replay()
+        lead_in.host_us.append((time.perf_counter() - h) * 1e6)
         record(end)
         synchronize()
         if after is not None:
             after(i)
         return elapsed(start, end) * 1000.0
 
+    sample.host_us = lead_in.host_us  # type: ignore[attr-defined]
     return sample
 
 
