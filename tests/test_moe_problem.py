@@ -158,8 +158,11 @@ def triton_gfx942(experts: int, dtype: str, has_bias: bool, k: int, rows: int):
     """The Triton kernel compiled for gfx942 with this many rows per program, analyzed: (opcode counts, report)."""
     from kernelpilot.isa import analyze
 
+    sys.path.insert(0, str(MOE / "kernels"))
+    import topk_sigmoid_triton as tt
+
     (rep,) = analyze(f"{MOE / 'kernels' / 'topk_sigmoid_triton.py'}:topk_sigmoid_kernel", arch="gfx942",
-                     signature=f"logits_ptr:*{dtype}, bias_ptr:*fp32, w_ptr:*fp32, ids_ptr:*i32, tokens:i32, experts:i32:16",
+                     signature=tt.SIGNATURE.format(dtype),
                      defines={"BLOCK_E": str(experts), "K": str(k), "KP": str(k), "ROWS": str(rows),
                               "HAS_BIAS": str(has_bias)})
     return (lambda pred: sum(n for op, n in rep.opcodes.items() if pred(op))), rep

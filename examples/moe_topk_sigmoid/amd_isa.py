@@ -26,7 +26,6 @@ import topk_sigmoid_triton as tt  # noqa: E402
 
 ARCH = "gfx942"
 OUT = HERE / "results" / ARCH
-SIGNATURE = "logits_ptr:*{}, bias_ptr:*fp32, w_ptr:*fp32, ids_ptr:*i32, tokens:i32, experts:i32:16"
 SIZES = {"bf16": 2, "fp32": 4}
 
 
@@ -41,10 +40,10 @@ def builds() -> list[tuple[str, str, list[str]]]:
         for dtype, size in SIZES.items():
             rows = tt.rows_per_program(e, size, 64)
             out.append((f"triton_{dtype}_{e}_k8", f"Triton, {dtype}, {e} experts, k 8, {rows} rows (64-lane tile)",
-                        [triton, "--signature", SIGNATURE.format(dtype), "-D", f"BLOCK_E={e}", "-D", "K=8",
+                        [triton, "--signature", tt.SIGNATURE.format(dtype), "-D", f"BLOCK_E={e}", "-D", "K=8",
                          "-D", "KP=8", "-D", f"ROWS={rows}"]))
     out.append(("triton_fp32_128_k8_32lane_tile", "Triton, fp32, 128 experts, k 8, 8 rows (32-lane warps' tile)",
-                [triton, "--signature", SIGNATURE.format("fp32"), "-D", "BLOCK_E=128", "-D", "K=8", "-D", "KP=8",
+                [triton, "--signature", tt.SIGNATURE.format("fp32"), "-D", "BLOCK_E=128", "-D", "K=8", "-D", "KP=8",
                  "-D", "ROWS=8"]))
     return out
 

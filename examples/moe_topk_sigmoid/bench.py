@@ -96,8 +96,7 @@ def bench_variant(variant: str, dtype: str, budget: float, tokens: list[int] | N
                "stream_shape": stream and [stream["rows"], stream["warps"]]}
         for kernel, by_case in per_kernel.items():
             b = by_case.get(case)
-            t = (b.timing or {}).get("median_us") if b else None
-            g = (b.graph_timing or {}).get("median_us") if b and b.graph_timing else None
+            t, g = medians(b) if b else (None, None)
             row[kernel] = ratios(row, {"median_us": t, "graph_us": g, "check_ok": b.check_ok if b else False})
             if (kernel, case) in first:
                 row[kernel]["first_median_us"] = first[kernel, case]
@@ -106,12 +105,16 @@ def bench_variant(variant: str, dtype: str, budget: float, tokens: list[int] | N
     return rows
 
 
+def medians(b) -> tuple[float | None, float | None]:
+    """A case's bench result: its event-timed median and its CUDA-graph replay median (us)."""
+    return (b.timing or {}).get("median_us"), (b.graph_timing or {}).get("median_us")
+
+
 def disturbed(by_case: dict) -> list[str]:
     """The cases whose event-timed median is more than twice the CUDA-graph replay's and 3 us or more above it."""
     out = []
     for case, b in by_case.items():
-        t = (b.timing or {}).get("median_us")
-        g = (b.graph_timing or {}).get("median_us") if b.graph_timing else None
+        t, g = medians(b)
         if t and g and t > 2 * g and t - g >= 3.0:
             out.append(case)
     return out
@@ -147,7 +150,7 @@ def merged(old: list, new: list) -> list:
 def write_rows(path: Path, part: dict) -> None:
     """Write a variant's rows file; where one is there already, update it (merged) and list every run."""
     run = {k: part[k] for k in ("date", "git", "launch_floor_us")} | {
-        "cases": len(part["rows"]), "kernels": [k for k in KERNELS if part["rows"] and k in part["rows"][0]]}
+        "cases": len(part["rows"]), "kernels": present(part["rows"])}
     old = json.loads(path.read_text()) if path.exists() else {"rows": []}
     if {r["case"] for r in old["rows"]} <= {r["case"] for r in part["rows"]} and set(present(old["rows"])) <= set(run["kernels"]):
         part = part | {"runs": [run]}   # nothing of the earlier file is left
@@ -202,13 +205,18 @@ def present(rows: list) -> list[str]:
     return [k for k in KERNELS if rows and all(k in r for r in rows)]
 
 
+def run_history(part: dict) -> dict:
+    """For a rows file more than one run wrote to: {"runs": those runs}."""
+    return {"runs": part["runs"]} if len(part.get("runs") or []) > 1 else {}
+
+
 def overall(name: str) -> None:
     """results/NAME.summary.json: every rows file of the GPU, all dtypes and variants, for the kernels timed on
     all of them."""
     parts, rows = load_rows(f"{name}.*.*.rows.json")
     summary = summarize(rows, present(rows))
     out = {"runs": [{k: p.get(k) for k in ("variant", "date", "git")} | {"dtype": p["rows"][0]["params"]["dtype"]}
-                    | ({"runs": p["runs"]} if len(p.get("runs") or []) > 1 else {}) for p in parts if p["rows"]],
+                    | run_history(p) for p in parts if p["rows"]],
            "summary": summary,
            "stream_floor_above_1_5x_floor": out_of_reach(rows)}
     (HERE / "results" / f"{name}.summary.json").write_text(json.dumps(out, indent=1))
@@ -222,7 +230,7 @@ def report(name: str, gpu: str, dtype: str) -> None:
     summary = summarize(rows, kernels)
     out = {"gpu": gpu, "dtype": dtype,
            "runs": [{k: p.get(k) for k in ("variant", "date", "git", "launch_floor_us")}
-                    | ({"runs": p["runs"]} if len(p.get("runs") or []) > 1 else {}) for p in parts],
+                    | run_history(p) for p in parts],
            "summary": summary, "stream_floor_above_1_5x_floor": out_of_reach(rows), "rows": rows, "method": METHOD}
     (HERE / "results" / f"{name}.{dtype}.json").write_text(json.dumps(out, indent=1))
     from kernelpilot.runs.plot import PALETTE, series_png

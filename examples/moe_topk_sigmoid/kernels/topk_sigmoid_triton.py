@@ -23,9 +23,11 @@ import triton.language as tl
 TILE = 1024   # logits per program
 NUM_WARPS = 4
 KPILOT_TUNE = {"TILE": [256, 512, 1024, 2048, 4096], "NUM_WARPS": [1, 2, 4, 8]}
+# The kernel's argument types for `kpilot isa analyze` (--signature), for a logit type ("fp32", "bf16", "fp16").
+SIGNATURE = "logits_ptr:*{}, bias_ptr:*fp32, w_ptr:*fp32, ids_ptr:*i32, tokens:i32, experts:i32:16"
 KPILOT_SPECS = {
     "topk_sigmoid_kernel": {
-        "signature": "logits_ptr:*fp32, bias_ptr:*fp32, w_ptr:*fp32, ids_ptr:*i32, tokens:i32, experts:i32:16",
+        "signature": SIGNATURE.format("fp32"),
         "constexprs": {"BLOCK_E": 128, "K": 8, "KP": 8, "ROWS": max(1, TILE // 128), "HAS_BIAS": False},
         "num_warps": NUM_WARPS,
     },
