@@ -77,7 +77,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtype", action="append")
     ap.add_argument("--tokens", type=int, action="append")
-    ap.add_argument("--algo", action="append", choices=sorted(topk_sigmoid_cuda.ALGOS))
+    ap.add_argument("--algo", action="append", choices=[*sorted(topk_sigmoid_cuda.ALGOS), "sort"],
+                    help="\"sort\": the sorting-network kernel picked for the case (topk_sigmoid_cuda.sort_algo)")
     ap.add_argument("--no-stream", action="store_true", help="skip the stream floor")
     ap.add_argument("--kernels", action="append", type=kernels_arg, help="NAME=FOLDER, twice or more: interleaved")
     ap.add_argument("--rounds", type=int, default=2, help="with --kernels: rounds per case (default 2)")

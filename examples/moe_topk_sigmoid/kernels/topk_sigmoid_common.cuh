@@ -56,4 +56,22 @@ __device__ inline void load_row(const T* __restrict__ src, float (&out)[P]) {
   }
 }
 
+// J 4-byte values stored at once, as wide as they allow (16-byte stores, or one of 8 or 4 bytes; dst aligned to
+// the store's width).
+template <int J, typename V>
+__device__ inline void store_vector(V* __restrict__ dst, const V (&v)[J]) {
+  static_assert(sizeof(V) == 4 && (J == 1 || J == 2 || J % 4 == 0), "1, 2 or a multiple of 4 values of 4 bytes");
+  const auto& u = reinterpret_cast<const unsigned(&)[J]>(v);
+  if constexpr (J == 1) {
+    dst[0] = v[0];
+  } else if constexpr (J == 2) {
+    *reinterpret_cast<uint2*>(dst) = make_uint2(u[0], u[1]);
+  } else {
+#pragma unroll
+    for (int q = 0; q < J / 4; ++q) {
+      *reinterpret_cast<uint4*>(dst + 4 * q) = make_uint4(u[4 * q], u[4 * q + 1], u[4 * q + 2], u[4 * q + 3]);
+    }
+  }
+}
+
 }  // namespace moe

@@ -186,40 +186,57 @@ __device__ inline unsigned bits_of_order16(unsigned o) {
   return o >= 0x8000u ? o - 0x8000u : 0x8000u | (0x8000u - o);
 }
 
-// The weights and ids of a token's best K keys (its first lane): without a bias and with 16-bit logits from the
-// keys' bits (`exact`: the exact keys' order keys); otherwise the chosen logits read again, and with a bias the
-// weights divided by their sum.
-template <typename T, int K, bool HAS_BIAS, typename Key>
-__device__ inline void write_token(const T* __restrict__ row, const Key (&top)[K], bool exact, float* __restrict__ wrow,
-                                   int* __restrict__ irow) {
-  float w[K];
-  int e[K];
+// The weights and ids of a token's best K keys (every lane of the token holds them), shared by its first L lanes:
+// lane t's share is keys (t % L) * J ... + J - 1 (J = K / L), its weights and ids written as one vector each. L is
+// min(TPT, K), but 1 with a bias where TPT > K: there, on the H200 at 8,192 tokens, the shared tail took 1.03x to
+// 1.07x of the first lane's time, and 0.96x to 1.00x elsewhere (the lane's MUFU work for K sigmoids divided among
+// L lanes; benchmarks/results/moe_variants_tail.json). Without a bias and with 16-bit logits the weights come from
+// the keys' bits (`exact`: the exact keys' order keys); otherwise from the chosen logits read again, and with a
+// bias divided by their sum (over the L lanes by xor shuffles, every lane of the warp taking part). `write` says
+// whether this lane's token is one to store.
+template <typename T, int K, int TPT, bool HAS_BIAS, typename Key>
+__device__ inline void write_token(const T* __restrict__ row, const Key (&top)[K], bool exact, int t, bool write,
+                                   float* __restrict__ wrow, int* __restrict__ irow) {
+  constexpr int L = HAS_BIAS && TPT > K ? 1 : TPT < K ? TPT : K;
+  constexpr int J = K / L;
+  constexpr bool EVERY_LANE = HAS_BIAS && L > 1;   // the sum's shuffles need every lane
+  if (!EVERY_LANE && !(write && t < L)) return;
+  const int share = t % L;
+  float w[J];
+  int e[J];
   float sum = 0.0f;
 #pragma unroll
-  for (int j = 0; j < K; ++j) {
+  for (int i = 0; i < J; ++i) {
+    Key pick = top[i];
+#pragma unroll
+    for (int s = 1; s < L; ++s) {
+      if (share == s) pick = top[s * J + i];
+    }
     // The key through an opaque move: without it nvcc 13's cicc crashes (segmentation fault) on some builds of
     // this kernel, alone or beside the packed-key one.
-    unsigned key = (unsigned)top[j];
+    unsigned key = (unsigned)pick;
     asm("mov.b32 %0, %0;" : "+r"(key));
-    e[j] = 255 - (int)(key & 0xffu);
+    e[i] = 255 - (int)(key & 0xffu);
     float x;
     if constexpr (!HAS_BIAS && sizeof(T) == 2) {
       const unsigned h = key >> 16;
       x = from_bits<T>(exact ? bits_of_order16(h) : h);
     } else {
-      x = to_float<T>(row[e[j]]);
+      x = to_float<T>(row[e[i]]);
     }
-    w[j] = sigmoid(x);
-    sum += w[j];
+    w[i] = sigmoid(x);
+    sum += w[i];
   }
-  float4* wp = reinterpret_cast<float4*>(wrow);
-  int4* ip = reinterpret_cast<int4*>(irow);
+  if constexpr (HAS_BIAS) {
+#pragma unroll
+    for (int d = 1; d < L; d *= 2) sum += __shfl_xor_sync(FULL, sum, d);
+  }
+  if (!write || t >= L) return;
   const float scale = HAS_BIAS ? 1.0f / sum : 1.0f;
 #pragma unroll
-  for (int q = 0; q < K / 4; ++q) {
-    wp[q] = make_float4(w[4 * q] * scale, w[4 * q + 1] * scale, w[4 * q + 2] * scale, w[4 * q + 3] * scale);
-    ip[q] = make_int4(e[4 * q], e[4 * q + 1], e[4 * q + 2], e[4 * q + 3]);
-  }
+  for (int i = 0; i < J; ++i) w[i] *= scale;
+  store_vector<J>(wrow + share * J, w);
+  store_vector<J>(irow + share * J, e);
 }
 
 template <typename T, int EXPERTS, int K, int PT, bool HAS_BIAS, bool PRUNE = false>
@@ -390,7 +407,7 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
       best_exact<K, TPT, CHUNKS>(scores_of, first, top);
     }
   }
-  if (live && t == 0) write_token<T, K, HAS_BIAS>(row, top, exact, weights + (size_t)token * K, ids + (size_t)token * K);
+  write_token<T, K, TPT, HAS_BIAS>(row, top, exact, t, live, weights + (size_t)token * K, ids + (size_t)token * K);
 }
 
 }  // namespace moe
