@@ -33,7 +33,7 @@
 #   moe-variants      benchmarks/moe_variants.py: the tree and each folder of $MOE_VARIANTS (files replacing MoE kernel
 #                     files) built at once, GPU tests of edge cases on each, then moe_large.py timing every case on
 #                     each in turn in one process, times against the tree's
-#                     ($MOE_VARIANTS_ARGS: more options, e.g. --dtype float32 --set warp:1,16)
+#                     ($MOE_VARIANTS_ARGS: more options, e.g. --dtype float32 --set sort:1,16 --problem-variant biased)
 #   moe-optimize      kpilot optimize (search) of the MoE Triton kernel on three bf16 plain cases, report exported
 #   moe-optimize-cuda kpilot optimize (search) of the persistent CUDA kernel's blocks per SM, report exported
 set -uo pipefail

@@ -67,6 +67,28 @@ def checked_times_in_turn(names: list[str], call, check, rounds: int = 2) -> tup
     return {n: statistics.median(t) for n, t in times.items()}, failures
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    import topk_sigmoid_cuda
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dtype", action="append")
+    ap.add_argument("--tokens", type=int, action="append")
+    ap.add_argument("--algo", action="append", choices=[*sorted(topk_sigmoid_cuda.ALGOS), "sort"],
+                    help="\"sort\": the sorting-network kernel picked for the case (topk_sigmoid_cuda.sort_algo)")
+    ap.add_argument("--variant", action="append", choices=["plain", "biased"], help="default both")
+    ap.add_argument("--no-stream", action="store_true", help="skip the stream floor")
+    ap.add_argument("--kernels", action="append", type=kernels_arg, help="NAME=FOLDER, twice or more: interleaved")
+    ap.add_argument("--rounds", type=int, default=2, help="with --kernels: rounds per case (default 2)")
+    args = ap.parse_args(argv)
+    if args.kernels is not None and len(args.kernels) < 2:
+        ap.error("--kernels is for two folders or more (without it, the tree's own kernels are timed)")
+    if args.kernels and len({n for n, _ in args.kernels}) != len(args.kernels):
+        ap.error("--kernels names must differ")
+    if args.rounds < 1:
+        ap.error("--rounds must be 1 or more")
+    return args
+
+
 def main() -> None:
     import torch
 
@@ -74,28 +96,14 @@ def main() -> None:
     import topk_sigmoid_cuda
     from stream_floor import flushed_median_us, stream_floor_us
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dtype", action="append")
-    ap.add_argument("--tokens", type=int, action="append")
-    ap.add_argument("--algo", action="append", choices=[*sorted(topk_sigmoid_cuda.ALGOS), "sort"],
-                    help="\"sort\": the sorting-network kernel picked for the case (topk_sigmoid_cuda.sort_algo)")
-    ap.add_argument("--no-stream", action="store_true", help="skip the stream floor")
-    ap.add_argument("--kernels", action="append", type=kernels_arg, help="NAME=FOLDER, twice or more: interleaved")
-    ap.add_argument("--rounds", type=int, default=2, help="with --kernels: rounds per case (default 2)")
-    args = ap.parse_args()
-    if args.kernels is not None and len(args.kernels) < 2:
-        ap.error("--kernels is for two folders or more (without it, the tree's own kernels are timed)")
-    if args.kernels and len({n for n, _ in args.kernels}) != len(args.kernels):
-        ap.error("--kernels names must differ")
-    if args.rounds < 1:
-        ap.error("--rounds must be 1 or more")
+    args = parse_args()
     if not torch.cuda.is_available():
         sys.exit("moe_large.py needs a GPU")
     modules = {name: load_kernels(name, folder) for name, folder in args.kernels} if args.kernels else None
     algos = args.algo or ["keys", "keys_persistent"]
     rows = []
     for dtype in args.dtype or ["bfloat16"]:
-        for variant in ("plain", "biased"):
+        for variant in args.variant or ["plain", "biased"]:
             for experts in (64, 128, 256):
                 for tokens in args.tokens or [65536]:
                     for k in (4, 8):

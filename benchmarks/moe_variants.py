@@ -6,7 +6,7 @@ case, each case on every variant in turn over --rounds rounds (outputs checked),
 the run falls on all alike. The times are printed against the base's. Writes OUT/variants.json.
 
     python benchmarks/moe_variants.py OUT VARIANT_DIR [VARIANT_DIR ...] [--dtype float32 ...] [--tests EXPR]
-        [--rounds 2]
+        [--problem-variant biased] [--rounds 2]
 
 Timing sets (--set, repeatable; default: the one-pass grid at 65,536 tokens and the persistent grid at 8,192):
 ALGO:TOKENS[,TOKENS...], e.g. keys:65536 or warp:1,16,128,1024.
@@ -61,6 +61,15 @@ def make_tree(name: str, overlay: Path | None, into: Path) -> Path:
     return tree
 
 
+def large_command(algo: str, tokens: list[int], dtypes: list[str], variants: list[str], kernels: dict[str, Path],
+                  rounds: int) -> list[str]:
+    """The moe_large.py run that times one timing set on every tree in turn."""
+    return [sys.executable, "benchmarks/moe_large.py", *[a for d in dtypes for a in ("--dtype", d)],
+            *[a for v in variants for a in ("--variant", v)], "--algo", algo, "--no-stream",
+            *[a for n, t in kernels.items() for a in ("--kernels", f"{n}={t / KERNELS}")],
+            "--rounds", str(rounds), *[a for t in tokens for a in ("--tokens", str(t))]]
+
+
 def run(cmd: list[str], tree: Path, log: Path) -> int:
     env = dict(os.environ, PYTHONPATH=str(tree / "src"), PYTHONUNBUFFERED="1")
     with open(log, "w") as out:
@@ -103,6 +112,8 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("variants", type=Path, nargs="+", help="folders of files replacing files of " + str(KERNELS))
     ap.add_argument("--dtype", action="append", help="default bfloat16")
+    ap.add_argument("--problem-variant", action="append", choices=["plain", "biased"],
+                    help="only this variant of the problem (repeatable; default both)")
     ap.add_argument("--set", dest="sets", action="append", type=parse_set, help="ALGO:TOKENS[,TOKENS...]")
     ap.add_argument("--tests", default=EDGE_TESTS, help="pytest -k expression of the GPU tests to run ('' for none)")
     ap.add_argument("--rounds", type=int, default=2, help="timing rounds per case, the variants' order reversed "
@@ -116,7 +127,6 @@ def main() -> None:
         sys.exit("variant folders need distinct names (and none called base)")
     args.out.mkdir(parents=True, exist_ok=True)
     sets = args.sets or [parse_set(s) for s in DEFAULT_SETS]
-    dtypes = [a for d in (args.dtype or ["bfloat16"]) for a in ("--dtype", d)]
     with tempfile.TemporaryDirectory(prefix="moe_variants_") as tmp:
         trees = {n: make_tree(n, v, Path(tmp)) for n, v in zip(names, [None, *args.variants])}
         os.environ.setdefault("MAX_JOBS", str(max(1, (os.cpu_count() or 4) // len(trees))))
@@ -134,11 +144,10 @@ def main() -> None:
                 tests[name] = {"exit": code, "summary": log.read_text().strip().splitlines()[-1:]}
                 print(f"{name}: GPU tests exit {code} {tests[name]['summary']}", flush=True)
         results = {name: [] for name in trees}
-        kernels = [a for n, t in trees.items() for a in ("--kernels", f"{n}={t / KERNELS}")]
         base = trees["base"]
         for algo, tokens in sets:
-            cmd = [sys.executable, "benchmarks/moe_large.py", *dtypes, "--algo", algo, "--no-stream", *kernels,
-                   "--rounds", str(args.rounds), *[a for t in tokens for a in ("--tokens", str(t))]]
+            cmd = large_command(algo, tokens, args.dtype or ["bfloat16"], args.problem_variant or [], trees,
+                                args.rounds)
             if run(cmd, base, args.out / f"large_{algo}.log"):
                 sys.exit(f"moe_large.py failed (see {args.out}/large_{algo}.log)")
             got = json.loads((base / "benchmarks" / "results" / "moe_large.json").read_text())["rows"]

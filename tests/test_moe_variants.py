@@ -74,3 +74,17 @@ def test_rounds_reverse_the_order_every_other_time_and_rows_split_per_variant():
     assert a == case | {"algo": "keys", "keys": {"us": 15.0, "ok": False, "rounds": [15.0, 15.0]}}
     lines = moe_variants.compare({n: moe_variants.per_variant(rows, "keys", n) for n in ("base", "a")})
     assert "a   15.00! (0.750x)" in lines[0]
+
+
+def test_the_timing_command_names_each_tree_and_only_the_variants_asked_for(tmp_path):
+    trees = {n: moe_variants.make_tree(n, None, tmp_path / "trees") for n in ("base", "v")}
+    cmd = moe_variants.large_command("sort", [8192, 65536], ["bfloat16", "float32"], ["biased"], trees, 3)
+    assert cmd[:2] == [sys.executable, "benchmarks/moe_large.py"]
+    args = moe_large.parse_args(cmd[2:])   # what moe_large.py makes of it
+    assert args.dtype == ["bfloat16", "float32"] and args.variant == ["biased"] and args.algo == ["sort"]
+    assert args.tokens == [8192, 65536] and args.rounds == 3 and args.no_stream
+    assert args.kernels == [(n, t / moe_variants.KERNELS) for n, t in trees.items()]
+    both = moe_large.parse_args(moe_variants.large_command("sort", [8192], ["bfloat16"], [], trees, 2)[2:])
+    assert both.variant is None   # moe_large.py's default: plain and biased
+    with pytest.raises(SystemExit):
+        moe_large.parse_args(["--variant", "skewed"])
