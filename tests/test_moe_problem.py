@@ -279,6 +279,24 @@ def test_sort_kernel_selects_by_min_and_max_alone(experts, k, pt):
     assert kern.resources.spill_store_bytes == 0 and kern.occupancy.percent >= 50
 
 
+@pytest.mark.parametrize("experts,k,pt,bias,lanes", [(128, 8, 32, 0, 4), (256, 8, 32, 0, 8), (64, 4, 64, 0, 1),
+                                                    (64, 8, 16, 1, 4), (128, 4, 16, 1, 1)])
+def test_sort_kernel_shares_a_tokens_weights_among_its_lanes(experts, k, pt, bias, lanes):
+    """A token's K weights and ids are written by its first min(experts / pt, K) lanes, each its share of the K
+    sigmoids (two MUFU each) as one store of weights and one of ids (16, 8 or 4 bytes); one lane where a bias
+    meets more lanes per token than K. bf16 logits, sm_90."""
+    kern, count = sort_kernel_sass(experts, k, pt, "__nv_bfloat16", bias=bias)
+    share = k // lanes
+    width = {1: "STG.E", 2: "STG.E.64", 4: "STG.E.128", 8: "STG.E.128"}[share]
+    stores = sum(n for op, n in kern.opcodes.items() if op.startswith("STG"))
+    assert stores == kern.opcodes.get(width, 0) == (4 if share == 8 else 2)
+    if not bias:   # the sigmoids of the chosen logits are the kernel's only MUFU
+        assert count("MUFU") == 2 * share
+    else:          # the lanes' merges on 32-bit keys and on 64-bit ones (two shuffles a key), then the sum over
+        levels = (experts // pt).bit_length() - 1   # the sharing lanes: one xor shuffle per halving
+        assert count("SHFL") == 3 * k * levels + (lanes.bit_length() - 1)
+
+
 def test_sort_kernel_selects_fp32_logits_on_24_bit_keys():
     """fp32 logits without a bias (128 experts, k 8, 16 experts per thread, sm_90): signed 32-bit keys of the
     logits' top 24 bits in min and max, the best key left out tracked through the merges (so that a tie at the
