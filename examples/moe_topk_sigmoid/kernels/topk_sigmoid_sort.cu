@@ -8,9 +8,10 @@
 // at k 8; two networks of four at k 4) and merged into the list by the bitonic top-k merge (the larger of the list
 // and the reversed chunk, then a bitonic sorter). The token's lanes merge their lists through xor shuffles, and
 // its first lanes (up to K) write the weights and ids, each its share (with a bias from the chosen logits read
-// again, divided by their sum). The selection is integer min and max alone (VIMNMX): no REDUX (but two per warp for the bias's range), no
-// shared memory, no rounds. Without a bias, where a token has fewer than K positive logits (the signed keys order
-// only those exactly) the warp selects again on exact keys (the 16-bit order keys), the row loaded again.
+// again, divided by their sum). The selection is integer min and max alone (VIMNMX): no REDUX (but two per warp
+// for the bias's range), no shared memory, no rounds. Without a bias, where a token has fewer than K positive
+// logits (the signed keys order only those exactly) the warp selects again on exact keys (the 16-bit order keys),
+// the row loaded again.
 //
 // Analysis build: nvcc -arch=sm_90 -O3 -cubin -DMOE_SORT -DMOE_EXPERTS=128 -DMOE_K=8 -DMOE_PT=64 -DMOE_DTYPE=__nv_bfloat16 topk_sigmoid_sort.cu
 #ifndef MOE_TOPK_SIGMOID_SORT_CU
@@ -186,19 +187,16 @@ __device__ inline unsigned bits_of_order16(unsigned o) {
   return o >= 0x8000u ? o - 0x8000u : 0x8000u | (0x8000u - o);
 }
 
-// The weights and ids of a token's best K keys (every lane of the token holds them), shared by its first L lanes:
-// lane t's share is keys (t % L) * J ... + J - 1 (J = K / L), its weights and ids written as one vector each. L is
-// min(TPT, K), but 1 with a bias where TPT > K: there, on the H200 at 8,192 tokens, the shared tail took 1.03x to
-// 1.07x of the first lane's time, and 0.94x to 1.02x elsewhere (the lane's MUFU work for K sigmoids divided among
-// L lanes; benchmarks/results/moe_variants_tail.json). Without a bias and with 16-bit logits the weights come from
-// the keys' bits (`exact`: the exact keys' order keys); otherwise from the chosen logits read again, and with a
-// bias divided by their sum (over the L lanes by xor shuffles, every lane of the warp taking part). `write` says
-// whether this lane's token is one to store. MAX_LANES caps L (a kernel at its register cap).
-template <typename T, int K, int TPT, bool HAS_BIAS, int MAX_LANES = K, typename Key>
+// The weights and ids of a token's best K keys (every lane of the token holds them), shared by its first L lanes
+// (L divides K; t is the lane's place in its token): lane t's share is keys (t % L) * J ... + J - 1 (J = K / L),
+// its weights and ids written as one vector each. Without a bias and with 16-bit logits the weights come from the
+// keys' bits (`exact`: the exact keys' order keys); otherwise from the chosen logits read again, and with a bias
+// divided by their sum (over the L lanes by xor shuffles, every lane of the warp taking part). `write` says
+// whether this lane's token is one to store.
+template <typename T, int K, int L, bool HAS_BIAS, typename Key>
 __device__ inline void write_token(const T* __restrict__ row, const Key (&top)[K], bool exact, int t, bool write,
                                    float* __restrict__ wrow, int* __restrict__ irow) {
-  constexpr int FIT = TPT < K ? TPT : K;
-  constexpr int L = HAS_BIAS && TPT > K ? 1 : FIT < MAX_LANES ? FIT : MAX_LANES;
+  static_assert(L >= 1 && K % L == 0, "L lanes share K weights evenly");
   constexpr int J = K / L;
   constexpr bool EVERY_LANE = HAS_BIAS && L > 1;   // the sum's shuffles need every lane
   if (!EVERY_LANE && !(write && t < L)) return;
@@ -408,11 +406,16 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
       best_exact<K, TPT, CHUNKS>(scores_of, first, top);
     }
   }
-  // The pruned kernel with fp32 logits is at 64 registers: eight lanes' tails spill it (16 bytes at 256 experts, k 8,
-  // 32 experts per thread), four do not.
-  constexpr int TAIL_LANES = PRUNE && sizeof(T) == 4 ? 4 : K;
-  write_token<T, K, TPT, HAS_BIAS, TAIL_LANES>(row, top, exact, t, live, weights + (size_t)token * K,
-                                              ids + (size_t)token * K);
+  // The lanes that write a token's weights: min(TPT, K), the first lane's MUFU work for K sigmoids divided among
+  // them; but one with a bias where TPT > K (there, on the H200 at 8,192 tokens, sharing took 1.03x to 1.07x of
+  // the first lane's time, and 0.94x to 1.02x elsewhere; benchmarks/results/moe_variants_tail.json), and at most
+  // four in the pruned kernel with fp32 logits (at its 64 registers eight spill 16 bytes: 256 experts, k 8, 32
+  // experts per thread).
+  constexpr int FIT = TPT < K ? TPT : K;
+  constexpr int CAP = PRUNE && sizeof(T) == 4 ? 4 : K;
+  constexpr int TAIL_LANES = HAS_BIAS && TPT > K ? 1 : FIT < CAP ? FIT : CAP;
+  write_token<T, K, TAIL_LANES, HAS_BIAS>(row, top, exact, t, live, weights + (size_t)token * K,
+                                          ids + (size_t)token * K);
 }
 
 }  // namespace moe
