@@ -86,12 +86,15 @@ int sm_count(int dev) {
   });
 }
 
-template <typename Kernel>
-int resident_blocks(Kernel kernel, int dev) {   // of the packed-key kernel's blocks per SM, per kernel and device
+// KERNEL's blocks of `threads` that fit on one SM, per device. A template on the kernel itself: one count per
+// instantiation (every topk_sigmoid_keys of one dtype has the same function type, so a count per type would give
+// them all the occupancy of whichever shape ran first).
+template <auto KERNEL>
+int resident_blocks(int dev, int threads) {
   static int count[64] = {0};
-  return once_per_device(count, dev, [kernel] {
+  return once_per_device(count, dev, [threads] {
     int n = 0;
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * moe::WARPS_PER_BLOCK, 0));
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, KERNEL, threads, 0));
     return std::max(n, 1);
   });
 }
@@ -132,9 +135,9 @@ void launch(int algo, int blocks_per_sm, const torch::Tensor& x, const torch::Te
     int passes = moe::max_passes<T, E, NK, B>();
     while (passes > 1 && (tokens + per_pass * passes - 1) / (per_pass * passes) < 8 * sms) passes /= 2;
     int blocks = (tokens + per_pass * passes - 1) / (per_pass * passes);
-    const auto kernel = moe::topk_sigmoid_keys<T, E, NK, B>;
+    constexpr auto kernel = moe::topk_sigmoid_keys<T, E, NK, B>;
     if (algo == 2) {        // at most as many blocks as fit on the GPU at once
-      blocks = std::min(blocks, std::min(blocks_per_sm, resident_blocks(kernel, dev)) * sms);
+      blocks = std::min(blocks, std::min(blocks_per_sm, resident_blocks<kernel>(dev, 32 * moe::WARPS_PER_BLOCK)) * sms);
     }
     kernel<<<blocks, 32 * moe::WARPS_PER_BLOCK, 0, stream>>>(xp, bp, w.data_ptr<float>(), ids.data_ptr<int>(), tokens,
                                                             passes);

@@ -360,18 +360,29 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
     // The bias's least value and span, over the warp (lane l holds experts (l % (EXPERTS / 8)) * 8 ...).
     float lo;
     bool wide;
+    // Each expert's shift (1 - lo + bias) made once per warp, into the warp's table in shared memory.
+    __shared__ float4 shift_table[128 / 32][EXPERTS / 4];
+    float4* const shifts = shift_table[threadIdx.x / 32];
     {
+      const int lane = threadIdx.x % 32, chunk = lane % (EXPERTS / 8);
       float b[8];
-      load_row<float, 8>(bias + (threadIdx.x % 32 % (EXPERTS / 8)) * 8, b);
+      load_row<float, 8>(bias + chunk * 8, b);
       wide = bias_low<8>(b, lo);
+      if (lane < EXPERTS / 8) {
+        shifts[2 * chunk] = make_float4(bias_shift(b[0], lo), bias_shift(b[1], lo), bias_shift(b[2], lo),
+                                        bias_shift(b[3], lo));
+        shifts[2 * chunk + 1] = make_float4(bias_shift(b[4], lo), bias_shift(b[5], lo), bias_shift(b[6], lo),
+                                            bias_shift(b[7], lo));
+      }
+      __syncwarp();
     }
     // Chunk v's logits and shifted scores (sigmoid plus 1 - lo + bias, in [1, 4) where the bias is narrow).
     const auto scores_of = [&](int v, float (&s)[8]) {
       const T* x = reinterpret_cast<const T*>(&raw[v * CV]);
-      float b[8];
-      load_row<float, 8>(bias + first(v), b);
+      const float4 a = shifts[first(v) / 4], c = shifts[first(v) / 4 + 1];
+      const float shift[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
 #pragma unroll
-      for (int j = 0; j < 8; ++j) s[j] = sigmoid(to_float<T>(x[j])) + bias_shift(b[j], lo);
+      for (int j = 0; j < 8; ++j) s[j] = sigmoid(to_float<T>(x[j])) + shift[j];
     };
     if (!wide) {   // 32-bit keys: the score's bits less 1.0's, then the index byte
       const auto keys_of = [&](int v, unsigned (&keys)[8]) {
