@@ -312,10 +312,18 @@ def test_sort_kernel_selects_fp32_logits_on_24_bit_keys():
 @pytest.mark.parametrize("dtype", ["__nv_bfloat16", "float"])
 def test_sort_kernel_takes_a_bias(dtype):
     """The sorting-network kernel with a bias (128 experts, k 8, 32 experts per thread, sm_90): the bias's least
-    value and span once per warp (two REDUX), a sigmoid per expert (two MUFU each), the selection on 32-bit keys
-    in min and max (64-bit keys, exact, only for a bias spanning 1.5 or more); no shared memory, no spills."""
+    value and span once per warp (two REDUX), and its shifts made once per warp into the warp's table in shared
+    memory (two 16-byte stores a lane; the bias read from global memory once, two 16-byte loads, beside the row's
+    pt / 8 or pt / 4); each chunk's eight shifts read back as two 16-byte loads from shared memory; a sigmoid per
+    expert (two MUFU each), the selection on 32-bit keys in min and max (64-bit keys, exact, only for a bias
+    spanning 1.5 or more); no spills."""
     kern, count = sort_kernel_sass(128, 8, 32, dtype, bias=1)
-    assert count("REDUX") == 2 and count("STS") == count("LDS") == 0
+    row = 32 // 8 * (2 if dtype == "float" else 1)
+    assert count("REDUX") == 2
+    assert count("STS") == kern.opcodes.get("STS.128", 0) == 2
+    assert count("LDS") == kern.opcodes.get("LDS.128", 0) >= 2 * (32 // 8)
+    assert sum(n for op, n in kern.opcodes.items() if op.startswith("LDG") and ".128" in op) == row + 2
+    assert kern.resources.shared_bytes == 4 * 128 * 4   # four warps' shifts of 128 experts
     assert count("MUFU") >= 2 * 32
     assert count("VIMNMX") >= (4 * (38 + 32) - 32) * 0.9   # the 32-bit keys (64-bit: compares and selects)
     assert kern.resources.spill_store_bytes == 0

@@ -1,17 +1,18 @@
 // MoE top-k sigmoid routing for NVIDIA sm_80+ by sorting networks in each thread: EXPERTS / PT threads per token
 // (consecutive lanes), PT experts per thread (16, 32 or 64; topk_sigmoid_cuda.py picks by shape), fp32, fp16 or bf16
 // logits, with or without a bias. A thread loads its PT logits at once (16-byte vectors, its token's lanes taking
-// neighbouring ones), makes one 32-bit key per expert (the logit's bits, then 255 - expert: equal logits, the
-// lower expert first; fp32, the top 24 bits, exact where the merges' best key left out shows no tie at the k-th;
-// with a bias the packed-key kernel's keys of the score moved into [1, 4); 64-bit exact keys where those are not
-// exact) and keeps its best K keys sorted: each vector's eight keys are sorted by a network (19 compare-exchanges
-// at k 8; two networks of four at k 4) and merged into the list by the bitonic top-k merge (the larger of the list
-// and the reversed chunk, then a bitonic sorter). The token's lanes merge their lists through xor shuffles, and
-// its first lanes (up to K) write the weights and ids, each its share (with a bias from the chosen logits read
-// again, divided by their sum). The selection is integer min and max alone (VIMNMX): no REDUX (but two per warp
-// for the bias's range), no shared memory, no rounds. Without a bias, where a token has fewer than K positive
-// logits (the signed keys order only those exactly) the warp selects again on exact keys (the 16-bit order keys),
-// the row loaded again.
+// neighbouring ones), makes one 32-bit key per expert (the logit's bits, then 255 - expert: equal logits, the lower
+// expert first; fp32, the top 24 bits, exact where the merges' best key left out shows no tie at the k-th; with a bias
+// the packed-key kernel's keys of the score moved into [1, 4), each expert's shift read from a table its warp makes
+// once in shared memory; 64-bit exact keys where those are not exact) and keeps its best K keys sorted: each vector's
+// eight keys are sorted by a network (19 compare-exchanges at k 8; two networks of four at k 4) and merged into the
+// list by the bitonic top-k merge (the larger of the list and the reversed chunk, then a bitonic sorter). The token's
+// lanes merge their lists through xor shuffles, and its first lanes (up to K) write the weights and ids, each its share
+// (with a bias from the chosen logits read again, divided by their sum). The selection is integer min and max alone
+// (VIMNMX): no REDUX (but two per warp for the bias's range), no rounds, no shared memory but the bias's shifts (and,
+// in the pruned kernel with a bias, the chunks' keys). Without a bias, where a token has fewer than K positive logits
+// (the signed keys order only those exactly) the warp selects again on exact keys (the 16-bit order keys), the row
+// loaded again.
 //
 // Analysis build: nvcc -arch=sm_90 -O3 -cubin -DMOE_SORT -DMOE_EXPERTS=128 -DMOE_K=8 -DMOE_PT=64 -DMOE_DTYPE=__nv_bfloat16 topk_sigmoid_sort.cu
 #ifndef MOE_TOPK_SIGMOID_SORT_CU
