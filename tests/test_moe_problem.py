@@ -498,8 +498,9 @@ def test_dispatch_picks_the_cuda_algorithm_by_shape_dtype_and_bias():
 
 
 def test_bench_summary_counts_the_floor_and_the_cases_out_of_its_reach():
-    """bench.py's summary: cases of 8192 tokens or more within 1.5x of the floor, and those whose stream floor
-    is itself above 1.5x of it (named in the report); a wrong output's time counts for nothing."""
+    """bench.py's summary: cases of 8192 tokens or more within 1.5x of the floor, those whose stream floor
+    is itself above 1.5x of it (named in the report), and the others the kernel misses, closest first; a wrong
+    output's time counts for nothing."""
     import bench
 
     def row(case, tokens, floor, stream, t, ok=True):
@@ -515,6 +516,8 @@ def test_bench_summary_counts_the_floor_and_the_cases_out_of_its_reach():
     assert s["cases_stream_floor_above_1_5x_floor"] == 1 and s["within_1_5x_floor_at_8192_tokens_or_more"] is False
     assert s["worst_of_stream_at_8192_tokens_or_more"] == 1.5 and s["cases_with_outputs_ok"] == 4
     assert bench.out_of_reach(rows) == ["plain unreachable"]
+    assert s["reachable_not_within_1_5x_floor"] == {"plain missed": 1.6, "plain wrong": None}
+    assert list(s["reachable_not_within_1_5x_floor"]) == ["plain missed", "plain wrong"]
 
 
 def test_bench_rows_file_keeps_what_a_partial_run_did_not_time(tmp_path):
