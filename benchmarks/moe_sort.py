@@ -12,7 +12,8 @@ OUT/moe_sort.json (OUT/moe_sort_biased.json with --biased; either with _<dtype> 
 bf16, fp16 and fp32 (--dtype: some of them). Timed without a bias: bf16 at 1 to 65,536 tokens, fp16 and fp32 at
 8,192 and 65,536; with --biased: bf16 at 16 to 65,536 tokens, fp16 at 65,536, fp32 at 8,192 and 65,536. --tokens
 times these token counts instead, for every dtype (the file's name then ends in _t<tokens>...). --sorts checks
-and times these sorting-network kernels (any of topk_sigmoid_cuda.ALGOS from sort16 on) in place of sort16, sort32 and sort64 (the file's name then ends in _<sort>...).
+and times these sorting-network kernels (any sort or prune one of topk_sigmoid_cuda.ALGOS: sort8 too) in place of
+sort16, sort32 and sort64 (the file's name then ends in _<sort>...).
 """
 
 from __future__ import annotations

@@ -262,7 +262,7 @@ def sort_kernel_sass(experts: int, k: int, pt: int, dtype: str, bias: int = 0, p
     return kern, lambda prefix: sum(n for op, n in kern.opcodes.items() if op.startswith(prefix))
 
 
-@pytest.mark.parametrize("experts,k,pt", [(128, 8, 32), (64, 4, 16), (256, 8, 64)])
+@pytest.mark.parametrize("experts,k,pt", [(128, 8, 32), (64, 4, 16), (256, 8, 64), (64, 4, 8), (256, 8, 8)])
 def test_sort_kernel_selects_by_min_and_max_alone(experts, k, pt):
     """The sorting-network kernel for sm_90, bf16 logits: the selection is integer min and max (compare-exchanges),
     no REDUX, no shared memory; shuffles only where a token's lanes merge their lists (k per level, log2 of
@@ -402,8 +402,8 @@ def test_kernels_are_correct_on_the_gpu(variant, kernel):
 
 # Every CUDA algorithm, the persistent grid small and full, the sorting-network kernel at each experts per thread,
 # pruned or not.
-CUDA_ALGOS = [("keys", 12), ("keys_persistent", 1), ("keys_persistent", 12), ("warp", 12), ("sort16", 12),
-              ("sort32", 12), ("sort64", 12), ("prune16", 12), ("prune32", 12), ("prune64", 12)]
+CUDA_ALGOS = [("keys", 12), ("keys_persistent", 1), ("keys_persistent", 12), ("warp", 12), ("sort8", 12),
+              ("sort16", 12), ("sort32", 12), ("sort64", 12), ("prune16", 12), ("prune32", 12), ("prune64", 12)]
 
 
 @pytest.mark.gpu

@@ -8,8 +8,9 @@ runs in parallel.
   never more than fit at once), each warp taking token after token.
 - ``warp`` (topk_sigmoid_warp.cu, the first version): one warp per token, a REDUX and a ballot per round.
 - ``sort`` (topk_sigmoid_sort.cu): sorting networks in each thread, EXPERTS/PT threads per token, PT experts per
-  thread; ``sort16``, ``sort32`` and ``sort64`` name a PT, ``sort`` the fastest for the case (sort_algo: a
-  pruned one or not, by shape, tokens, logit size and bias).
+  thread; ``sort8``, ``sort16``, ``sort32`` and ``sort64`` name a PT, ``sort`` the fastest for the case
+  (sort_algo: a pruned one or not, by shape, tokens, logit size and bias; ``sort8`` is not among those measured
+  for it yet).
 - ``prune16``, ``prune32``, ``prune64``: the sorting-network kernel that first takes the maximum of each chunk of
   8 experts and then selects within the K chunks of the token's K largest maxima alone (the only ones that can
   hold its best K): the logits read again from L1 without a bias, the keys kept in shared memory with one.
@@ -25,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 EXPERTS = (64, 128, 256)
 KS = (4, 8)
 ALGOS = {"warp": 0, "keys": 1, "keys_persistent": 2, "sort16": 3, "sort32": 4, "sort64": 5, "prune16": 6,
-         "prune32": 7, "prune64": 8}
+         "prune32": 7, "prune64": 8, "sort8": 9}
 SHAPES = ((64, 4), (64, 8), (128, 4), (128, 8), (256, 4), (256, 8))   # (experts, k)
 # The sorting-network kernel measured fastest on the H200 (of sort16, sort32, sort64, prune16, prune32 and prune64)
 # by logit size in bytes and bias, then by tokens (up to 1,024; up to 8,192; 65,536), then for each of SHAPES
@@ -107,13 +108,15 @@ void launch(int algo, int blocks_per_sm, const torch::Tensor& x, const torch::Te
   const T* xp = reinterpret_cast<const T*>(x.data_ptr());
   const float* bp = B ? bias.data_ptr<float>() : nullptr;
   auto stream = c10::cuda::getCurrentCUDAStream();
-  if (algo >= 3) {          // sorting networks, E / PT threads per token: PT 16, 32 or 64 (algo 3, 4, 5; pruned 6, 7, 8)
-    const int pt = 16 << ((algo - 3) % 3);
-    const bool prune = algo >= 6;
+  if (algo >= 3) {          // sorting networks, E / PT threads per token: PT 16, 32 or 64 (algo 3, 4, 5; pruned 6, 7, 8),
+                            // or 8 (algo 9; one chunk a thread, nothing to prune)
+    const int pt = algo == 9 ? 8 : 16 << ((algo - 3) % 3);
+    const bool prune = algo >= 6 && algo <= 8;
     const int blocks = (int)(((int64_t)tokens * (E / pt) + 127) / 128);
     float* wp = w.data_ptr<float>();
     int* ip = ids.data_ptr<int>();
     if (!prune) {
+      if (pt == 8) moe::topk_sigmoid_sort<T, E, NK, 8, B><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
       if (pt == 16) moe::topk_sigmoid_sort<T, E, NK, 16, B><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
       if (pt == 32) moe::topk_sigmoid_sort<T, E, NK, 32, B><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
       if (pt == 64) moe::topk_sigmoid_sort<T, E, NK, 64, B><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
