@@ -170,6 +170,9 @@ def summarize(rows: list, kernels: list[str]) -> dict:
     unreachable = set(out_of_reach(rows))
     summary = {}
     for kernel in kernels:
+        def met(r: dict) -> bool:   # right outputs in 1.5x of the floor or less
+            return r[kernel]["check_ok"] and (r[kernel]["of_floor"] or 99) <= 1.5
+
         ok = [r for r in rows if r[kernel]["check_ok"]]   # a time of wrong outputs is no result
         sp = [r[kernel]["vs_eager"] for r in ok if r[kernel]["vs_eager"]]
         summary[kernel] = {
@@ -185,12 +188,11 @@ def summarize(rows: list, kernels: list[str]) -> dict:
             "within_1_5x_floor_at_8192_tokens_or_more": len(ok) == len(rows) and all(
                 (r[kernel]["of_floor"] or 99) <= 1.5 for r in large),
             "cases_at_8192_tokens_or_more": len(large),
-            "cases_within_1_5x_floor": sum(1 for r in large if r[kernel]["check_ok"] and (r[kernel]["of_floor"] or 99) <= 1.5),
+            "cases_within_1_5x_floor": sum(1 for r in large if met(r)),
             "cases_stream_floor_above_1_5x_floor": len(unreachable),
             "reachable_not_within_1_5x_floor": dict(sorted(
-                ((f"{r['variant']} {r['case']}", r[kernel]["of_floor"] if r[kernel]["check_ok"] else None)
-                 for r in large if f"{r['variant']} {r['case']}" not in unreachable
-                 and not (r[kernel]["check_ok"] and (r[kernel]["of_floor"] or 99) <= 1.5)),
+                ((case_name(r), r[kernel]["of_floor"] if r[kernel]["check_ok"] else None)
+                 for r in large if case_name(r) not in unreachable and not met(r)),
                 key=lambda item: item[1] or 99)),
         }
     return summary
@@ -198,8 +200,13 @@ def summarize(rows: list, kernels: list[str]) -> dict:
 
 def out_of_reach(rows: list) -> list[str]:
     """The cases of 8192 tokens or more whose stream floor is above 1.5x the floor: no kernel is within 1.5x."""
-    return [f"{r['variant']} {r['case']}" for r in rows if r["params"]["tokens"] >= 8192 and r.get("stream_us")
+    return [case_name(r) for r in rows if r["params"]["tokens"] >= 8192 and r.get("stream_us")
             and r["stream_us"] > 1.5 * r["floor_us"]]
+
+
+def case_name(r: dict) -> str:
+    """A row's name in the summary: its variant, then its case."""
+    return f"{r['variant']} {r['case']}"
 
 
 def load_rows(pattern: str) -> tuple[list, list]:

@@ -1,6 +1,6 @@
 // MoE top-k sigmoid routing for NVIDIA sm_80+ by sorting networks in each thread: EXPERTS / PT threads per token
-// (consecutive lanes), PT experts per thread (16, 32 or 64; topk_sigmoid_cuda.py picks by shape), fp32, fp16 or bf16
-// logits, with or without a bias. A thread loads its PT logits at once (16-byte vectors, its token's lanes taking
+// (consecutive lanes), PT experts per thread (8, 16, 32 or 64; topk_sigmoid_cuda.py picks by shape), fp32, fp16 or
+// bf16 logits, with or without a bias. A thread loads its PT logits at once (16-byte vectors, its token's lanes taking
 // neighbouring ones), makes one 32-bit key per expert (the logit's bits, then 255 - expert: equal logits, the lower
 // expert first; fp32, the top 24 bits, exact where the merges' best key left out shows no tie at the k-th; with a bias
 // the packed-key kernel's keys of the score moved into [1, 4), each expert's shift read from a table its warp makes
