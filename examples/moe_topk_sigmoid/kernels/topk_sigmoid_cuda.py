@@ -9,8 +9,9 @@ runs in parallel.
 - ``warp`` (topk_sigmoid_warp.cu, the first version): one warp per token, a REDUX and a ballot per round.
 - ``sort`` (topk_sigmoid_sort.cu): sorting networks in each thread, EXPERTS/PT threads per token, PT experts per
   thread; ``sort8``, ``sort16``, ``sort32`` and ``sort64`` name a PT, ``sort`` the fastest for the case
-  (sort_algo: a pruned one or not, by shape, tokens, logit size and bias; ``sort8`` is not among those measured
-  for it yet).
+  (sort_algo: a pruned one or not, by shape, tokens, logit size and bias). ``sort8`` is not among its choices:
+  against sort16 it took 0.93x to 1.09x of the time up to 1,024 tokens (0.99x to 1.01x by geometric mean per
+  tier and variant) and 1.00x to 1.28x at 8,192 (benchmarks/results/moe_sort*_sort8_sort16.json).
 - ``prune16``, ``prune32``, ``prune64``: the sorting-network kernel that first takes the maximum of each chunk of
   8 experts and then selects within the K chunks of the token's K largest maxima alone (the only ones that can
   hold its best K): the logits read again from L1 without a bias, the keys kept in shared memory with one.
