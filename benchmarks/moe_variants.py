@@ -8,6 +8,9 @@ the run falls on all alike. The times are printed against the base's. Writes OUT
     python benchmarks/moe_variants.py OUT VARIANT_DIR [VARIANT_DIR ...] [--dtype float32 ...] [--tests EXPR]
         [--problem-variant biased] [--rounds 2]
 
+Before spending a GPU call, benchmarks/moe_build_check.py VARIANT_DIR ... compiles each variant's extension for
+sm_90 on this machine, no GPU needed: a variant that fails to build on the GPU machine stops the whole run.
+
 Timing sets (--set, repeatable; default: the one-pass grid at 65,536 tokens and the persistent grid at 8,192):
 ALGO:TOKENS[,TOKENS...], e.g. keys:65536 or warp:1,16,128,1024.
 """
@@ -53,12 +56,16 @@ def make_tree(name: str, overlay: Path | None, into: Path) -> Path:
             shutil.copy2(src, tree / part)
     (tree / "benchmarks" / "results").mkdir(parents=True, exist_ok=True)
     if overlay is not None:
-        files = [f for f in overlay.iterdir() if f.is_file()]
-        for f in files:
-            if not (tree / KERNELS / f.name).exists():
-                sys.exit(f"{overlay}: {f.name} replaces no file of {KERNELS}")
-            shutil.copy2(f, tree / KERNELS / f.name)
+        lay_over(overlay, tree / KERNELS)
     return tree
+
+
+def lay_over(overlay: Path, kernels: Path) -> None:
+    """The variant folder's files copied over the kernels folder's, each replacing one of them."""
+    for f in (f for f in overlay.iterdir() if f.is_file()):
+        if not (kernels / f.name).exists():
+            sys.exit(f"{overlay}: {f.name} replaces no file of {KERNELS}")
+        shutil.copy2(f, kernels / f.name)
 
 
 def large_command(algo: str, tokens: list[int], dtypes: list[str], variants: list[str], kernels: dict[str, Path],

@@ -1,7 +1,9 @@
-"""benchmarks/moe_variants.py and moe_large.py without a GPU: the timing sets, the trees variants are laid over,
-the kernels of several trees loaded side by side in one process and timed in turn, the comparison."""
+"""benchmarks/moe_variants.py, moe_large.py and moe_build_check.py without a GPU: the timing sets, the trees
+variants are laid over, the kernels of several trees loaded side by side in one process and timed in turn, the
+comparison; the extension's kernels compiled for sm_90."""
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
@@ -88,3 +90,33 @@ def test_the_timing_command_names_each_tree_and_only_the_variants_asked_for(tmp_
     assert both.variant is None   # moe_large.py's default: plain and biased
     with pytest.raises(SystemExit):
         moe_large.parse_args(["--variant", "skewed"])
+
+
+def test_build_check_compiles_the_extensions_kernels_for_sm_90(tmp_path):
+    """The extension's bf16 translation unit (its launch code and every kernel it binds) compiles with nvcc for
+    sm_90 and PyTorch's extension flags, without a GPU."""
+    from conftest import require_tool
+
+    require_tool("nvcc")
+    import moe_build_check
+
+    ((dtype, (code, tail)),) = moe_build_check.check(ROOT / moe_variants.KERNELS, ["bf16"]).items()
+    assert dtype == "bf16" and code == 0, tail
+
+
+def test_build_check_names_a_variant_that_does_not_compile(tmp_path):
+    from conftest import require_tool
+
+    require_tool("nvcc")
+    overlay = tmp_path / "broken"
+    overlay.mkdir()
+    source = (ROOT / moe_variants.KERNELS / "topk_sigmoid_sort.cu").read_text()
+    assert source.count('static_assert(K == 4 || K == 8, "K must be 4 or 8");') == 1
+    (overlay / "topk_sigmoid_sort.cu").write_text(
+        source.replace('static_assert(K == 4 || K == 8, "K must be 4 or 8");', "static_assert(K == 4) oops;"))
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "moe_build_check.py"), str(overlay),
+                           "--dtype", "f32"], capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert f"{overlay} f32: FAILED" in proc.stdout and "topk_sigmoid_sort.cu" in proc.stdout
+    assert 'expected a ";"' in proc.stdout
+    assert f"did not compile: {overlay} f32" in proc.stderr
