@@ -7,8 +7,8 @@ is not compiled.
     python benchmarks/moe_build_check.py [VARIANT_DIR ...] [--dtype bf16 ...] [--jobs 2] [--arch sm_90]
 
 With no folder, the tree's kernels; otherwise each folder (files replacing files of
-examples/moe_topk_sigmoid/kernels/, as for moe_variants.py) laid over a copy of them. Exits 1 naming each translation unit that failed, with the
-end of nvcc's output.
+examples/moe_topk_sigmoid/kernels/, as for moe_variants.py) laid over a copy of them. Exits 1 naming each
+translation unit that failed, with the end of nvcc's output.
 """
 
 from __future__ import annotations

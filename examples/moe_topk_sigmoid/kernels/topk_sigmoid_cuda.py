@@ -109,9 +109,9 @@ void launch(int algo, int blocks_per_sm, const torch::Tensor& x, const torch::Te
   const T* xp = reinterpret_cast<const T*>(x.data_ptr());
   const float* bp = B ? bias.data_ptr<float>() : nullptr;
   auto stream = c10::cuda::getCurrentCUDAStream();
-  if (algo >= 3) {          // sorting networks, E / PT threads per token: PT 16, 32 or 64 (algo 3, 4, 5; pruned 6, 7, 8),
-                            // or 8 (algo 9; one chunk a thread, nothing to prune)
-    const int pt = algo == 9 ? 8 : 16 << ((algo - 3) % 3);
+  if (algo >= 3) {          // sorting networks, E / PT threads per token: algo 3 to 9's PT (6, 7, 8 pruned)
+    constexpr int SORT_PT[] = {16, 32, 64, 16, 32, 64, 8};
+    const int pt = SORT_PT[algo - 3];
     const bool prune = algo >= 6 && algo <= 8;
     const int blocks = (int)(((int64_t)tokens * (E / pt) + 127) / 128);
     float* wp = w.data_ptr<float>();
