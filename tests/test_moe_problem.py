@@ -486,6 +486,9 @@ def test_dispatch_picks_the_cuda_algorithm_by_shape_dtype_and_bias():
         == "sort16"
     assert algo(1, 64, 4, biased=True) == algo(1024, 64, 4, torch.float32, True) == "warp"
     assert algo(1025, 64, 4, biased=True) == "sort16" and algo(1024, 64, 8, biased=True) == "sort16"
+    assert algo(1, 64, 4, torch.float32) == algo(1024, 64, 8, torch.float32) == algo(16, 128, 8, torch.float32) \
+        == "sort8"
+    assert algo(1024, 128, 4, torch.float32) == algo(1025, 64, 4, torch.float32) == "sort16"
     assert algo(1025, 128, 8, torch.float32) == algo(8192, 256, 4, torch.float32) == "keys_persistent"
     assert algo(65536, 256, 8, torch.float32, True) == algo(10**6, 256, 8, torch.float32, True) == "keys"
     assert algo(65536, 256, 4, torch.float32, True) == algo(65536, 128, 8, torch.float32, True) == "sort32"

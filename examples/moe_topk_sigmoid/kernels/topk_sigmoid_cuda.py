@@ -9,9 +9,11 @@ runs in parallel.
 - ``warp`` (topk_sigmoid_warp.cu, the first version): one warp per token, a REDUX and a ballot per round.
 - ``sort`` (topk_sigmoid_sort.cu): sorting networks in each thread, EXPERTS/PT threads per token, PT experts per
   thread; ``sort8``, ``sort16``, ``sort32`` and ``sort64`` name a PT, ``sort`` the fastest for the case
-  (sort_algo: a pruned one or not, by shape, tokens, logit size and bias). ``sort8`` is not among its choices:
-  against sort16 it took 0.93x to 1.09x of the time up to 1,024 tokens (0.99x to 1.01x by geometric mean per
-  tier and variant) and 1.00x to 1.28x at 8,192 (benchmarks/results/moe_sort*_sort8_sort16.json).
+  (sort_algo: a pruned one or not, by shape, tokens, logit size and bias). ``sort8`` is its choice only for fp32
+  logits without a bias up to 1,024 tokens at 64 experts (k 4 and 8) and 128 experts k 8, where it took 0.93x to
+  0.96x of sort16's time at 1,024 tokens and 0.97x to 1.00x at 16 and 128. Elsewhere it took 0.93x to 1.09x of
+  sort16's time up to 1,024 tokens (0.99x to 1.01x by geometric mean per tier and variant) and 1.00x to 1.28x at
+  8,192 (benchmarks/results/moe_sort*_sort8_sort16.json).
 - ``prune16``, ``prune32``, ``prune64``: the sorting-network kernel that first takes the maximum of each chunk of
   8 experts and then selects within the K chunks of the token's K largest maxima alone (the only ones that can
   hold its best K): the logits read again from L1 without a bias, the keys kept in shared memory with one.
@@ -29,8 +31,8 @@ KS = (4, 8)
 ALGOS = {"warp": 0, "keys": 1, "keys_persistent": 2, "sort16": 3, "sort32": 4, "sort64": 5, "prune16": 6,
          "prune32": 7, "prune64": 8, "sort8": 9}
 SHAPES = ((64, 4), (64, 8), (128, 4), (128, 8), (256, 4), (256, 8))   # (experts, k)
-# The sorting-network kernel measured fastest on the H200 (of sort16, sort32, sort64, prune16, prune32 and prune64)
-# by logit size in bytes and bias, then by tokens (up to 1,024; up to 8,192; 65,536), then for each of SHAPES
+# The sorting-network kernel measured fastest on the H200 (of sort8, sort16, sort32, sort64, prune16, prune32 and
+# prune64) by logit size in bytes and bias, then by tokens (up to 1,024; up to 8,192; 65,536), then for each of SHAPES
 # (benchmarks/results/moe_sort*.json: each case's algorithms timed in turn, two rounds; fp16 and bf16 alike; a
 # pruned kernel where it was 2% or more faster, which it never was at 128 and 1,024 tokens). Between 8,192 and
 # 65,536 tokens, the smaller one's choice.
@@ -41,7 +43,7 @@ SORT_ALGO = {
     (2, True): {1024: ("sort16",) * 6,
                 8192: ("sort16", "sort16", "sort16", "sort32", "sort32", "sort32"),
                 65536: ("sort16", "sort32", "sort32", "sort32", "sort64", "prune64")},
-    (4, False): {1024: ("sort16",) * 6,
+    (4, False): {1024: ("sort8", "sort8", "sort16", "sort8", "sort16", "sort16"),
                  8192: ("sort16",) * 6,
                  65536: ("sort16", "sort16", "prune32", "prune32", "prune32", "prune32")},
     (4, True): {1024: ("sort16",) * 6,
