@@ -557,6 +557,42 @@ def test_bench_rows_file_keeps_what_a_partial_run_did_not_time(tmp_path):
     assert [r["git"] for r in got["runs"]] == ["c"] and got["rows"][1][disp]["median_us"] == 4.0
 
 
+def test_bench_reports_take_the_least_launch_floor_of_the_runs(tmp_path, monkeypatch):
+    """The reports' floor of a case is the larger of its bytes over the H200's peak bandwidth (the problem's cost)
+    and the least launch floor of the runs behind the GPU's rows files (every dtype's), every kernel's ratio taken
+    again; the rows files keep their own run's floor."""
+    import bench
+
+    def part(variant, launch, runs, **cases):
+        rows = []
+        for case, (params, t) in cases.items():
+            r = {"variant": variant, "case": case, "params": params, "eager_us": 40.0, "compile_us": 20.0,
+                 "floor_us": launch, "stream_us": 6.0}
+            rows.append(r | {"dispatch.py": bench.ratios(r, {"median_us": t, "graph_us": t, "check_ok": True})})
+        return {"variant": variant, "launch_floor_us": launch, "rows": rows,
+                "runs": [{"launch_floor_us": f} for f in runs]}
+
+    small = {"experts": 64, "tokens": 8192, "k": 8, "dtype": "bfloat16"}        # 1.06 MB: under the launch floor
+    large = {"experts": 256, "tokens": 65536, "k": 8, "dtype": "float32"}       # 71.3 MB: 14.86 us at 4.8 TB/s
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "h200.plain.bfloat16.rows.json").write_text(json.dumps(
+        part("plain", 3.6, [3.6], a=(small, 5.2), b=(large, 20.0))))
+    (results / "h200.biased.bfloat16.rows.json").write_text(json.dumps(
+        part("biased", 3.3, [3.5, 3.3], c=(small, 5.2))))
+    monkeypatch.setattr(bench, "HERE", tmp_path)
+    monkeypatch.setattr(bench, "load_problem", lambda path: load_problem(MOE / path.name))   # the real problems
+    (results / "h200.plain.float16.rows.json").write_text(json.dumps(part("plain", 3.2, [3.2], d=(small, 5.2))))
+    parts, rows = bench.load_rows("h200", "NVIDIA H200", "bfloat16")
+    assert bench.common_launch_floor("h200") == 3.2 and len(parts) == 2 and len(rows) == 3
+    by = {r["case"]: r for r in rows}
+    assert by["a"]["floor_us"] == by["c"]["floor_us"] == 3.2 and by["a"]["run_floor_us"] == 3.6
+    assert by["a"]["dispatch.py"]["of_floor"] == round(5.2 / 3.2, 3)   # 1.444 for the run's own 3.6
+    assert by["b"]["floor_us"] == round((65536 * 256 * 4 + 65536 * 8 * 8) / 4.8e6, 3)
+    assert bench.summarize(rows, ["dispatch.py"])["dispatch.py"]["cases_within_1_5x_floor"] == 1   # b alone
+    assert json.loads((results / "h200.plain.bfloat16.rows.json").read_text())["rows"][0]["floor_us"] == 3.6
+
+
 def test_bench_times_again_a_case_whose_event_median_is_far_above_graph_replay():
     import types
 

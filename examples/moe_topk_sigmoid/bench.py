@@ -3,7 +3,9 @@ results/<gpu>.json and results/<gpu>.md: per case, PyTorch eager, torch.compile,
 with the L2 flushed, new inputs every call; and CUDA-graph replay), the floor, and the speedups.
 
 Floor: the larger of the bytes the case must move over the GPU's peak bandwidth (the problem's [cost]) and
-the launch floor, a one-element kernel timed the same way on this GPU. Stream floor (cases of 8192 tokens or
+the launch floor, a one-element kernel timed the same way on this GPU. Each bench run measures the launch floor
+once (its rows file keeps that floor); the reports take the least launch floor of all the runs behind the GPU's
+rows files, one floor for every case and dtype, since from run to run it moves by more than some cases' margin. Stream floor (cases of 8192 tokens or
 more): a kernel that only reads the inputs and writes outputs of the case's size, timed the same way
 (stream_floor.py): what memory traffic alone takes in practice.
 
@@ -208,10 +210,35 @@ def case_name(r: dict) -> str:
     return f"{r['variant']} {r['case']}"
 
 
-def load_rows(pattern: str) -> tuple[list, list]:
-    """The rows files of results/ matching the pattern: (their headers, all their rows)."""
-    parts = [json.loads(f.read_text()) for f in sorted((HERE / "results").glob(pattern))]
-    return parts, [r for part in parts for r in part["rows"]]
+def load_rows(name: str, gpu: str, dtype: str = "*") -> tuple[list, list]:
+    """The rows files of results/ of the GPU (NAME.<variant>.<dtype>.rows.json), every dtype's or one's: (their
+    headers, all their rows), every row's floor taken again with the GPU's launch floor (common_launch_floor)."""
+    parts = [json.loads(f.read_text()) for f in sorted((HERE / "results").glob(f"{name}.*.{dtype}.rows.json"))]
+    rows = [r for part in parts for r in part["rows"]]
+    return parts, refloored(rows, common_launch_floor(name), gpu) if rows else rows
+
+
+def common_launch_floor(name: str) -> float:
+    """The GPU's launch floor for the reports: the least measured by the bench runs behind its rows files, every
+    dtype's."""
+    parts = [json.loads(f.read_text()) for f in (HERE / "results").glob(f"{name}.*.*.rows.json")]
+    return min(run["launch_floor_us"] for p in parts for run in (p.get("runs") or [p]) if run.get("launch_floor_us"))
+
+
+def refloored(rows: list, launch_us: float, gpu: str) -> list:
+    """The rows with each case's floor the larger of its bytes over the GPU's peak bandwidth and `launch_us`,
+    and every kernel's ratio to it taken again; the floor the row's own run used stays as run_floor_us."""
+    from kernelpilot.evaluate.roofline import floor, gpu_from_device_name
+
+    spec = gpu_from_device_name(gpu)
+    costs = {v: load_problem(HERE / v).cost for v in {r["variant"] for r in rows}}
+    out = []
+    for r in rows:
+        bytes_us = (floor(costs[r["variant"]], r["params"], spec) or {}).get("floor_us") or 0.0
+        n = r | {"floor_us": round(max(bytes_us, launch_us), 3), "run_floor_us": r.get("run_floor_us", r["floor_us"])}
+        out.append(n | {k: ratios(n, {f: v for f, v in e.items() if not f.startswith(("vs_", "of_"))})
+                        for k, e in r.items() if k in KERNELS})
+    return out
 
 
 def present(rows: list) -> list[str]:
@@ -223,13 +250,14 @@ def run_history(part: dict) -> dict:
     return {"runs": part["runs"]} if len(part.get("runs") or []) > 1 else {}
 
 
-def overall(name: str) -> None:
+def overall(name: str, gpu: str) -> None:
     """results/NAME.summary.json: every rows file of the GPU, all dtypes and variants, for the kernels timed on
     all of them."""
-    parts, rows = load_rows(f"{name}.*.*.rows.json")
+    parts, rows = load_rows(name, gpu)
     summary = summarize(rows, present(rows))
     out = {"runs": [{k: p.get(k) for k in ("variant", "date", "git")} | {"dtype": p["rows"][0]["params"]["dtype"]}
                     | run_history(p) for p in parts if p["rows"]],
+           "launch_floor_us": common_launch_floor(name),
            "summary": summary,
            "stream_floor_above_1_5x_floor": out_of_reach(rows)}
     (HERE / "results" / f"{name}.summary.json").write_text(json.dumps(out, indent=1))
@@ -238,12 +266,13 @@ def overall(name: str) -> None:
 
 def report(name: str, gpu: str, dtype: str) -> None:
     """Merge the rows files of every variant run on this GPU and dtype into NAME.DTYPE.json, .md and a plot."""
-    parts, rows = load_rows(f"{name}.*.{dtype}.rows.json")
+    parts, rows = load_rows(name, gpu, dtype)
     kernels = present(rows)
     summary = summarize(rows, kernels)
     out = {"gpu": gpu, "dtype": dtype,
            "runs": [{k: p.get(k) for k in ("variant", "date", "git", "launch_floor_us")}
                     | run_history(p) for p in parts],
+           "launch_floor_us": common_launch_floor(name),
            "summary": summary, "stream_floor_above_1_5x_floor": out_of_reach(rows), "rows": rows, "method": METHOD}
     (HERE / "results" / f"{name}.{dtype}.json").write_text(json.dumps(out, indent=1))
     from kernelpilot.runs.plot import PALETTE, series_png
@@ -267,14 +296,14 @@ def report(name: str, gpu: str, dtype: str) -> None:
            "```json", json.dumps(summary, indent=1), "```"]
     (HERE / "results" / f"{name}.{dtype}.md").write_text("\n".join(md) + "\n")
     print(json.dumps(summary, indent=1))
-    overall(name)
+    overall(name, gpu)
 
 
 METHOD = ("kpilot bench: CUDA events around each call, L2 flushed (read pass) and new inputs before every call, "
           "median until stable; timed outputs re-checked; CUDA-graph replay also timed (graph_us). Baselines: the "
           "reference in eager PyTorch and under torch.compile (default options), timed the same way. Floor: the "
           "larger of the case's bytes over the GPU's peak bandwidth and the launch floor (a one-element kernel "
-          "timed the same way). Stream floor (8192 tokens or more): a kernel that only reads the inputs and writes outputs "
+          "timed the same way; the least of the runs' measurements, launch_floor_us). Stream floor (8192 tokens or more): a kernel that only reads the inputs and writes outputs "
           "of the case's size (stream_floor.py), the fastest of a few tile shapes, timed the same way.")
 
 
