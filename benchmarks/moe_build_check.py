@@ -37,8 +37,9 @@ DTYPES = ("f32", "f16", "bf16")
 CUDA_MACROS = Path("c10") / "cuda" / "impl" / "cuda_cmake_macros.h"
 
 
-def translation_units(kernels: Path, work: Path) -> dict[str, Path]:
-    """The extension's sources for the kernels in `kernels`, written under `work`: dtype name -> its .cu file."""
+def translation_units(kernels: Path, work: Path) -> tuple[dict[str, Path], tuple[str, ...]]:
+    """The extension's sources for the kernels in `kernels`, written under `work` (dtype name -> its .cu file),
+    and the nvcc options the extension adds to PyTorch's."""
     module = load_kernels(f"check_{abs(hash(str(kernels)))}", kernels)
     before = os.environ.get("TORCH_EXTENSIONS_DIR")
     os.environ["TORCH_EXTENSIONS_DIR"] = str(work)
@@ -49,7 +50,7 @@ def translation_units(kernels: Path, work: Path) -> dict[str, Path]:
             del os.environ["TORCH_EXTENSIONS_DIR"]
         else:
             os.environ["TORCH_EXTENSIONS_DIR"] = before
-    return {f.stem: f for f in files if f.suffix == ".cu"}
+    return {f.stem: f for f in files if f.suffix == ".cu"}, tuple(module.CUDA_FLAGS)
 
 
 def include_dirs(work: Path) -> list[Path]:
@@ -65,13 +66,15 @@ def include_dirs(work: Path) -> list[Path]:
     return dirs
 
 
-def nvcc_command(nvcc: Path, unit: Path, kernels: Path, includes: list[Path], arch: str, out: Path) -> list[str]:
-    """nvcc -c of one translation unit with the flags PyTorch's extension build gives CUDA sources."""
+def nvcc_command(nvcc: Path, unit: Path, kernels: Path, includes: list[Path], arch: str, out: Path,
+                 flags: tuple[str, ...]) -> list[str]:
+    """nvcc -c of one translation unit with the flags PyTorch's extension build gives CUDA sources and the
+    extension's own (`flags`)."""
     import torch
     from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
 
     cc = arch.removeprefix("sm_")
-    return [str(nvcc), "-c", str(unit), "-o", str(out), "-std=c++17", "-O3", f"-I{kernels}",
+    return [str(nvcc), "-c", str(unit), "-o", str(out), "-std=c++17", *flags, f"-I{kernels}",
             *[a for d in includes for a in ("-isystem", str(d))],
             "-DTORCH_EXTENSION_NAME=moe_build_check", "-DTORCH_API_INCLUDE_EXTENSION_H",
             f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}", *COMMON_NVCC_FLAGS,
@@ -85,11 +88,11 @@ def check(kernels: Path, dtypes: list[str], arch: str = "sm_90", jobs: int = 2) 
     nvcc = find_tool("nvcc")
     with tempfile.TemporaryDirectory(prefix="moe_build_check_") as tmp:
         work = Path(tmp)
-        units = translation_units(kernels, work)
+        units, flags = translation_units(kernels, work)
         includes = include_dirs(work)
 
         def compile_one(name: str) -> tuple[int, str]:
-            cmd = nvcc_command(nvcc, units[name], kernels, includes, arch, work / f"{name}.o")
+            cmd = nvcc_command(nvcc, units[name], kernels, includes, arch, work / f"{name}.o", flags)
             proc = subprocess.run(cmd, capture_output=True, text=True)
             lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "warning" not in ln]
             tail = "\n".join(lines[-12:])

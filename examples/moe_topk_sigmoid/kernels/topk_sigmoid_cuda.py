@@ -52,6 +52,9 @@ SORT_ALGO = {
 }
 ALGO = "keys"
 DTYPES = {"f32": "float", "f16": "__half", "bf16": "__nv_bfloat16"}
+# nvcc options of the extension's CUDA sources besides PyTorch's: -lineinfo lets `kpilot profile --source` map
+# its samples to source lines (nvcc 13 emits the same SASS with it as without).
+CUDA_FLAGS = ("-O3", "-lineinfo")
 
 _PER_DTYPE = r"""
 #include <torch/extension.h>
@@ -228,7 +231,7 @@ def _extension():
         from torch.utils.cpp_extension import load
 
         name, sources = _sources()
-        _ext = load(name=name, sources=[str(s) for s in sources], extra_cuda_cflags=["-O3", f"-I{HERE}"],
+        _ext = load(name=name, sources=[str(s) for s in sources], extra_cuda_cflags=[*CUDA_FLAGS, f"-I{HERE}"],
                     verbose=False)
     return _ext
 
