@@ -580,11 +580,11 @@ def test_bench_reports_take_the_least_launch_floor_of_the_runs(tmp_path, monkeyp
         part("plain", 3.6, [3.6], a=(small, 5.2), b=(large, 20.0))))
     (results / "h200.biased.bfloat16.rows.json").write_text(json.dumps(
         part("biased", 3.3, [3.5, 3.3], c=(small, 5.2))))
+    (results / "h200.plain.float16.rows.json").write_text(json.dumps(part("plain", 3.2, [3.2], d=(small, 5.2))))
     monkeypatch.setattr(bench, "HERE", tmp_path)
     monkeypatch.setattr(bench, "load_problem", lambda path: load_problem(MOE / path.name))   # the real problems
-    (results / "h200.plain.float16.rows.json").write_text(json.dumps(part("plain", 3.2, [3.2], d=(small, 5.2))))
-    parts, rows = bench.load_rows("h200", "NVIDIA H200", "bfloat16")
-    assert bench.common_launch_floor("h200") == 3.2 and len(parts) == 2 and len(rows) == 3
+    parts, rows, launch = bench.load_rows("h200", "NVIDIA H200", "bfloat16")
+    assert launch == 3.2 and len(parts) == 2 and len(rows) == 3   # the float16 file's floor counts too
     by = {r["case"]: r for r in rows}
     assert by["a"]["floor_us"] == by["c"]["floor_us"] == 3.2 and by["a"]["run_floor_us"] == 3.6
     assert by["a"]["dispatch.py"]["of_floor"] == round(5.2 / 3.2, 3)   # 1.444 for the run's own 3.6

@@ -5,9 +5,9 @@ with the L2 flushed, new inputs every call; and CUDA-graph replay), the floor, a
 Floor: the larger of the bytes the case must move over the GPU's peak bandwidth (the problem's [cost]) and
 the launch floor, a one-element kernel timed the same way on this GPU. Each bench run measures the launch floor
 once (its rows file keeps that floor); the reports take the least launch floor of all the runs behind the GPU's
-rows files, one floor for every case and dtype, since from run to run it moves by more than some cases' margin. Stream floor (cases of 8192 tokens or
-more): a kernel that only reads the inputs and writes outputs of the case's size, timed the same way
-(stream_floor.py): what memory traffic alone takes in practice.
+rows files, one floor for every case and dtype, since from run to run it moves by more than some cases' margin.
+Stream floor (cases of 8192 tokens or more): a kernel that only reads the inputs and writes outputs of the case's
+size, timed the same way (stream_floor.py): what memory traffic alone takes in practice.
 
 Each variant's rows go to results/<gpu>.<variant>.<dtype>.rows.json, and every rows file of the GPU and dtype
 is merged into the report (results/<gpu>.<dtype>.md/.json and a plot), so the two variants can run at once (on
@@ -122,6 +122,11 @@ def disturbed(by_case: dict) -> list[str]:
     return out
 
 
+def measured(entry: dict) -> dict:
+    """A kernel's entry of a row without its ratios: what was measured, for ratios() to take them again."""
+    return {f: v for f, v in entry.items() if not f.startswith(("vs_", "of_"))}
+
+
 def ratios(row: dict, timed: dict) -> dict:
     """A kernel's entry of a row: its times and their ratios to the row's baselines and floors."""
     t, eager, comp, stream = timed["median_us"], row["eager_us"], row["compile_us"], row.get("stream_us")
@@ -143,8 +148,7 @@ def merged(old: list, new: list) -> list:
         if n is None:
             out.append(r)
             continue
-        keep = {k: ratios(n, {f: v for f, v in e.items() if not f.startswith(("vs_", "of_"))})
-                for k, e in r.items() if k in KERNELS and k not in n}
+        keep = {k: ratios(n, measured(e)) for k, e in r.items() if k in KERNELS and k not in n}
         out.append(n | keep)
     return out + list(timed.values())
 
@@ -210,18 +214,24 @@ def case_name(r: dict) -> str:
     return f"{r['variant']} {r['case']}"
 
 
-def load_rows(name: str, gpu: str, dtype: str = "*") -> tuple[list, list]:
-    """The rows files of results/ of the GPU (NAME.<variant>.<dtype>.rows.json), every dtype's or one's: (their
-    headers, all their rows), every row's floor taken again with the GPU's launch floor (common_launch_floor)."""
-    parts = [json.loads(f.read_text()) for f in sorted((HERE / "results").glob(f"{name}.*.{dtype}.rows.json"))]
+def rows_files(name: str, dtype: str = "*") -> list:
+    """The rows files of results/ of the GPU (NAME.<variant>.<dtype>.rows.json), every dtype's or one's."""
+    return [json.loads(f.read_text()) for f in sorted((HERE / "results").glob(f"{name}.*.{dtype}.rows.json"))]
+
+
+def load_rows(name: str, gpu: str, dtype: str = "*") -> tuple[list, list, float | None]:
+    """The GPU's rows files, every dtype's or one's: their headers, all their rows with every floor taken again
+    with the GPU's launch floor (common_launch_floor, over every dtype's files), and that floor."""
+    parts = rows_files(name, dtype)
     rows = [r for part in parts for r in part["rows"]]
-    return parts, refloored(rows, common_launch_floor(name), gpu) if rows else rows
+    if not rows:
+        return parts, rows, None
+    launch = common_launch_floor(parts if dtype == "*" else rows_files(name))
+    return parts, refloored(rows, launch, gpu), launch
 
 
-def common_launch_floor(name: str) -> float:
-    """The GPU's launch floor for the reports: the least measured by the bench runs behind its rows files, every
-    dtype's."""
-    parts = [json.loads(f.read_text()) for f in (HERE / "results").glob(f"{name}.*.*.rows.json")]
+def common_launch_floor(parts: list) -> float:
+    """The launch floor for the reports: the least measured by the bench runs behind these rows files."""
     return min(run["launch_floor_us"] for p in parts for run in (p.get("runs") or [p]) if run.get("launch_floor_us"))
 
 
@@ -236,8 +246,7 @@ def refloored(rows: list, launch_us: float, gpu: str) -> list:
     for r in rows:
         bytes_us = (floor(costs[r["variant"]], r["params"], spec) or {}).get("floor_us") or 0.0
         n = r | {"floor_us": round(max(bytes_us, launch_us), 3), "run_floor_us": r.get("run_floor_us", r["floor_us"])}
-        out.append(n | {k: ratios(n, {f: v for f, v in e.items() if not f.startswith(("vs_", "of_"))})
-                        for k, e in r.items() if k in KERNELS})
+        out.append(n | {k: ratios(n, measured(e)) for k, e in r.items() if k in KERNELS})
     return out
 
 
@@ -253,11 +262,11 @@ def run_history(part: dict) -> dict:
 def overall(name: str, gpu: str) -> None:
     """results/NAME.summary.json: every rows file of the GPU, all dtypes and variants, for the kernels timed on
     all of them."""
-    parts, rows = load_rows(name, gpu)
+    parts, rows, launch = load_rows(name, gpu)
     summary = summarize(rows, present(rows))
     out = {"runs": [{k: p.get(k) for k in ("variant", "date", "git")} | {"dtype": p["rows"][0]["params"]["dtype"]}
                     | run_history(p) for p in parts if p["rows"]],
-           "launch_floor_us": common_launch_floor(name),
+           "launch_floor_us": launch,
            "summary": summary,
            "stream_floor_above_1_5x_floor": out_of_reach(rows)}
     (HERE / "results" / f"{name}.summary.json").write_text(json.dumps(out, indent=1))
@@ -266,13 +275,13 @@ def overall(name: str, gpu: str) -> None:
 
 def report(name: str, gpu: str, dtype: str) -> None:
     """Merge the rows files of every variant run on this GPU and dtype into NAME.DTYPE.json, .md and a plot."""
-    parts, rows = load_rows(name, gpu, dtype)
+    parts, rows, launch = load_rows(name, gpu, dtype)
     kernels = present(rows)
     summary = summarize(rows, kernels)
     out = {"gpu": gpu, "dtype": dtype,
            "runs": [{k: p.get(k) for k in ("variant", "date", "git", "launch_floor_us")}
                     | run_history(p) for p in parts],
-           "launch_floor_us": common_launch_floor(name),
+           "launch_floor_us": launch,
            "summary": summary, "stream_floor_above_1_5x_floor": out_of_reach(rows), "rows": rows, "method": METHOD}
     (HERE / "results" / f"{name}.{dtype}.json").write_text(json.dumps(out, indent=1))
     from kernelpilot.runs.plot import PALETTE, series_png
@@ -303,8 +312,9 @@ METHOD = ("kpilot bench: CUDA events around each call, L2 flushed (read pass) an
           "median until stable; timed outputs re-checked; CUDA-graph replay also timed (graph_us). Baselines: the "
           "reference in eager PyTorch and under torch.compile (default options), timed the same way. Floor: the "
           "larger of the case's bytes over the GPU's peak bandwidth and the launch floor (a one-element kernel "
-          "timed the same way; the least of the runs' measurements, launch_floor_us). Stream floor (8192 tokens or more): a kernel that only reads the inputs and writes outputs "
-          "of the case's size (stream_floor.py), the fastest of a few tile shapes, timed the same way.")
+          "timed the same way; the least of the runs' measurements, launch_floor_us). Stream floor (8192 tokens or "
+          "more): a kernel that only reads the inputs and writes outputs of the case's size (stream_floor.py), the "
+          "fastest of a few tile shapes, timed the same way.")
 
 
 def main() -> None:
