@@ -120,3 +120,23 @@ def test_build_check_names_a_variant_that_does_not_compile(tmp_path):
     assert f"{overlay} f32: FAILED" in proc.stdout and "topk_sigmoid_sort.cu" in proc.stdout
     assert 'expected a ";"' in proc.stdout
     assert f"did not compile: {overlay} f32" in proc.stderr
+
+
+def test_launch_shared_kernels_compile_for_sm_90_and_every_name_launches_one(tmp_path):
+    """benchmarks/launch_shared.py's extension (the kernels holding shared memory and their launcher) compiles
+    with nvcc for sm_90 and PyTorch's extension flags, and each kernel name it times has its branch."""
+    from conftest import require_tool
+
+    require_tool("nvcc")
+    import launch_shared
+    import moe_build_check
+    from kernelpilot.toolchain.find import find_tool
+
+    for name in launch_shared.NAMES:
+        assert launch_shared.SOURCE.count(f'if (name == "{name}")') == 1, name
+    unit = tmp_path / "launch_shared.cu"
+    unit.write_text(launch_shared.SOURCE)
+    cmd = moe_build_check.nvcc_command(find_tool("nvcc"), unit, tmp_path, moe_build_check.include_dirs(tmp_path),
+                                       "sm_90", tmp_path / "launch_shared.o", ("-O3",))
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -1,0 +1,103 @@
+"""What static shared memory adds to a short kernel's time, timed as `kpilot bench` times a candidate (L2 flushed,
+the GPU kept busy while the host launches, CUDA events around the call; median of 200, rounds interleaved):
+kernels that do nothing but hold 0, 2, 8, 36 or 48 KB of shared memory a block, and the 2 KB one again with
+each preferred carveout (cudaFuncAttributePreferredSharedMemoryCarveout: 0, the most L1; 100, the most shared
+memory), on the grid of the MoE kernels at 8,192 tokens (256 blocks of 128 threads) and on one block.
+Writes benchmarks/results/launch_shared.json.
+
+    python benchmarks/launch_shared.py [--rounds 3] [--calls 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "examples" / "moe_topk_sigmoid"), str(ROOT / "benchmarks")]
+
+from _common import RESULTS, environment  # noqa: E402
+
+SOURCE = r"""
+#include <torch/extension.h>
+#include <c10/cuda/CUDAStream.h>
+
+// A kernel holding BYTES of static shared memory (none for 0) that writes nothing unless n < 0.
+template <int BYTES, int ID>
+__global__ void hold(int* p, int n) {
+  if constexpr (BYTES > 0) {
+    __shared__ int s[BYTES / 4];
+    if (n < 0) {
+      s[threadIdx.x % (BYTES / 4)] = n;
+      __syncthreads();
+      p[threadIdx.x] = s[(threadIdx.x + 1) % (BYTES / 4)];
+    }
+  } else {
+    if (n < 0) p[threadIdx.x] = n;
+  }
+}
+
+template <int BYTES, int ID>
+void run(torch::Tensor p, int64_t blocks, int64_t carveout) {
+  static bool set = false;
+  if (!set && carveout >= 0) {
+    cudaFuncSetAttribute(hold<BYTES, ID>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)carveout);
+    set = true;
+  }
+  hold<BYTES, ID><<<(int)blocks, 128, 0, c10::cuda::getCurrentCUDAStream()>>>(p.data_ptr<int>(), 1);
+}
+
+void launch(std::string name, torch::Tensor p, int64_t blocks) {
+  if (name == "none") return run<0, 0>(p, blocks, -1);
+  if (name == "2k") return run<2048, 0>(p, blocks, -1);
+  if (name == "8k") return run<8192, 0>(p, blocks, -1);
+  if (name == "36k") return run<36864, 0>(p, blocks, -1);
+  if (name == "48k") return run<49152, 0>(p, blocks, -1);
+  if (name == "2k_carveout0") return run<2048, 1>(p, blocks, 0);
+  if (name == "2k_carveout100") return run<2048, 2>(p, blocks, 100);
+  if (name == "none_carveout100") return run<0, 3>(p, blocks, 100);
+  TORCH_CHECK(false, "no kernel ", name);
+}
+"""
+DECLARATION = "void launch(std::string name, torch::Tensor p, int64_t blocks);"
+NAMES = ("none", "2k", "8k", "36k", "48k", "2k_carveout0", "2k_carveout100", "none_carveout100")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--calls", type=int, default=200)
+    args = ap.parse_args()
+    import torch
+    from torch.utils.cpp_extension import load_inline
+
+    if not torch.cuda.is_available():
+        sys.exit("launch_shared.py needs a GPU")
+    from moe_large import round_orders
+    from stream_floor import flushed_median_us
+
+    module = load_inline("kpilot_launch_shared", cpp_sources=DECLARATION, cuda_sources=SOURCE, functions=["launch"],
+                         extra_cuda_cflags=["-O3"])
+    p = torch.zeros(128, dtype=torch.int32, device="cuda")
+    rows = []
+    for blocks in (256, 1):
+        times = {n: [] for n in NAMES}
+        for order in round_orders(list(NAMES), args.rounds):
+            for name in order:
+                times[name].append(flushed_median_us(lambda: module.launch(name, p, blocks), args.calls))
+        for name in NAMES:
+            row = {"kernel": name, "blocks": blocks, "rounds_us": [round(t, 3) for t in times[name]],
+                   "us": round(statistics.median(times[name]), 3)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    out = RESULTS / "launch_shared.json"
+    out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "environment": environment(),
+                               "rows": rows}, indent=1) + "\n")
+    print("wrote", out)
+
+
+if __name__ == "__main__":
+    main()
