@@ -21,11 +21,18 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "examples" / "moe_topk_sigmoid"), 
 
 from _common import RESULTS, environment  # noqa: E402
 
+# name -> (static shared memory in bytes a block, preferred carveout or -1 for the driver's choice)
+KERNELS = {"none": (0, -1), "2k": (2048, -1), "8k": (8192, -1), "36k": (36864, -1), "48k": (49152, -1),
+           "2k_carveout0": (2048, 0), "2k_carveout100": (2048, 100), "none_carveout100": (0, 100)}
+NAMES = tuple(KERNELS)
+DECLARATION = "void launch(std::string name, torch::Tensor p, int64_t blocks);"
 SOURCE = r"""
 #include <torch/extension.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 
-// A kernel holding BYTES of static shared memory (none for 0) that writes nothing unless n < 0.
+// A kernel holding BYTES of static shared memory (none for 0) that writes nothing unless n < 0; ID makes a
+// function of its own for each preferred carveout.
 template <int BYTES, int ID>
 __global__ void hold(int* p, int n) {
   if constexpr (BYTES > 0) {
@@ -41,29 +48,21 @@ __global__ void hold(int* p, int n) {
 }
 
 template <int BYTES, int ID>
-void run(torch::Tensor p, int64_t blocks, int64_t carveout) {
+void run(torch::Tensor p, int64_t blocks, int carveout) {
   static bool set = false;
   if (!set && carveout >= 0) {
-    cudaFuncSetAttribute(hold<BYTES, ID>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)carveout);
+    C10_CUDA_CHECK(cudaFuncSetAttribute(hold<BYTES, ID>, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
     set = true;
   }
   hold<BYTES, ID><<<(int)blocks, 128, 0, c10::cuda::getCurrentCUDAStream()>>>(p.data_ptr<int>(), 1);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 void launch(std::string name, torch::Tensor p, int64_t blocks) {
-  if (name == "none") return run<0, 0>(p, blocks, -1);
-  if (name == "2k") return run<2048, 0>(p, blocks, -1);
-  if (name == "8k") return run<8192, 0>(p, blocks, -1);
-  if (name == "36k") return run<36864, 0>(p, blocks, -1);
-  if (name == "48k") return run<49152, 0>(p, blocks, -1);
-  if (name == "2k_carveout0") return run<2048, 1>(p, blocks, 0);
-  if (name == "2k_carveout100") return run<2048, 2>(p, blocks, 100);
-  if (name == "none_carveout100") return run<0, 3>(p, blocks, 100);
-  TORCH_CHECK(false, "no kernel ", name);
+""" + "".join(f'  if (name == "{name}") return run<{size}, {i}>(p, blocks, {carveout});\n'
+              for i, (name, (size, carveout)) in enumerate(KERNELS.items())) + r"""  TORCH_CHECK(false, "no kernel ", name);
 }
 """
-DECLARATION = "void launch(std::string name, torch::Tensor p, int64_t blocks);"
-NAMES = ("none", "2k", "8k", "36k", "48k", "2k_carveout0", "2k_carveout100", "none_carveout100")
 
 
 def main() -> None:
