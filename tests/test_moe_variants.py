@@ -140,3 +140,26 @@ def test_launch_shared_kernels_compile_for_sm_90_and_every_name_launches_one(tmp
                                        "sm_90", tmp_path / "launch_shared.o", ("-O3",))
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_fresh_inputs_are_new_each_call_in_batches_rotated_ones_repeat_every_ten():
+    import moe_fresh_inputs
+
+    made = []
+
+    def make(seed):
+        made.append(seed)
+        return (seed,)
+
+    syncs = []
+    fresh = moe_fresh_inputs.picker(make, "fresh", lambda: syncs.append(len(made)))
+    assert fresh(-3) == fresh(-1) == (10_000,)
+    got = [fresh(i)[0] for i in range(25)]
+    assert got == [1 + i for i in range(25)] and len(set(got)) == 25
+    assert syncs == [11, 21, 31]   # one batch of 10 made at a time, before its first call
+    rotate = moe_fresh_inputs.picker(make, "rotate")
+    assert [rotate(i)[0] for i in range(12)] == list(range(10)) + [0, 1]
+    one = moe_fresh_inputs.picker(make, "one")
+    assert {one(i) for i in range(5)} == {(10_000,)}
+    with pytest.raises(ValueError, match="way"):
+        moe_fresh_inputs.picker(make, "stale")(0)
