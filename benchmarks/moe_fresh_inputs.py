@@ -8,6 +8,8 @@ of --calls):
   call a new one, the previous batch freed first (so the allocator hands its blocks out again);
 - rotate: 10 inputs made once, the calls taking them in turn (new addresses, no new data).
 
+The inputs are the problem's own (reference.make_inputs and make_inputs_biased).
+
 Writes benchmarks/results/moe_fresh_inputs.json.
 
     python benchmarks/moe_fresh_inputs.py [--rounds 3] [--calls 200]
@@ -26,9 +28,10 @@ MOE = ROOT / "examples" / "moe_topk_sigmoid"
 sys.path[:0] = [str(ROOT / "src"), str(MOE), str(MOE / "kernels"), str(ROOT / "benchmarks")]
 
 from _common import RESULTS, environment  # noqa: E402
+from kernelpilot.evaluate.timing import TimingOptions  # noqa: E402
 
 WAYS = ("one", "fresh", "rotate")
-BATCH = 10   # kpilot bench's batch of fresh inputs (TimingOptions.batch)
+BATCH = TimingOptions().batch   # kpilot bench's batch of fresh inputs
 # (variant, experts, tokens, k, dtype)
 CASES = [(v, e, t, 8, "bfloat16") for v in ("plain", "biased") for t in (8192, 65536) for e in (64, 128, 256)] + [
     ("biased", 64, 8192, 8, "float32"), ("plain", 64, 8192, 8, "float32")]
@@ -37,6 +40,8 @@ CASES = [(v, e, t, 8, "bfloat16") for v in ("plain", "biased") for t in (8192, 6
 def picker(make, way: str, sync=lambda: None):
     """pick(i): the inputs of call i (i < 0: a warm-up call, always the same inputs), given `way`; make(seed)
     makes one set. sync() after each fresh batch is made."""
+    if way not in WAYS:
+        raise ValueError(f"way: one of {WAYS}, not {way!r}")
     warm = make(10_000)
     fixed = [make(s) for s in range(BATCH)] if way == "rotate" else None
     pool: dict = {}
@@ -46,8 +51,6 @@ def picker(make, way: str, sync=lambda: None):
             return warm
         if way == "rotate":
             return fixed[i % BATCH]
-        if way != "fresh":
-            raise ValueError(f"way: one of {WAYS}, not {way!r}")
         if i not in pool:   # a new batch, the previous one freed first
             pool.clear()
             for j in range(i, i + BATCH):
@@ -84,23 +87,24 @@ def main() -> None:
 
     import torch
     import dispatch
+    import reference as ref
+    from moe_large import round_orders
     from stream_floor import SHAPES, stream
 
     rows = []
     for variant, experts, tokens, k, dtype in CASES:
-        def make(seed: int, experts=experts, tokens=tokens, dtype=dtype, variant=variant):
-            g = torch.Generator(device="cuda").manual_seed(seed)
-            x = torch.randn(tokens, experts, device="cuda", generator=g).to(getattr(torch, dtype))
-            bias = torch.randn(experts, device="cuda", generator=g) * 0.1 if variant == "biased" else None
-            return x, bias, k
+        case = {"experts": experts, "tokens": tokens, "k": k, "dtype": dtype}
+        maker = ref.make_inputs_biased if variant == "biased" else ref.make_inputs
+
+        def make(seed: int, case=case, maker=maker):
+            return maker(case, seed, "cuda")
 
         # The stream kernel's fastest tile shape for the case, from one quick pass on one input.
         shape = min(SHAPES, key=lambda s: timed(lambda x, b, kk: stream(x, b, kk, *s), make, "one", 50))
         runs = {"dispatch": dispatch.topk_sigmoid, "stream": lambda x, b, kk: stream(x, b, kk, *shape)}
         times = {(name, way): [] for name in runs for way in WAYS}
-        for r in range(args.rounds):
-            order = [(n, w) for n in runs for w in WAYS]
-            for name, way in (order if r % 2 == 0 else order[::-1]):
+        for order in round_orders(list(times), args.rounds):
+            for name, way in order:
                 times[name, way].append(timed(runs[name], make, way, args.calls))
         row = {"variant": variant, "experts": experts, "tokens": tokens, "k": k, "dtype": dtype,
                "stream_shape": list(shape)}
