@@ -11,8 +11,11 @@ largest maxima or not), but where another kernel was faster (OTHER):
   1,024 tokens on all three dtypes;
 - fp32 logits without a bias at 8,192 tokens, 256 experts and 128 experts with k 8: the packed-key kernel on a
   persistent grid, by 0.3% to 13%; the sorting network's 32-byte chunks hold more registers and its selection
-  tracks the best key left out to see ties;
-- fp32 logits with a bias at 256 experts, k 8, 65,536 tokens: the packed-key kernel, by 1%.
+  tracks the best key left out to see ties.
+
+The packed-key kernel (one pass) was also picked for fp32 logits with a bias at 256 experts, k 8, 65,536 tokens (by
+1%) until the sorting-network kernel took 0.923x of its time there at f527e90 (benchmarks/results/
+moe_sort_biased_t8192_t65536_sort16_sort32_sort64_prune16_prune32_prune64_f527e90.json).
 
 Measured at 8,192 and 65,536 tokens on all three dtypes, both variants (moe_sort_t8192_t65536_sort16_sort32_sort64_
 prune16_prune32_prune64.json and its _biased twin), the kernel picked took 0.72x to 1.00x of the packed-key
@@ -45,7 +48,6 @@ def pick(logits: torch.Tensor, k: int) -> str:
 OTHER = {
     **{(size, True, 1024, 64, 4): "warp" for size in (2, 4)},
     **{(4, False, 8192, e, k): "keys_persistent" for e, k in ((128, 8), (256, 4), (256, 8))},
-    (4, True, 65536, 256, 8): "keys",
 }
 
 
