@@ -43,17 +43,21 @@ def environment() -> dict:
     }
 
 
-def _git_rev() -> str | None:
-    """The commit measured, with "+changes" when the source differs from it (results files aside).
-    KPILOT_GIT_REV names it where the tree was copied without its history."""
+# What a measurement runs: the package, the benchmarks and the examples' kernels, their results files aside.
+MEASURED = ("src", "benchmarks", "examples", ":!benchmarks/results", ":(exclude,glob)examples/*/results/**")
+
+
+def _git_rev(root: Path | None = None) -> str | None:
+    """The commit measured, with "+changes" when what a measurement runs (MEASURED) differs from it, as where
+    a tree was copied with an older history. KPILOT_GIT_REV names it where the tree was copied without one."""
     if os.environ.get("KPILOT_GIT_REV"):
         return os.environ["KPILOT_GIT_REV"]
-    here = Path(__file__).parent
+    root = root or Path(__file__).resolve().parents[1]
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             cwd=here).stdout.strip()
-        changed = subprocess.run(["git", "status", "--porcelain", "--", "src", "benchmarks", ":!benchmarks/results"],
-                                 capture_output=True, text=True, cwd=here.parent).stdout.strip()
+                             cwd=root).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--", *MEASURED],
+                                 capture_output=True, text=True, cwd=root).stdout.strip()
     except OSError:
         return None
     return (rev + ("+changes" if changed else "")) or None
