@@ -329,6 +329,18 @@ def test_sort_kernel_takes_a_bias(dtype):
     assert kern.resources.spill_store_bytes == 0
 
 
+@pytest.mark.parametrize("prune", [0, 1])
+@pytest.mark.parametrize("dtype", ["__nv_bfloat16", "__half"])
+def test_sort_kernel_with_a_bias_at_64_experts_a_thread_spills_one_register_at_most(dtype, prune):
+    """With a bias and 16-bit logits at 256 experts, k 8, 64 experts per thread (what dispatch.py runs there:
+    sort64 at 8,192 tokens, prune64 at 65,536), the kernel holds 64 registers (its launch bounds' cap) and spills
+    4 bytes, one register. (Compiled for sm_90 at 637f0e6, none of the other sorting-network kernels that
+    dispatch.py runs spilled.)"""
+    kern, _ = sort_kernel_sass(256, 8, 64, dtype, bias=1, prune=prune)
+    assert kern.resources.registers == 64
+    assert kern.resources.spill_store_bytes <= 4
+
+
 def test_pruned_sort_kernel_selects_within_the_chunks_of_largest_maxima():
     """The pruned sorting-network kernel (256 experts, k 8, 64 experts per thread, bf16 logits, sm_90): each chunk
     of 8 experts' maximum in packed 16-bit max (VIMNMX.S16x2, three per chunk), the k chunks of largest maxima
