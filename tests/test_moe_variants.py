@@ -1,4 +1,4 @@
-"""benchmarks/moe_variants.py, moe_large.py and moe_build_check.py without a GPU: the timing sets, the trees
+"""benchmarks/moe_variants.py, moe_large.py, moe_build_check.py and approx_sigmoid_error.py without a GPU: the timing sets, the trees
 variants are laid over, the kernels of several trees loaded side by side in one process and timed in turn, the
 comparison; the extension's kernels compiled for sm_90."""
 
@@ -191,3 +191,23 @@ def test_the_measured_commit_names_changes_to_kernels_but_not_to_results(tmp_pat
     assert _common._git_rev(tmp_path) == rev + "+changes"
     monkeypatch.setenv("KPILOT_GIT_REV", "abc1234")
     assert _common._git_rev(tmp_path) == "abc1234"
+
+
+def test_the_approximate_sigmoid_compiles_to_tanh_approx_for_sm_90():
+    """approx_sigmoid_error.py's kernel, compiled by Triton for sm_90 without a GPU: one tanh.approx.f32 a value, the
+    instruction whose distance from the sigmoid the script measures."""
+    import approx_sigmoid_error
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    src = triton.compiler.ASTSource(fn=approx_sigmoid_error.approx_sigmoid, constexprs={"BLOCK": 1024},
+                                    signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"})
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+    assert ptx.count("tanh.approx.f32") >= 1 and "ex2.approx" not in ptx
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the message for a machine without a GPU")
+def test_the_approximate_sigmoid_script_says_it_needs_a_gpu():
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "approx_sigmoid_error.py")], capture_output=True,
+                         text=True)
+    assert run.returncode == 1 and "needs an NVIDIA GPU" in run.stderr
