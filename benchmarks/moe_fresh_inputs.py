@@ -10,7 +10,7 @@ of --calls):
 
 The inputs are the problem's own (reference.make_inputs and make_inputs_biased).
 
-Writes benchmarks/results/moe_fresh_inputs.json.
+Writes benchmarks/results/moe_fresh_inputs.json (and a line of its .jsonl history).
 
     python benchmarks/moe_fresh_inputs.py [--rounds 3] [--calls 200]
 """
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MOE = ROOT / "examples" / "moe_topk_sigmoid"
 sys.path[:0] = [str(ROOT / "src"), str(MOE), str(MOE / "kernels"), str(ROOT / "benchmarks")]
 
-from _common import RESULTS, environment  # noqa: E402
+from _common import write_results  # noqa: E402
 from kernelpilot.evaluate.timing import TimingOptions  # noqa: E402
 
 WAYS = ("one", "fresh", "rotate")
@@ -114,9 +114,8 @@ def main() -> None:
         rows.append(row)
         print(json.dumps({key: v for key, v in row.items() if not key.endswith("rounds_us")}), flush=True)
 
-    out = RESULTS / "moe_fresh_inputs.json"
-    out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "environment": environment(),
-                               "rounds": args.rounds, "calls": args.calls, "rows": rows}, indent=1) + "\n")
+    out = write_results("moe_fresh_inputs", {"gpu": torch.cuda.get_device_name(), "rounds": args.rounds,
+                                             "calls": args.calls, "rows": rows})
     print(f"wrote {out}")
 
 

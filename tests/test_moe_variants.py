@@ -1,6 +1,6 @@
-"""benchmarks/moe_variants.py, moe_large.py, moe_build_check.py and approx_sigmoid_error.py without a GPU: the timing sets, the trees
-variants are laid over, the kernels of several trees loaded side by side in one process and timed in turn, the
-comparison; the extension's kernels compiled for sm_90."""
+"""benchmarks/moe_variants.py, moe_large.py, moe_build_check.py and approx_sigmoid_error.py without a GPU: the
+timing sets, the trees variants are laid over, the kernels of several trees loaded side by side in one process and
+timed in turn, the comparison; the extension's kernels and the approximate sigmoid compiled for sm_90."""
 
 import argparse
 import subprocess
