@@ -11,11 +11,14 @@ import sys
 import pytest
 from conftest import ROOT, require_module
 
+from kernelpilot.arch.registry import get_arch
 from kernelpilot.errors import InputFormatError
+from kernelpilot.profile.diagnose import diagnose
 from kernelpilot.profile.diff import diff_profiles
 from kernelpilot.profile.load import from_ncu_pages, load_profile
 from kernelpilot.profile.ncu_csv import read_raw_csv, to_base
 from kernelpilot.profile.ncu_details import read_rules
+from kernelpilot.profile.model import KernelLaunch, Stall
 from kernelpilot.profile.ncu_metrics import short_name
 
 
@@ -63,6 +66,33 @@ def test_the_small_grid_is_diagnosed_underfilled_first_and_the_full_one_is_not(p
     assert full.bound == "memory" and full.bound_evidence["memory_pct"] > full.bound_evidence["sm_pct"]
     assert full.diagnoses[0].id == "stall.long-scoreboard"
     assert "memory.dram-bandwidth-low" in {d.id for d in full.diagnoses}
+
+
+def _launch_from_summary(k: dict) -> KernelLaunch:
+    """A launch as `kpilot profile --json` wrote it, before diagnosis."""
+    return KernelLaunch(name=k["name"], id=k["id"], duration_us=k["duration_us"], grid=tuple(k["grid"]),
+                        block=tuple(k["block"]), registers_per_thread=k["registers_per_thread"],
+                        shared_bytes_per_block=k["shared_bytes_per_block"], sm_count=k["sm_count"],
+                        waves_per_sm=k["waves_per_sm"], occupancy=k["occupancy"], throughput=k["throughput"],
+                        stalls=[Stall(s["reason"], s["pct"]) for s in k["stalls"]], pipes=k["pipes"])
+
+
+def test_an_occupancy_limit_is_not_blamed_when_the_grid_is_under_one_wave():
+    """The MoE routing kernel at 8,192 tokens, profiled on an H200: 256 blocks where 12 per SM fit (0.16
+    waves). Registers cap the occupancy at 75%, but every block is resident at once, so fewer registers would
+    add no warp: no occupancy finding, and the load-wait advice asks for more blocks, not more residency. The same
+    launch on a grid of many waves is told about its registers."""
+    summary = ROOT / "examples" / "moe_topk_sigmoid" / "results" / "profiles" / "plain_9f01f7b_sort_128x8192_lines.json"
+    k = _launch_from_summary(json.loads(summary.read_text())["kernels"][0])
+    assert k.occupancy["limiter"] == "registers" and k.waves_per_sm < 1
+    ids = [d.id for d in diagnose(k, get_arch("sm_90")).diagnoses]
+    assert ids[0] == "launch.underfill" and not any(i.startswith("occupancy.") for i in ids)
+    k.stalls = [Stall("long_scoreboard", 70.0), *k.stalls[1:]]
+    wait = next(d for d in diagnose(k, get_arch("sm_90")).diagnoses if d.id == "stall.long-scoreboard")
+    assert "split the work over more blocks" in wait.suggestion and "more resident warps" not in wait.suggestion
+    k.grid, k.waves_per_sm = (19008, 1, 1), 12.0
+    ids = [d.id for d in diagnose(k, get_arch("sm_90")).diagnoses]
+    assert "occupancy.registers" in ids and "launch.underfill" not in ids
 
 
 def test_ncu_rule_messages_with_estimated_speedups(prof):

@@ -130,6 +130,8 @@ def _limit(k: KernelLaunch, spec: ArchSpec | None) -> tuple[float, Finding] | No
     limiter, th = k.occupancy.get("limiter"), k.occupancy.get("theoretical_pct")
     if limiter not in ("registers", "shared_memory") or th is None or th >= 100:
         return None
+    if k.waves_per_sm is not None and k.waves_per_sm < 1:
+        return None     # every block of the grid is resident at once: a higher limit would add no warps
     if k.bound == "compute" or (k.bound == "memory" and (k.throughput.get("dram_pct") or 0) >= 80):
         return None     # busy compute units or DRAM near its peak: more resident warps would not help
     ev: dict[str, Any] = {"theoretical_pct": th, "limiter": limiter, "limits": k.occupancy.get("limits"),
@@ -176,8 +178,11 @@ def _long_scoreboard(k: KernelLaunch) -> tuple[float, Finding] | None:
         evidence={"long_scoreboard_pct": top.pct, "top_stalls": [(s.reason, s.pct) for s in k.stalls[:3]],
                   "achieved_occupancy_pct": k.occupancy.get("achieved_pct")},
         suggestion="keep more bytes in flight per warp: wider loads (128-bit), several independent loads per "
-                   "thread before their first use, more resident warps; stage reused data through shared memory "
-                   "(cp.async or TMA)")
+                   "thread before their first use, "
+                   + ("more warps (the grid is under one wave, every block resident: split the work over more "
+                      "blocks or threads)" if k.waves_per_sm is not None and k.waves_per_sm < 1 else
+                      "more resident warps")
+                   + "; stage reused data through shared memory (cp.async or TMA)")
 
 
 def _uncoalesced(k: KernelLaunch) -> tuple[float, Finding] | None:
@@ -252,6 +257,8 @@ _STALL_ADVICE = {
     "wait": "a fixed-latency dependency: more independent instructions between producer and consumer",
     "branch_resolving": "branch targets being resolved: fewer divergent branches",
     "no_instructions": "instruction fetch misses: smaller code (less unrolling)",
+    "imc_miss": "a miss in the constant cache (kernel parameters, constants): at a kernel's start every SM "
+                "misses on its parameters, which only fewer launches avoid; later on, fewer distinct constants",
 }
 
 
