@@ -9,9 +9,11 @@ largest maxima or not), but where another kernel was faster (OTHER):
 
 - a bias, 64 experts, k 4, up to 1,024 tokens: the first kernel (one warp per token), by 2% to 7% at 16 and
   1,024 tokens on all three dtypes;
-- fp32 logits without a bias at 8,192 tokens, 256 experts and 128 experts with k 8: the packed-key kernel on a
-  persistent grid, by 0.3% to 13%; the sorting network's 32-byte chunks hold more registers and its selection
-  tracks the best key left out to see ties.
+- fp32 logits without a bias at 8,192 tokens, 256 experts: the packed-key kernel on a persistent grid, by 0.7% to
+  1% at k 4 and 7% to 8% at k 8 (benchmarks/results/moe_variants_refine.json); the sorting network's 32-byte chunks
+  hold more registers and its selection tracks the best key left out to see ties. It also served 128 experts with
+  k 8 until the sorting-network kernel's second selection, for warps whose 24-bit keys tie, ran on 32-bit keys
+  rather than 64-bit ones: 6.11 us against the packed-key kernel's 6.81 in the same run.
 
 The packed-key kernel (one pass) was also picked for fp32 logits with a bias at 256 experts, k 8, 65,536 tokens (by
 1%) until the sorting-network kernel took 0.923x of its time there at f527e90 (benchmarks/results/
@@ -47,7 +49,7 @@ def pick(logits: torch.Tensor, k: int) -> str:
 # (topk_sigmoid_cuda.tokens_tier), experts, k) -> the algorithm.
 OTHER = {
     **{(size, True, 1024, 64, 4): "warp" for size in (2, 4)},
-    **{(4, False, 8192, e, k): "keys_persistent" for e, k in ((128, 8), (256, 4), (256, 8))},
+    **{(4, False, 8192, 256, k): "keys_persistent" for k in (4, 8)},
 }
 
 

@@ -2,9 +2,10 @@
 // (consecutive lanes), PT experts per thread (8, 16, 32 or 64; topk_sigmoid_cuda.py picks by shape), fp32, fp16 or
 // bf16 logits, with or without a bias. A thread loads its PT logits at once (16-byte vectors, its token's lanes taking
 // neighbouring ones), makes one 32-bit key per expert (the logit's bits, then 255 - expert: equal logits, the lower
-// expert first; fp32, the top 24 bits, exact where the merges' best key left out shows no tie at the k-th; with a bias
-// the packed-key kernel's keys of the score moved into [1, 4), each expert's shift read from a table its warp makes
-// once in shared memory; 64-bit exact keys where those are not exact) and keeps its best K keys sorted: each vector's
+// expert first; fp32, the top 24 bits, exact where the merges' best key left out shows no tie at the k-th, else once
+// more on the bits above the k-th's top 24 bits; with a bias the packed-key kernel's keys of the score moved into
+// [1, 4), each expert's shift read from a table its warp makes once in shared memory; 64-bit exact keys where those
+// are not exact) and keeps its best K keys sorted: each vector's
 // eight keys are sorted by a network (19 compare-exchanges at k 8; two networks of four at k 4) and merged into the
 // list by the bitonic top-k merge (the larger of the list and the reversed chunk, then a bitonic sorter). The token's
 // lanes merge their lists through xor shuffles, and its first lanes (up to K) write the weights and ids, each its share
@@ -307,7 +308,26 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
 #pragma unroll
     for (int j = 0; j + 1 < K; ++j) alike |= (top[j] >> 8) == (top[j + 1] >> 8);
     exact = __any_sync(FULL, alike);
-    if (exact) best_exact<K, TPT, CHUNKS>(floats_of, first, top);
+    if (exact) {
+      // Where the token's best K are positive and span less than 2^24 steps of the fp32 bits from the K-th's top
+      // 24 bits (base) to the largest's, keys of the bits above base (plus one) and the index byte order every
+      // logit of at least base exactly, and the best K have at least base's bits; logits below it get key 0.
+      const unsigned base = top[K - 1] & 0xffffff00u, span = (top[0] | 0xffu) - base;
+      const bool narrow = (int)top[K - 1] >= 0x100 && span < 0xffffffu;
+      if (__all_sync(FULL, narrow)) {
+        best_keys<unsigned, K, TPT, CHUNKS>([&](int v, unsigned (&keys)[8]) {
+          float x[8];
+          floats_of(v, x);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const int b = __float_as_int(x[j]);
+            keys[j] = b >= (int)base ? (((unsigned)b - base + 1u) << 8) | (index_byte(v) - j) : 0u;
+          }
+        }, top);
+      } else {
+        best_exact<K, TPT, CHUNKS>(floats_of, first, top);
+      }
+    }
   } else if constexpr (!HAS_BIAS) {
     // Index bytes of chunk v's experts: one base, less a constant per chunk.
     const unsigned base = (255u - 8u * (unsigned)t) * 0x01010101u;
