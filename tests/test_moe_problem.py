@@ -422,6 +422,21 @@ CUDA_ALGOS = [("keys", 12), ("keys_persistent", 1), ("keys_persistent", 12), ("w
               ("sort16", 12), ("sort32", 12), ("sort64", 12), ("prune16", 12), ("prune32", 12), ("prune64", 12)]
 
 
+def cuda_algo_failures(x, bias, k, *where):
+    """Every CUDA algorithm on (x, bias, k) against the reference, by the problem's check: (where..., algo, blocks
+    per SM, message) of each that fails."""
+    sys.path.insert(0, str(MOE / "kernels"))
+    import topk_sigmoid_cuda
+
+    want = ref.topk_sigmoid(x, bias, k)
+    failures = []
+    for algo, bps in CUDA_ALGOS:
+        ok, msg = ref.check((x, bias, k), topk_sigmoid_cuda.run(x, bias, k, algo, bps), want)
+        if not ok:
+            failures.append((*where, algo, bps, msg))
+    return failures
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
 def test_cuda_kernels_where_the_top_k_is_not_positive(dtype):
@@ -429,9 +444,6 @@ def test_cuda_kernels_where_the_top_k_is_not_positive(dtype):
     negative, shifted down, and rows of +0 and -0 (equal: the lower expert first) with fewer than k positive
     logits (and fp32 logits alike in their top 24 bits). Without a bias the packed-key and sorting-network kernels
     select such a warp again on exact keys; every CUDA algorithm must give the reference's ids."""
-    sys.path.insert(0, str(MOE / "kernels"))
-    import topk_sigmoid_cuda
-
     failures = []
     for experts in (64, 128, 256):
         for k in (4, 8):
@@ -446,12 +458,7 @@ def test_cuda_kernels_where_the_top_k_is_not_positive(dtype):
             x = torch.where((mode == 3)[:, None], torch.where(few, x.abs() + 0.5, zeros), x)
             x = torch.where((mode == 4)[:, None], torch.where(few, x.abs() + 0.5, -x.abs()), x)
             x = x.to(getattr(torch, dtype))
-            want = ref.topk_sigmoid(x, None, k)
-            for algo, bps in CUDA_ALGOS:
-                got = topk_sigmoid_cuda.run(x, None, k, algo, bps)
-                ok, msg = ref.check((x, None, k), got, want)
-                if not ok:
-                    failures.append((experts, k, algo, bps, msg))
+            failures += cuda_algo_failures(x, None, k, experts, k)
     assert not failures, failures[:5]
 
 
@@ -461,9 +468,6 @@ def test_cuda_kernels_order_fp32_logits_alike_in_their_top_24_bits():
     the k-th and the (k + 1)-th alike (either one larger), the best two alike, a whole top alike, each beside
     ordinary tokens in its warp; some tokens with one logit so large that their best k span more than 2^24 steps
     of the bits. Every CUDA algorithm must give the reference's ids."""
-    sys.path.insert(0, str(MOE / "kernels"))
-    import topk_sigmoid_cuda
-
     failures = []
     for experts in (64, 128, 256):
         for k in (4, 8):
@@ -488,12 +492,7 @@ def test_cuda_kernels_order_fp32_logits_alike_in_their_top_24_bits():
                 alike(0, r, mode == 3)
             alike(k - 1, k, mode == 4)
             x[rows[mode == 4], order[mode == 4, 0]] = 3.0e4    # best k over 2^24 steps apart
-            want = ref.topk_sigmoid(x, None, k)
-            for algo, bps in CUDA_ALGOS:
-                got = topk_sigmoid_cuda.run(x, None, k, algo, bps)
-                ok, msg = ref.check((x, None, k), got, want)
-                if not ok:
-                    failures.append((experts, k, algo, bps, msg))
+            failures += cuda_algo_failures(x, None, k, experts, k)
     assert not failures, failures[:5]
 
 
@@ -504,9 +503,6 @@ def test_cuda_kernels_on_token_counts_outside_the_grid(dtype, with_bias):
     """Token counts that leave a pass, a tail or a persistent block partly empty (1 to 20001 tokens), with
     ties planted (logits rounded to quarters), through every CUDA algorithm and a small and a full
     persistent grid: the problem's own check against the reference."""
-    sys.path.insert(0, str(MOE / "kernels"))
-    import topk_sigmoid_cuda
-
     failures = []
     for experts in (64, 128, 256):
         for k in (4, 8):
@@ -515,12 +511,7 @@ def test_cuda_kernels_on_token_counts_outside_the_grid(dtype, with_bias):
                 x = torch.randn(tokens, experts, generator=g, device="cuda") * 2.0
                 x = (torch.round(x * 4) / 4 if tokens % 2 else x).to(getattr(torch, dtype))
                 bias = torch.randn(experts, generator=g, device="cuda") * 0.1 if with_bias else None
-                want = ref.topk_sigmoid(x, bias, k)
-                for algo, bps in CUDA_ALGOS:
-                    got = topk_sigmoid_cuda.run(x, bias, k, algo, bps)
-                    ok, msg = ref.check((x, bias, k), got, want)
-                    if not ok:
-                        failures.append((experts, k, tokens, algo, bps, msg))
+                failures += cuda_algo_failures(x, bias, k, experts, k, tokens)
     assert not failures, failures[:5]
 
 
