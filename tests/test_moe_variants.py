@@ -1,6 +1,7 @@
-"""benchmarks/moe_variants.py, moe_large.py, moe_build_check.py and approx_sigmoid_error.py without a GPU: the
-timing sets, the trees variants are laid over, the kernels of several trees loaded side by side in one process and
-timed in turn, the comparison; the extension's kernels and the approximate sigmoid compiled for sm_90."""
+"""benchmarks/moe_variants.py, moe_large.py, moe_build_check.py, approx_sigmoid_error.py and fp32_tie_warps.py without
+a GPU: the timing sets, the trees variants are laid over, the kernels of several trees loaded side by side in one
+process and timed in turn, the comparison; the extension's kernels and the approximate sigmoid compiled for sm_90;
+the test on fp32 ties that sends a warp of the sorting-network kernel to a second selection."""
 
 import argparse
 import subprocess
@@ -211,3 +212,26 @@ def test_the_approximate_sigmoid_script_says_it_needs_a_gpu():
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "approx_sigmoid_error.py")], capture_output=True,
                          text=True)
     assert run.returncode == 1 and "needs an NVIDIA GPU" in run.stderr
+
+
+def test_a_warp_selects_again_where_two_of_a_tokens_best_k_plus_one_share_their_top_24_bits():
+    """fp32_tie_warps.py's test, as the sorting-network kernel makes it on its 24-bit keys: logits alike in their top
+    24 bits at the k-th and (k + 1)-th, or among the best k, or a k-th that is not positive, ask for a second
+    selection; alike below the best k + 1, or differing in the top 24 bits, do not."""
+    import fp32_tie_warps
+    import torch
+
+    def row(alike=None):   # alike (a, b): logit b takes logit a's top 24 bits, and a low byte of its own
+        x = torch.tensor([[8.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.0, 1.0]])
+        if alike:
+            bits = x.view(torch.int32)
+            bits[0, alike[1]] = (bits[0, alike[0]] & ~0xFF) | 0x5A
+        return x
+
+    assert not fp32_tie_warps.selects_again(row(), 4).item()
+    for a, b, again in ((3, 4, True), (0, 2, True), (4, 5, False), (5, 7, False)):
+        assert fp32_tie_warps.selects_again(row((a, b)), 4).item() == again, (a, b)
+    assert fp32_tie_warps.selects_again(torch.tensor([[8.0, 7.0, 6.0, -5.0, -4.0, -3.0, -2.0, -1.0]]), 4).item()
+    nudged = torch.tensor([[8.0, 7.0, 6.0, 5.0, 4.0]])
+    nudged.view(torch.int32)[0, 4] = nudged.view(torch.int32)[0, 3] - 0x100   # one step below in the top 24 bits
+    assert not fp32_tie_warps.selects_again(nudged, 4).item()
