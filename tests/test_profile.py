@@ -61,6 +61,7 @@ def test_the_small_grid_is_diagnosed_underfilled_first_and_the_full_one_is_not(p
     assert first.id == "launch.underfill" and first.severity == "high"
     assert first.evidence["blocks"] == 64 and first.evidence["sm_count"] == 132
     assert "64 blocks on 132 SMs, 0.06 waves" in first.title and "persistent grid" in first.suggestion
+    assert "the slowest warp ends the launch" in first.suggestion
     assert small.bound == "launch"
     assert "launch.underfill" not in {d.id for d in full.diagnoses}
     assert full.bound == "memory" and full.bound_evidence["memory_pct"] > full.bound_evidence["sm_pct"]

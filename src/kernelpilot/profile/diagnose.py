@@ -86,7 +86,9 @@ def _underfill(k: KernelLaunch) -> tuple[float, Finding] | None:
         evidence={"blocks": blocks, "sm_count": sms, "waves_per_sm": waves, "blocks_per_sm_possible": per_sm,
                   "threads_per_block": k.threads_per_block},
         suggestion=f"split the work over more blocks ({full} fill one wave at this occupancy; several waves hide "
-                   f"latency better) or use a persistent grid of {full} blocks that loops over the work")
+                   f"latency better) or use a persistent grid of {full} blocks that loops over the work; while "
+                   f"every block is resident at once the slowest warp ends the launch, so a slow path that a few "
+                   f"warps take (a fallback on rare inputs) costs the whole launch")
 
 
 def _tail(k: KernelLaunch) -> tuple[float, Finding] | None:
