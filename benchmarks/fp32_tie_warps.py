@@ -2,7 +2,9 @@
 where one of its tokens has two of its best k + 1 logits alike in their top 24 bits (or a best k that is not
 positive), the test the kernel makes on its 24-bit keys. On the problem's logits (randn x 2, reference.py), for each
 shape at the kernel's experts per thread (16, and 32 for 256 experts, k 8: a warp holds 32 / (experts / pt)
-tokens): the share of tokens and of warps, and the warps of the first 8,192 tokens. No GPU needed; the draw is
+tokens): the share of tokens and of warps, and the warps of the first 8,192 tokens. Also how many tokens exact
+32-bit keys (the bits above the token's largest logit's less 2^S - 1, S = 32 - log2(experts), then the expert;
+benchmarks/results/moe_variants_exact1.json) could not order, which send their warp to 64-bit keys. No GPU needed; the draw is
 torch's CPU generator, not the problem's CUDA one, so the counts are of the same distribution, not of the same
 logits. Writes benchmarks/results/fp32_tie_warps.json (and a line of its .jsonl history).
 
@@ -36,6 +38,19 @@ def selects_again(logits, k: int):
     return (top24[:, :-1] == top24[:, 1:]).any(dim=1) | (best[:, k - 1] < 0x100)
 
 
+def exact_keys_fall_back(logits, k: int):
+    """Per token: whether exact 32-bit keys cannot order its best k: its largest logit's bits are below 2^S - 1
+    (S = 32 - log2(experts): a negative or tiny largest logit), or fewer than k of its logits lie above B, the
+    largest's bits less 2^S - 1."""
+    import torch
+
+    experts = logits.shape[1]
+    span = (1 << (32 - (experts.bit_length() - 1))) - 1
+    bits = logits.view(torch.int32).to(torch.int64)
+    bound = bits.max(dim=1).values - span
+    return (bound < 0) | ((bits > bound[:, None]).sum(dim=1) < k)
+
+
 def main() -> None:
     import torch
 
@@ -48,16 +63,19 @@ def main() -> None:
         g = torch.Generator().manual_seed(args.seed)
         logits = torch.randn(args.tokens, experts, generator=g) * 2.0
         again = selects_again(logits, k)
+        fall_back = int(exact_keys_fall_back(logits, k).sum())
         per_warp = 32 // (experts // pt)
         warps = again[: args.tokens // per_warp * per_warp].view(-1, per_warp).any(dim=1)
         first = warps[: 8192 // per_warp]
         rows.append({"experts": experts, "k": k, "experts_per_thread": pt, "tokens_per_warp": per_warp,
                      "token_share": round(again.float().mean().item(), 5),
                      "warp_share": round(warps.float().mean().item(), 5),
-                     "warps_of_8192_tokens": int(first.sum()), "of": len(first)})
+                     "warps_of_8192_tokens": int(first.sum()), "of": len(first),
+                     "exact_keys_fall_back_tokens": fall_back})
         r = rows[-1]
         print(f"{experts:3d} experts k {k} pt {pt:2d}: tokens {100 * r['token_share']:.3f}%, warps "
-              f"{100 * r['warp_share']:.3f}%, {r['warps_of_8192_tokens']} of the {r['of']} warps of 8,192 tokens")
+              f"{100 * r['warp_share']:.3f}%, {r['warps_of_8192_tokens']} of the {r['of']} warps of 8,192 tokens; "
+              f"exact keys fall back on {fall_back} of {args.tokens} tokens")
     write_results("fp32_tie_warps", {"tokens": args.tokens, "seed": args.seed, "rows": rows})
 
 

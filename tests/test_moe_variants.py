@@ -235,3 +235,20 @@ def test_a_warp_selects_again_where_two_of_a_tokens_best_k_plus_one_share_their_
     nudged = torch.tensor([[8.0, 7.0, 6.0, 5.0, 4.0]])
     nudged.view(torch.int32)[0, 4] = nudged.view(torch.int32)[0, 3] - 0x100   # one step below in the top 24 bits
     assert not fp32_tie_warps.selects_again(nudged, 4).item()
+
+
+def test_exact_keys_fall_back_only_where_they_cannot_order_the_best_k():
+    """fp32_tie_warps.py's model of exact 32-bit keys: a token falls back to 64-bit keys where its largest logit is
+    negative or tiny, or where fewer than k of its logits lie within 2^S - 1 steps of the largest's bits (S = 32 -
+    log2(experts): 26 bits, 8 binades, at 64 experts)."""
+    import fp32_tie_warps
+    import torch
+
+    x = torch.full((4, 64), -1.0)
+    x[0, :8] = torch.arange(1.0, 9.0)            # eight positive logits within 8 binades
+    x[1, :8] = torch.arange(1.0, 9.0)
+    x[1, 0] = 8.0 * 2.0 ** 9                     # the largest 12 binades above the next: only it above the bound
+    x[2, :] = -torch.arange(1.0, 65.0)           # all negative
+    x[3, :8] = torch.arange(1.0, 9.0) * 1e-39    # positive but tiny (subnormal): below 2^26 in its bits
+    assert fp32_tie_warps.exact_keys_fall_back(x, 4).tolist() == [False, True, True, True]
+    assert not fp32_tie_warps.exact_keys_fall_back(x[:1], 8).item()
