@@ -70,9 +70,14 @@ def _units(k: KernelLaunch) -> str:
     return "CUs" if _amd(k) else "SMs"
 
 
+def _under_one_wave(k: KernelLaunch) -> bool:
+    """Whether every block of the grid is resident at once (waves per SM measured and below 1)."""
+    return k.waves_per_sm is not None and k.waves_per_sm < 1
+
+
 def _underfill(k: KernelLaunch) -> tuple[float, Finding] | None:
     waves, blocks, sms = k.waves_per_sm, k.blocks, k.sm_count
-    if waves is None or blocks is None or not sms or waves >= 1:
+    if not _under_one_wave(k) or blocks is None or not sms:
         return None
     per_sm = k.occupancy.get("blocks_per_sm")
     full = f"{sms * per_sm:,}" if per_sm else f"{sms}+"
@@ -116,7 +121,7 @@ def _tail(k: KernelLaunch) -> tuple[float, Finding] | None:
 
 def _achieved(k: KernelLaunch) -> tuple[float, Finding] | None:
     th, ach = k.occupancy.get("theoretical_pct"), k.occupancy.get("achieved_pct")
-    if th is None or ach is None or th <= 0 or (k.waves_per_sm is not None and k.waves_per_sm < 1):
+    if th is None or ach is None or th <= 0 or _under_one_wave(k):
         return None
     if ach >= ACHIEVED_FRACTION * th:
         return None
@@ -132,7 +137,7 @@ def _limit(k: KernelLaunch, spec: ArchSpec | None) -> tuple[float, Finding] | No
     limiter, th = k.occupancy.get("limiter"), k.occupancy.get("theoretical_pct")
     if limiter not in ("registers", "shared_memory") or th is None or th >= 100:
         return None
-    if k.waves_per_sm is not None and k.waves_per_sm < 1:
+    if _under_one_wave(k):
         return None     # every block of the grid is resident at once: a higher limit would add no warps
     if k.bound == "compute" or (k.bound == "memory" and (k.throughput.get("dram_pct") or 0) >= 80):
         return None     # busy compute units or DRAM near its peak: more resident warps would not help
@@ -182,7 +187,7 @@ def _long_scoreboard(k: KernelLaunch) -> tuple[float, Finding] | None:
         suggestion="keep more bytes in flight per warp: wider loads (128-bit), several independent loads per "
                    "thread before their first use, "
                    + ("more warps (the grid is under one wave, every block resident: split the work over more "
-                      "blocks or threads)" if k.waves_per_sm is not None and k.waves_per_sm < 1 else
+                      "blocks or threads)" if _under_one_wave(k) else
                       "more resident warps")
                    + "; stage reused data through shared memory (cp.async or TMA)")
 
