@@ -1,12 +1,12 @@
 """How many warps of the MoE sorting-network kernel select a second time on fp32 logits without a bias: a warp does
 where one of its tokens has two of its best k + 1 logits alike in their top 24 bits (or a best k that is not
-positive), the test the kernel makes on its 24-bit keys. On the problem's logits (randn x 2, reference.py), for each
+positive), the test the kernel makes on its 24-bit keys. On the problem's logits (reference.make_inputs), for each
 shape at the kernel's experts per thread (16, and 32 for 256 experts, k 8: a warp holds 32 / (experts / pt)
 tokens): the share of tokens and of warps, and the warps of the first 8,192 tokens. Also how many tokens exact
 32-bit keys (the bits above the token's largest logit's less 2^S - 1, S = 32 - log2(experts), then the expert;
-benchmarks/results/moe_variants_exact1.json) could not order, which send their warp to 64-bit keys. No GPU needed; the draw is
-torch's CPU generator, not the problem's CUDA one, so the counts are of the same distribution, not of the same
-logits. Writes benchmarks/results/fp32_tie_warps.json (and a line of its .jsonl history).
+benchmarks/results/moe_variants_exact1.json) could not order, which send their warp to 64-bit keys. No GPU needed: the
+inputs are made on the CPU, so the counts are of the problem's distribution, not of the very logits a GPU run gets.
+Writes benchmarks/results/fp32_tie_warps.json (and a line of its .jsonl history).
 
     python benchmarks/fp32_tie_warps.py [--tokens 65536] [--seed 0]
 """
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "benchmarks")]
+sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "examples" / "moe_topk_sigmoid")]
 
 from _common import write_results  # noqa: E402
 
@@ -52,7 +52,7 @@ def exact_keys_fall_back(logits, k: int):
 
 
 def main() -> None:
-    import torch
+    import reference as ref
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", type=int, default=65536)
@@ -60,8 +60,8 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     for experts, k, pt in SHAPES:
-        g = torch.Generator().manual_seed(args.seed)
-        logits = torch.randn(args.tokens, experts, generator=g) * 2.0
+        case = {"experts": experts, "tokens": args.tokens, "k": k, "dtype": "float32"}
+        logits, _, _ = ref.make_inputs(case, args.seed, "cpu")
         again = selects_again(logits, k)
         fall_back = int(exact_keys_fall_back(logits, k).sum())
         per_warp = 32 // (experts // pt)
