@@ -2,7 +2,8 @@
 // (consecutive lanes), PT experts per thread (8, 16, 32 or 64; topk_sigmoid_cuda.py picks by shape), fp32, fp16 or
 // bf16 logits, with or without a bias. A thread loads its PT logits at once (16-byte vectors, its token's lanes taking
 // neighbouring ones), makes one 32-bit key per expert (the logit's bits, then 255 - expert: equal logits, the lower
-// expert first; fp32, the top 24 bits, exact where the merges' best key left out shows no tie at the k-th, else once
+// expert first; fp32, the bits above the token's largest logit's less 2^(32 - log2(experts)) - 1, then the expert, in
+// the pruned kernel the top 24 bits, exact where the merges' best key left out shows no tie at the k-th, else once
 // more on the bits above the k-th's top 24 bits; with a bias the packed-key kernel's keys of the score moved into
 // [1, 4), each expert's shift read from a table its warp makes once in shared memory; 64-bit exact keys where those
 // are not exact) and keeps its best K keys sorted: each vector's
@@ -266,10 +267,11 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
   unsigned top[K];
   bool exact = false;
   if constexpr (!HAS_BIAS && sizeof(T) == 4) {
-    // fp32: signed keys of the logit's top 24 bits, then the index byte; they order the positive logits exactly
-    // where no two of a token's best K share those bits and the best key left out (tracked through the merges)
-    // does not share the K-th one's. Otherwise, or where a token has fewer than K positive logits, the warp
-    // selects again on 64-bit exact keys (the order key, then the index).
+    // fp32, pruned: signed keys of the logit's top 24 bits, then the index byte; they order the positive logits
+    // exactly where no two of a token's best K share those bits and the best key left out (tracked through the
+    // merges) does not share the K-th one's. Otherwise the warp selects again, on 32-bit keys of the bits above
+    // the K-th's top 24 or, where a token has fewer than K positive logits, on 64-bit exact keys (the order key,
+    // then the index). Unpruned: exact 32-bit keys the first time (below).
     const auto floats_of = [&](int v, float (&x)[8]) {
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
@@ -279,8 +281,8 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
         x[4 * c + 3] = __uint_as_float(raw[2 * v + c].w);
       }
     };
-    int next;   // the best key left out
     if constexpr (PRUNE) {
+      int next;   // the best key left out
       // A chunk's largest logit bits (signed, as the keys order them) cut to 24, then its index byte; the chunks
       // of the best K read again (from L1) and selected.
       best_keys_pruned<int, K, TPT, CHUNKS, true>(t, [&](int v) {
@@ -296,36 +298,65 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
 #pragma unroll
         for (int j = 0; j < 8; ++j) keys[j] = top24_key(__uint_as_float(w[j]), 255u - first - (unsigned)j);
       }, reinterpret_cast<int(&)[K]>(top), next);
+      bool alike = (int)top[K - 1] < 0x100 || (top[K - 1] >> 8) == ((unsigned)next >> 8);   // not positive, or a tie
+#pragma unroll
+      for (int j = 0; j + 1 < K; ++j) alike |= (top[j] >> 8) == (top[j + 1] >> 8);
+      exact = __any_sync(FULL, alike);
+      if (exact) {
+        // Where the token's best K are positive and span less than 2^24 steps of the fp32 bits from the K-th's top
+        // 24 bits (base) to the largest's, keys of the bits above base (plus one) and the index byte order every
+        // logit of at least base exactly, and the best K have at least base's bits; logits below it get key 0.
+        const unsigned base = top[K - 1] & 0xffffff00u, span = (top[0] | 0xffu) - base;
+        const bool narrow = (int)top[K - 1] >= 0x100 && span < 0xffffffu;
+        if (__all_sync(FULL, narrow)) {
+          best_keys<unsigned, K, TPT, CHUNKS>([&](int v, unsigned (&keys)[8]) {
+            float x[8];
+            floats_of(v, x);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+              const int b = __float_as_int(x[j]);
+              keys[j] = b >= (int)base ? (((unsigned)b - base + 1u) << 8) | (index_byte(v) - j) : 0u;
+            }
+          }, top);
+        } else {
+          best_exact<K, TPT, CHUNKS>(floats_of, first, top);
+        }
+      }
     } else {
-      best_keys<int, K, TPT, CHUNKS, true>([&](int v, int (&keys)[8]) {
-        float x[8];
-        floats_of(v, x);
+      // Exact 32-bit keys the first time: a logit's bits above B, the token's largest logit's bits less 2^S - 1
+      // (S = 32 - IB, IB = log2(EXPERTS)), in the top S bits, then EXPERTS - 1 - expert in the low IB; a logit at
+      // or below B gets key 0. Exact wherever the largest logit's bits are 2^S or more (every negative logit is then
+      // below B) and the token's K-th logit is above B (within 2^(S - 23) binades of the largest: 8, 4 or 2);
+      // otherwise the warp selects again on 64-bit exact keys. No tie can make them wrong, so no second selection
+      // for ties (at 8,192 tokens the last warp to take one ended the kernel).
+      constexpr int IB = EXPERTS == 64 ? 6 : EXPERTS == 128 ? 7 : 8;
+      constexpr int SPAN = (int)((1u << (32 - IB)) - 1u);
+      int m = least_key<int>();
 #pragma unroll
-        for (int j = 0; j < 8; ++j) keys[j] = top24_key(x[j], index_byte(v) - j);
-      }, reinterpret_cast<int(&)[K]>(top), next);
-    }
-    bool alike = (int)top[K - 1] < 0x100 || (top[K - 1] >> 8) == ((unsigned)next >> 8);   // not positive, or a tie
+      for (int c = 0; c < CHUNKS * CV; ++c) {
+        m = max(m, max(max((int)raw[c].x, (int)raw[c].y), max((int)raw[c].z, (int)raw[c].w)));
+      }
 #pragma unroll
-    for (int j = 0; j + 1 < K; ++j) alike |= (top[j] >> 8) == (top[j + 1] >> 8);
-    exact = __any_sync(FULL, alike);
-    if (exact) {
-      // Where the token's best K are positive and span less than 2^24 steps of the fp32 bits from the K-th's top
-      // 24 bits (base) to the largest's, keys of the bits above base (plus one) and the index byte order every
-      // logit of at least base exactly, and the best K have at least base's bits; logits below it get key 0.
-      const unsigned base = top[K - 1] & 0xffffff00u, span = (top[0] | 0xffu) - base;
-      const bool narrow = (int)top[K - 1] >= 0x100 && span < 0xffffffu;
-      if (__all_sync(FULL, narrow)) {
+      for (int d = 1; d < TPT; d *= 2) m = max(m, __shfl_xor_sync(FULL, m, d));
+      const int b0 = m - SPAN;   // B; the largest logit's key is SPAN << IB
+      exact = !__all_sync(FULL, b0 >= 0);
+      if (!exact) {
         best_keys<unsigned, K, TPT, CHUNKS>([&](int v, unsigned (&keys)[8]) {
           float x[8];
           floats_of(v, x);
 #pragma unroll
           for (int j = 0; j < 8; ++j) {
-            const int b = __float_as_int(x[j]);
-            keys[j] = b >= (int)base ? (((unsigned)b - base + 1u) << 8) | (index_byte(v) - j) : 0u;
+            const int b = __float_as_int(x[j]);   // compared before the difference: b - b0 overflows for b < 0
+            keys[j] = b > b0 ? ((unsigned)(b - b0) << IB) | (index_byte(v) - (256u - EXPERTS) - j) : 0u;
           }
         }, top);
-      } else {
+        exact = __any_sync(FULL, top[K - 1] < (1u << IB));   // fewer than K logits above B
+      }
+      if (exact) {
         best_exact<K, TPT, CHUNKS>(floats_of, first, top);
+      } else {
+#pragma unroll
+        for (int j = 0; j < K; ++j) top[j] = (top[j] & (EXPERTS - 1u)) + (256u - EXPERTS);   // the index byte
       }
     }
   } else if constexpr (!HAS_BIAS) {
