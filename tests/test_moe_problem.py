@@ -545,10 +545,11 @@ def test_dispatch_picks_the_cuda_algorithm_by_shape_dtype_and_bias():
     assert algo(1025, 64, 4, biased=True) == "sort16" and algo(1024, 64, 8, biased=True) == "sort16"
     assert algo(1, 64, 4, torch.float32) == algo(1024, 64, 8, torch.float32) == algo(16, 128, 8, torch.float32) \
         == "sort8"
-    assert algo(1024, 128, 4, torch.float32) == algo(1025, 64, 4, torch.float32) == algo(8192, 128, 8, torch.float32) \
+    assert algo(1024, 128, 4, torch.float32) == algo(1025, 64, 4, torch.float32) == algo(65536, 64, 8, torch.float32) \
         == "sort16"
     assert algo(8192, 128, 4, torch.float32) == algo(1025, 256, 8, torch.float32) == "prune32"
-    assert algo(8192, 256, 4, torch.float32) == algo(65535, 256, 4, torch.float32) == "keys_persistent"
+    assert algo(8192, 256, 4, torch.float32) == algo(65535, 256, 4, torch.float32) == "prune32"
+    assert algo(8192, 128, 8, torch.float32) == algo(65535, 128, 8, torch.float32) == "sort32"
     assert algo(65536, 256, 8, torch.float32, True) == algo(10**6, 256, 8, torch.float32, True) \
         == algo(8192, 256, 8, torch.float32, True) == "sort32"
     assert algo(65536, 256, 4, torch.float32, True) == algo(65536, 128, 8, torch.float32, True) == "sort32"

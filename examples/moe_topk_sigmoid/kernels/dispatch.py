@@ -5,16 +5,15 @@ portable Triton kernel otherwise (other shapes, other GPUs, and the CPU through 
 On NVIDIA the CUDA kernel is the one measured fastest on the H200 for the case's tokens, experts, k, logit size
 and bias (benchmarks/results/moe_sort*.json: each case's algorithms timed in turn, two rounds): the
 sorting-network kernel topk_sigmoid_cuda.sort_algo gives (its experts per thread, pruned to the K chunks of
-largest maxima or not), but where another kernel was faster (OTHER):
+largest maxima or not), but where another kernel was faster (OTHER): with a bias at 64 experts, k 4, up to 1,024
+tokens, the first kernel (one warp per token), by 2% to 7% at 16 and 1,024 tokens on all three dtypes.
 
-- a bias, 64 experts, k 4, up to 1,024 tokens: the first kernel (one warp per token), by 2% to 7% at 16 and
-  1,024 tokens on all three dtypes;
-- fp32 logits without a bias at 8,192 tokens, 256 experts, k 4: the packed-key kernel on a persistent grid. It also
-  served 256 experts with k 8 and 128 experts with k 8 (by 0.3% to 13%) until the sorting-network kernel's second
-  selection, for warps whose 24-bit keys tie, ran on 32-bit keys rather than 64-bit ones (39d1c1f): at 128 experts,
-  k 8, 6.11 us against 6.81 (benchmarks/results/moe_variants_refine.json); at 256 experts the pruned
-  sorting-network kernel took 0.978x of its time at k 8, and the unpruned one 0.993x at k 4, a gain under the 2% a
-  change of pick needs (moe_sort_float32_t8192_t65536_sort8_sort16_sort32_prune16_prune32_6f91256.json).
+The packed-key kernel on a persistent grid served fp32 logits without a bias at 8,192 tokens: 256 experts with k 8
+and 128 experts with k 8 (by 0.3% to 13%) until the sorting-network kernel's second selection, for warps whose
+24-bit keys tie, ran on 32-bit keys rather than 64-bit ones (39d1c1f: at 128 experts, k 8, 6.11 us against 6.81,
+benchmarks/results/moe_variants_refine.json), and 256 experts with k 4 until the pruned sorting-network kernel took
+0.973x of its time there at fa03e56 (6.90 us against 7.09, moe_sort_float32_t8192_t65536_sort8_sort16_sort32_
+prune16_prune32_fa03e56.json).
 
 The packed-key kernel (one pass) was also picked for fp32 logits with a bias at 256 experts, k 8, 65,536 tokens (by
 1%) until the sorting-network kernel took 0.923x of its time there at f527e90 (benchmarks/results/
@@ -48,10 +47,7 @@ def pick(logits: torch.Tensor, k: int) -> str:
 
 # Where another CUDA kernel was faster than the sorting-network one: (logit size in bytes, bias, tokens tier
 # (topk_sigmoid_cuda.tokens_tier), experts, k) -> the algorithm.
-OTHER = {
-    **{(size, True, 1024, 64, 4): "warp" for size in (2, 4)},
-    (4, False, 8192, 256, 4): "keys_persistent",
-}
+OTHER = {(size, True, 1024, 64, 4): "warp" for size in (2, 4)}
 
 
 def cuda_algo(logits: torch.Tensor, bias, k: int) -> str:

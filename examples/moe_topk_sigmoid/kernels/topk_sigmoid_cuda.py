@@ -41,7 +41,12 @@ SHAPES = ((64, 4), (64, 8), (128, 4), (128, 8), (256, 4), (256, 8))   # (experts
 # Plain fp32 at 8,192 tokens, timed again at 6f91256 (the second selection on ties on 32-bit keys;
 # moe_sort_float32_t8192_t65536_sort8_sort16_sort32_prune16_prune32_6f91256.json): prune32 at 128 experts, k 4 (0.971x
 # of sort16's time) and at 256 experts, k 8 (0.972x of sort32's, 0.978x of the persistent packed-key kernel's); at 256
-# experts, k 4, sort32 took 0.983x of sort16's time and 0.993x of the packed-key kernel's, which dispatch.py keeps.
+# experts, k 4, sort32 took 0.983x of sort16's time and 0.993x of the packed-key kernel's, which dispatch.py kept.
+# Timed again at fa03e56 (exact 32-bit keys in the unpruned kernel;
+# moe_sort_float32_t8192_t65536_sort8_sort16_sort32_prune16_prune32_fa03e56.json): at 8,192 tokens sort32 at 128
+# experts, k 8 (5.79 us against sort16's 5.95, 0.973x) and prune32 at 256 experts, k 4 (6.90 us against the
+# persistent packed-key kernel's 7.09, 0.973x); the other picks held (sort32 took 0.982x of prune32's time at 256
+# experts, k 8, under the 2%).
 SORT_ALGO = {
     (2, False): {1024: ("sort16",) * 6,
                  8192: ("sort16", "sort16", "prune32", "sort32", "prune64", "prune64"),
@@ -50,7 +55,7 @@ SORT_ALGO = {
                 8192: ("sort16", "sort16", "sort16", "sort32", "sort32", "sort64"),
                 65536: ("sort16", "sort32", "sort32", "sort32", "sort64", "prune64")},
     (4, False): {1024: ("sort8", "sort8", "sort16", "sort8", "sort16", "sort16"),
-                 8192: ("sort16", "sort16", "prune32", "sort16", "sort16", "prune32"),
+                 8192: ("sort16", "sort16", "prune32", "sort32", "prune32", "prune32"),
                  65536: ("sort16", "sort16", "prune32", "prune32", "prune32", "prune32")},
     (4, True): {1024: ("sort16",) * 6,
                 8192: ("sort16", "sort16", "sort16", "sort32", "sort16", "sort32"),
