@@ -505,6 +505,30 @@ def test_cuda_kernels_order_fp32_logits_alike_in_their_top_24_bits():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_cuda_kernels_with_a_bias_on_logits_far_from_zero(dtype):
+    """With a bias, logits whose sigmoid is 0 or 1 to the float's precision, or tiny: a whole row far below zero (its
+    best k then go by the bias alone), logits scaled up to +-300, half a row at -100 or -inf, beside ordinary
+    tokens in the same warp. No sigmoid may overflow into a NaN or an infinity; every CUDA algorithm must give the
+    reference's ids."""
+    failures = []
+    for experts in (64, 128, 256):
+        for k in (4, 8):
+            tokens = 1001
+            g = torch.Generator(device="cuda").manual_seed(3 * experts + k)
+            x = torch.randn(tokens, experts, generator=g, device="cuda") * 2.0
+            mode = (torch.arange(tokens, device="cuda") % 5)[:, None]
+            half = torch.rand(tokens, experts, generator=g, device="cuda") < 0.5
+            x = torch.where(mode == 1, x - 60.0, x)
+            x = torch.where(mode == 2, x * 50.0, x)
+            x = torch.where((mode == 3) & half, torch.full_like(x, -100.0), x)
+            x = torch.where((mode == 4) & half, torch.full_like(x, -float("inf")), x)
+            bias = torch.randn(experts, generator=g, device="cuda") * 0.1
+            failures += cuda_algo_failures(x.to(getattr(torch, dtype)), bias, k, experts, k)
+    assert not failures, failures[:5]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_cuda_kernels_on_token_counts_outside_the_grid(dtype, with_bias):
     """Token counts that leave a pass, a tail or a persistent block partly empty (1 to 20001 tokens), with
