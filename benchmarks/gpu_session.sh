@@ -64,8 +64,9 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
     profile-source)   # per-line hotspots on code with line info: a Triton kernel (Triton keeps it) and nvcc -lineinfo
       local rc=0
       nvcc -arch=sm_90 -O3 -lineinfo -o "$dir/cuda_registers" examples/profile/cuda_registers.cu || rc=1
+      nvcc -arch=sm_90 -O3 -lineinfo -o "$dir/cuda_access" examples/profile/cuda_access.cu || rc=1
       for run in "triton_underfill underfill_sum python3 examples/profile/triton_underfill.py" \
-                 "cuda_registers hold_many $dir/cuda_registers"; do
+                 "cuda_registers hold_many $dir/cuda_registers" "cuda_access access_problems $dir/cuda_access"; do
         set -- $run
         local name=$1 kernel=$2; shift 2
         python3 -m kernelpilot profile --source --kernel "$kernel" --launch-count 1 --out "$dir" --name "$name" \

@@ -400,6 +400,46 @@ def test_hotspots_attach_to_the_launches_and_say_what_is_missing():
     assert all(not k.hotspots for k in two.kernels) and "none attached" in two.notes[0]
 
 
+ACCESS = ROOT / "tests" / "fixtures" / "ncu_source" / "cuda_access.ncu-rep"   # examples/profile/cuda_access.cu
+
+
+def test_uncoalesced_and_bank_conflicted_accesses_are_named_by_line():
+    """examples/profile/cuda_access.cu on an H200 (-lineinfo): the strided load (line 16) moves 2,162,688 sectors
+    where coalesced access would need 270,336, and the store down a tile's column (line 17) 2,162,688 shared
+    wavefronts where 67,584 would do; the coalesced load, the row-wise read and the store of y have no excess.
+    Each diagnosis names its line and instruction."""
+    require_module("ncu_report")
+
+    prof = load_profile(ACCESS, hotspots=True)
+    (k,) = prof.kernels
+    (glob,) = k.uncoalesced_at
+    assert (glob.line, glob.excess, glob.total, glob.share_pct) == ("cuda_access.cu:16", 1892352, 2162688, 100.0)
+    assert glob.sass.startswith("LDG.E") and glob.where.startswith("0x")
+    (shared,) = k.bank_conflicts_at
+    assert (shared.line, shared.excess, shared.total) == ("cuda_access.cu:17", 2095104, 2162688)
+    assert shared.sass.startswith("STS")
+    found = {f.id: f for f in k.diagnoses}
+    assert found["memory.uncoalesced"].title.endswith("; 100% of it at cuda_access.cu:16 (" + glob.sass + ")")
+    assert found["memory.uncoalesced"].evidence["at"][0]["line"] == "cuda_access.cu:16"
+    assert "100% of it at cuda_access.cu:17 (STS" in found["memory.bank-conflicts"].title
+    d = prof.to_json()["kernels"][0]
+    assert d["uncoalesced_at"][0]["excess"] == 1892352 and d["bank_conflicts_at"][0]["line"] == "cuda_access.cu:17"
+    lines = (ROOT / "examples" / "profile" / "cuda_access.cu").read_text().splitlines()
+    assert "* 32) % n]" in lines[15] and "tile[lane][warp] =" in lines[16]
+
+
+def test_access_excess_without_line_info_is_named_by_instruction():
+    """The MoE report (built without -lineinfo): one instruction holds all of the excess global sectors, named by
+    its offset and SASS; no shared memory, so no bank conflicts."""
+    require_module("ncu_report")
+    from kernelpilot.profile.ncu_source import read_hotspots
+
+    (k,) = read_hotspots(SAMPLED)
+    (glob,) = k["uncoalesced"]
+    assert glob.line is None and glob.excess == 361912 and glob.share_pct == 100.0 and glob.sass.startswith("LDG")
+    assert k["bank_conflicts"] == []
+
+
 def test_hotspots_need_the_report_itself(fx):
     from kernelpilot.errors import UsageError
 

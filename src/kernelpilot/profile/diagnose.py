@@ -8,11 +8,12 @@ metrics the profile holds; thresholds are named constants below.
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from typing import Any
 
 from kernelpilot.arch.occupancy import nvidia_occupancy
 from kernelpilot.arch.registry import ArchSpec
-from kernelpilot.profile.model import Finding, KernelLaunch, Profile
+from kernelpilot.profile.model import AccessSpot, Finding, KernelLaunch, Profile
 from kernelpilot.profile.ncu_mix import shares
 
 __all__ = ["classify", "diagnose", "diagnose_profile"]
@@ -192,6 +193,16 @@ def _long_scoreboard(k: KernelLaunch) -> tuple[float, Finding] | None:
                    + "; stage reused data through shared memory (cp.async or TMA)")
 
 
+def _access_at(spots: list[AccessSpot], ev: dict[str, Any]) -> str:
+    """With --source: the instructions the excess comes from, into the evidence (the three with most), and the
+    title's words for the first ("; 95% of it at f.cu:16 (LDG.E ...)")."""
+    if not spots:
+        return ""
+    ev["at"] = [asdict(s) for s in spots[:3]]
+    top = spots[0]
+    return f"; {top.share_pct:g}% of it at {top.line or top.where} ({top.sass})"
+
+
 def _uncoalesced(k: KernelLaunch) -> tuple[float, Finding] | None:
     m = k.metrics
     excess = m.get("derived__memory_l2_theoretical_sectors_global_excessive")
@@ -206,9 +217,10 @@ def _uncoalesced(k: KernelLaunch) -> tuple[float, Finding] | None:
         sec = m.get(f"l1tex__t_sectors_pipe_lsu_mem_global_op_{op}.sum")
         if req and sec is not None:
             ev[f"sectors_per_request_{op}"] = round(sec / req, 2)
+    at = _access_at(k.uncoalesced_at, ev)
     return 80.0 + 10 * share, Finding(
         id="memory.uncoalesced", severity="high" if share >= 0.5 else "medium",
-        title=f"{100 * share:.0f}% of global-memory sectors moved are not needed by coalesced access",
+        title=f"{100 * share:.0f}% of global-memory sectors moved are not needed by coalesced access{at}",
         evidence=ev,
         suggestion="make neighbouring threads of a warp access neighbouring addresses (index the fastest-varying "
                    "dimension by threadIdx.x, or transpose through shared memory), so each request uses whole "
@@ -224,10 +236,12 @@ def _bank_conflicts(k: KernelLaunch) -> tuple[float, Finding] | None:
     if not waves or extra is None or extra / waves < BANK_CONFLICTS:
         return None
     share = extra / waves
+    ev: dict[str, Any] = {"extra_wavefronts": int(extra), "shared_wavefronts": int(waves), "share": round(share, 3)}
+    at = _access_at(k.bank_conflicts_at, ev)
     return 70.0 + 10 * min(share, 1.0), Finding(
         id="memory.bank-conflicts", severity="high" if share >= 0.5 else "medium",
-        title=f"shared-memory bank conflicts: {100 * share:.0f}% of shared-memory wavefronts are extra",
-        evidence={"extra_wavefronts": int(extra), "shared_wavefronts": int(waves), "share": round(share, 3)},
+        title=f"shared-memory bank conflicts: {100 * share:.0f}% of shared-memory wavefronts are extra{at}",
+        evidence=ev,
         suggestion="pad shared arrays (e.g. [32][33] instead of [32][32]) or swizzle the index so a warp's "
                    "threads hit 32 different banks")
 

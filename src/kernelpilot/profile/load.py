@@ -151,7 +151,8 @@ def _per_launch(prof: Profile, read: Any, what: str, *, optional: bool = False) 
 
 def attach_hotspots(prof: Profile, report: Any, *, top: int = 10) -> Profile:
     """Each launch's hottest SASS instructions (and source lines, with line info) from the warp samples
-    (SourceCounters) of the report (loaded, or its path), matched to the profile's launches in order."""
+    (SourceCounters) of the report (loaded, or its path), and the instructions whose accesses are uncoalesced or
+    bank-conflicted, matched to the profile's launches in order."""
     from kernelpilot.profile.ncu_source import read_hotspots
 
     spots = _per_launch(prof, lambda: read_hotspots(report, top=top), "hotspots")
@@ -159,6 +160,7 @@ def attach_hotspots(prof: Profile, report: Any, *, top: int = 10) -> Profile:
         return prof
     for k, s in zip(prof.kernels, spots):
         k.hotspots, k.hot_lines = s["instructions"], s["lines"]
+        k.uncoalesced_at, k.bank_conflicts_at = s["uncoalesced"], s["bank_conflicts"]
     if not any(s["samples"] for s in spots):
         prof.notes.append("hotspots: the report has no warp samples (profile with the SourceCounters section, "
                           "which kpilot's default set and --full include)")

@@ -12,7 +12,8 @@ from typing import Any
 
 from kernelpilot.isa.model import Finding
 
-__all__ = ["SCHEMA", "Finding", "Stall", "ToolRule", "KernelLaunch", "KernelTotal", "Profile"]
+__all__ = ["SCHEMA", "Finding", "Stall", "ToolRule", "Hotspot", "AccessSpot", "KernelLaunch", "KernelTotal",
+           "Profile"]
 
 SCHEMA = "kernelpilot.profile/1"
 
@@ -44,6 +45,21 @@ class Hotspot:
     samples: int
     share_pct: float
     stalls: list[dict[str, Any]] = field(default_factory=list)   # {"reason", "share_pct"}
+    sass: str | None = None
+
+
+@dataclass
+class AccessSpot:
+    """One memory instruction's accesses beyond what a perfect pattern would need, from Nsight Compute's
+    per-instruction source counters: global-memory sectors beyond coalesced access, or shared-memory wavefronts
+    beyond conflict-free ones. ``where``: the SASS offset (as in Hotspot), ``line``: ``file:line`` where the code
+    has line info; ``share_pct``: of the launch's excess of that kind."""
+
+    where: str
+    excess: int
+    total: int                  # sectors (or wavefronts) the instruction moved
+    share_pct: float
+    line: str | None = None
     sass: str | None = None
 
 
@@ -82,6 +98,10 @@ class KernelLaunch:
     tool_rules: list[ToolRule] = field(default_factory=list)
     hotspots: list[Hotspot] = field(default_factory=list)      # --source: hottest SASS instructions
     hot_lines: list[Hotspot] = field(default_factory=list)     # --source with line info: hottest source lines
+    # --source: the instructions with global-memory sectors beyond coalesced access, and those with shared-memory
+    # wavefronts beyond conflict-free ones, most excess first
+    uncoalesced_at: list[AccessSpot] = field(default_factory=list)
+    bank_conflicts_at: list[AccessSpot] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict, repr=False)   # every raw metric read, base units
 
     @property

@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kernelpilot.errors import KernelpilotError, ToolNotFoundError
-from kernelpilot.profile.model import Hotspot
+from kernelpilot.profile.model import AccessSpot, Hotspot
 
 __all__ = ["ReportReaderMissing", "actions", "load_ncu_report", "read_hotspots"]
 
 _SAMPLES = "smsp__pcsamp_sample_count"
 _STALL = "smsp__pcsamp_warps_issue_stalled_"
+# per memory instruction: (excess, all) global-memory sectors and shared-memory wavefronts
+_GLOBAL = ("derived__memory_l2_theoretical_sectors_global_excessive", "memory_l2_theoretical_sectors_global")
+_SHARED = ("derived__memory_l1_wavefronts_shared_excessive", "memory_l1_wavefronts_shared")
 
 
 class ReportReaderMissing(KernelpilotError):
@@ -98,6 +101,23 @@ def _spots(samples: dict[str, int], stalls: dict[str, dict[str, int]], total: in
     return out
 
 
+def _sass(action: Any, pc: int) -> str:
+    return " ".join(str(action.sass_by_pc(pc)).split())
+
+
+def _access_spots(action: Any, names: tuple[str, str], base: int, top: int) -> list[AccessSpot]:
+    """The instructions with accesses beyond a perfect pattern (names: the excess metric, the all metric),
+    most excess first."""
+    excess = _per_pc(action, names[0])
+    whole = sum(excess.values())
+    if not whole:
+        return []
+    moved = _per_pc(action, names[1])
+    return [AccessSpot(where=f"0x{pc - base:04x}", excess=n, total=moved.get(pc, n),
+                       share_pct=round(100 * n / whole, 2), line=_line_of(action, pc), sass=_sass(action, pc))
+            for pc, n in sorted(excess.items(), key=lambda kv: (-kv[1], kv[0]))[:top]]
+
+
 def _kernel_hotspots(action: Any, top: int) -> tuple[list[Hotspot], list[Hotspot], int]:
     samples = _per_pc(action, _SAMPLES)
     total = sum(samples.values())
@@ -111,7 +131,7 @@ def _kernel_hotspots(action: Any, top: int) -> tuple[list[Hotspot], list[Hotspot
                 by_pc.setdefault(pc, {})[name[len(_STALL):]] = n
     key = {pc: f"0x{pc - base:04x}" for pc in samples}
     pc_of = {where: pc for pc, where in key.items()}
-    sass = lambda where: " ".join(str(action.sass_by_pc(pc_of[where])).split())  # noqa: E731  (the top ones only)
+    sass = lambda where: _sass(action, pc_of[where])  # noqa: E731  (the top ones only)
     instructions = _spots({key[pc]: n for pc, n in samples.items()}, {key[pc]: s for pc, s in by_pc.items()
                                                                      if pc in key}, total, top, sass)
     lines: dict[str, int] = {}
@@ -125,13 +145,27 @@ def _kernel_hotspots(action: Any, top: int) -> tuple[list[Hotspot], list[Hotspot
     return instructions, _spots(lines, line_stalls, total, top, None), total
 
 
+def _base_pc(action: Any) -> int:
+    """The offset hotspots count from: the kernel's first sampled instruction (its first executed one where
+    nothing was sampled)."""
+    for name in (_SAMPLES, "inst_executed"):
+        pcs = _per_pc(action, name)
+        if pcs:
+            return min(pcs)
+    return 0
+
+
 def read_hotspots(report: Any, *, top: int = 10) -> list[dict[str, Any]]:
     """Per kernel launch of the report (loaded, or its path), in launch order: ``{"name", "samples",
-    "instructions", "lines"}``, the ``top`` hottest SASS instructions (``where``: offset from the kernel's first
-    sampled instruction) and source lines (empty without line info). A launch profiled without SourceCounters
-    has no samples."""
+    "instructions", "lines", "uncoalesced", "bank_conflicts"}``, the ``top`` hottest SASS instructions
+    (``where``: offset from the kernel's first sampled instruction) and source lines (empty without line info),
+    and the ``top`` instructions with global-memory sectors beyond coalesced access and with shared-memory
+    wavefronts beyond conflict-free ones. A launch profiled without SourceCounters has none of these."""
     out = []
     for action in actions(report):
         instructions, lines, total = _kernel_hotspots(action, top)
-        out.append({"name": action.name(), "samples": total, "instructions": instructions, "lines": lines})
+        base = _base_pc(action)
+        out.append({"name": action.name(), "samples": total, "instructions": instructions, "lines": lines,
+                    "uncoalesced": _access_spots(action, _GLOBAL, base, top),
+                    "bank_conflicts": _access_spots(action, _SHARED, base, top)})
     return out
