@@ -426,6 +426,10 @@ def test_uncoalesced_and_bank_conflicted_accesses_are_named_by_line():
     assert d["uncoalesced_at"][0]["excess"] == 1892352 and d["bank_conflicts_at"][0]["line"] == "cuda_access.cu:17"
     lines = (ROOT / "examples" / "profile" / "cuda_access.cu").read_text().splitlines()
     assert "* 32) % n]" in lines[15] and "tile[lane][warp] =" in lines[16]
+    text = kp("profile", "--import", str(ACCESS), "--source")
+    assert text.returncode == 0, text.stderr
+    assert "100.0%  cuda_access.cu:16  LDG.E" in text.stdout and "(1,892,352 of 2,162,688)" in text.stdout
+    assert "100.0%  cuda_access.cu:17  STS" in text.stdout
 
 
 def test_access_excess_without_line_info_is_named_by_instruction():

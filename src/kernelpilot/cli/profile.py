@@ -125,6 +125,13 @@ def _print(p: dict[str, Any]) -> None:
                 for h in spots[:5]:
                     why = ", ".join(f"{x['reason']} {x['share_pct']:g}%" for x in h["stalls"])
                     echo(f"    {h['share_pct']:5.1f}%  {h['where']}  {h.get('sass') or ''}  ({why})")
+        for title, spots in (("excess global sectors", k.get("uncoalesced_at")),
+                             ("excess shared wavefronts", k.get("bank_conflicts_at"))):
+            if spots:
+                echo(f"  {title} (share of the launch's excess; the instruction's excess of what it moved):")
+                for a in spots[:3]:
+                    echo(f"    {a['share_pct']:5.1f}%  {a.get('line') or a['where']}  {a.get('sass') or ''}  "
+                         f"({a['excess']:,} of {a['total']:,})")
         rules = [r for r in k.get("tool_rules", []) if r["kind"] in ("OPT", "WRN")][:3]
         for r in rules:
             est = f" (est. {'local ' if r['local'] else ''}speedup {r['est_speedup_pct']:g}%)" if r.get("est_speedup_pct") else ""
