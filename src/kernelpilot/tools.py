@@ -202,7 +202,8 @@ def _isa_diff(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
             "out": _str("Folder to keep the report in (default: the workspace)."),
             "name": _str("The report's file name (NAME.ncu-rep)."),
             "source": {"type": "boolean", "description": "Hotspots: each launch's hottest SASS instructions, and "
-                       "source lines where the code has line info (-lineinfo), from ncu's warp samples."},
+                       "source lines where the code has line info (-lineinfo), from ncu's warp samples; and the "
+                       "instructions (lines) whose accesses are uncoalesced or bank-conflicted."},
             "pmc": {"type": "array", "items": {"type": "string"}, "description": "rocprofv3 counters to collect."},
             "metrics": {"type": "boolean", "description": "Every raw metric of each launch in the result."},
             "bytes_per_launch": {"type": "number", "description": "Bytes each launch moves (bandwidth without counters)."}})
