@@ -118,12 +118,12 @@ def _access_spots(action: Any, names: tuple[str, str], base: int, top: int) -> l
             for pc, n in sorted(excess.items(), key=lambda kv: (-kv[1], kv[0]))[:top]]
 
 
-def _kernel_hotspots(action: Any, top: int) -> tuple[list[Hotspot], list[Hotspot], int]:
-    samples = _per_pc(action, _SAMPLES)
+def _kernel_hotspots(action: Any, samples: dict[int, int], base: int,
+                     top: int) -> tuple[list[Hotspot], list[Hotspot]]:
+    """The hottest instructions and source lines of one launch's warp samples (per PC), offsets from ``base``."""
     total = sum(samples.values())
     if not total:
-        return [], [], 0
-    base = min(samples)
+        return [], []
     by_pc: dict[int, dict[str, int]] = {}
     for name in action.metric_names():
         if name.startswith(_STALL) and not name.endswith("_not_issued"):
@@ -142,17 +142,7 @@ def _kernel_hotspots(action: Any, top: int) -> tuple[list[Hotspot], list[Hotspot
             lines[where] = lines.get(where, 0) + n
             for r, c in by_pc.get(pc, {}).items():
                 line_stalls.setdefault(where, {})[r] = line_stalls.get(where, {}).get(r, 0) + c
-    return instructions, _spots(lines, line_stalls, total, top, None), total
-
-
-def _base_pc(action: Any) -> int:
-    """The offset hotspots count from: the kernel's first sampled instruction (its first executed one where
-    nothing was sampled)."""
-    for name in (_SAMPLES, "inst_executed"):
-        pcs = _per_pc(action, name)
-        if pcs:
-            return min(pcs)
-    return 0
+    return instructions, _spots(lines, line_stalls, total, top, None)
 
 
 def read_hotspots(report: Any, *, top: int = 10) -> list[dict[str, Any]]:
@@ -163,9 +153,12 @@ def read_hotspots(report: Any, *, top: int = 10) -> list[dict[str, Any]]:
     wavefronts beyond conflict-free ones. A launch profiled without SourceCounters has none of these."""
     out = []
     for action in actions(report):
-        instructions, lines, total = _kernel_hotspots(action, top)
-        base = _base_pc(action)
-        out.append({"name": action.name(), "samples": total, "instructions": instructions, "lines": lines,
+        samples = _per_pc(action, _SAMPLES)
+        # offsets count from the first sampled instruction (the first executed one where nothing was sampled)
+        base = min(samples or _per_pc(action, "inst_executed") or [0])
+        instructions, lines = _kernel_hotspots(action, samples, base, top)
+        out.append({"name": action.name(), "samples": sum(samples.values()), "instructions": instructions,
+                    "lines": lines,
                     "uncoalesced": _access_spots(action, _GLOBAL, base, top),
                     "bank_conflicts": _access_spots(action, _SHARED, base, top)})
     return out
