@@ -444,6 +444,20 @@ def cuda_algo_failures(x, bias, k, *where):
     return failures
 
 
+def cuda_failures_on_every_shape(tokens, seed, make):
+    """cuda_algo_failures on tokens x experts logits for every experts and k: each shape's generator seeded with
+    seed(experts, k), its logits drawn as randn * 2, then make(x, g, experts, k) -> (logits, bias) plants the
+    test's rows."""
+    failures = []
+    for experts in (64, 128, 256):
+        for k in (4, 8):
+            g = torch.Generator(device="cuda").manual_seed(seed(experts, k))
+            x = torch.randn(tokens, experts, generator=g, device="cuda") * 2.0
+            x, bias = make(x, g, experts, k)
+            failures += cuda_algo_failures(x, bias, k, experts, k)
+    return failures
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
 def test_cuda_kernels_where_the_top_k_is_not_positive(dtype):
@@ -451,21 +465,18 @@ def test_cuda_kernels_where_the_top_k_is_not_positive(dtype):
     negative, shifted down, and rows of +0 and -0 (equal: the lower expert first) with fewer than k positive
     logits (and fp32 logits alike in their top 24 bits). Without a bias the packed-key and sorting-network kernels
     select such a warp again on exact keys; every CUDA algorithm must give the reference's ids."""
-    failures = []
-    for experts in (64, 128, 256):
-        for k in (4, 8):
-            tokens = 1001
-            g = torch.Generator(device="cuda").manual_seed(experts * k)
-            x = torch.randn(tokens, experts, generator=g, device="cuda") * 2.0
-            mode = torch.arange(tokens, device="cuda") % 5
-            x = torch.where((mode == 1)[:, None], -x.abs(), x)
-            x = torch.where((mode == 2)[:, None], x - 4.0, x)
-            zeros = torch.where(torch.rand(tokens, experts, generator=g, device="cuda") < 0.5, -0.0, 0.0)
-            few = torch.rand(tokens, experts, generator=g, device="cuda") < 1.5 / experts
-            x = torch.where((mode == 3)[:, None], torch.where(few, x.abs() + 0.5, zeros), x)
-            x = torch.where((mode == 4)[:, None], torch.where(few, x.abs() + 0.5, -x.abs()), x)
-            x = x.to(getattr(torch, dtype))
-            failures += cuda_algo_failures(x, None, k, experts, k)
+    def make(x, g, experts, k):
+        tokens = x.shape[0]
+        mode = torch.arange(tokens, device="cuda") % 5
+        x = torch.where((mode == 1)[:, None], -x.abs(), x)
+        x = torch.where((mode == 2)[:, None], x - 4.0, x)
+        zeros = torch.where(torch.rand(tokens, experts, generator=g, device="cuda") < 0.5, -0.0, 0.0)
+        few = torch.rand(tokens, experts, generator=g, device="cuda") < 1.5 / experts
+        x = torch.where((mode == 3)[:, None], torch.where(few, x.abs() + 0.5, zeros), x)
+        x = torch.where((mode == 4)[:, None], torch.where(few, x.abs() + 0.5, -x.abs()), x)
+        return x.to(getattr(torch, dtype)), None
+
+    failures = cuda_failures_on_every_shape(1001, lambda experts, k: experts * k, make)
     assert not failures, failures[:5]
 
 
@@ -475,31 +486,29 @@ def test_cuda_kernels_order_fp32_logits_alike_in_their_top_24_bits():
     the k-th and the (k + 1)-th alike (either one larger), the best two alike, a whole top alike, each beside
     ordinary tokens in its warp; some tokens with one logit so large that their best k span more than 2^24 steps
     of the bits. Every CUDA algorithm must give the reference's ids."""
-    failures = []
-    for experts in (64, 128, 256):
-        for k in (4, 8):
-            tokens = 4099
-            g = torch.Generator(device="cuda").manual_seed(7 * experts + k)
-            x = torch.randn(tokens, experts, generator=g, device="cuda") * 2.0
-            order = x.argsort(dim=-1, descending=True)
-            bits = x.view(torch.int32)
-            low = torch.randint(0, 256, (tokens, experts), generator=g, device="cuda", dtype=torch.int32)
-            rows = torch.arange(tokens, device="cuda")
-            mode = rows % 7
+    def make(x, g, experts, k):
+        tokens = x.shape[0]
+        order = x.argsort(dim=-1, descending=True)
+        bits = x.view(torch.int32)
+        low = torch.randint(0, 256, (tokens, experts), generator=g, device="cuda", dtype=torch.int32)
+        rows = torch.arange(tokens, device="cuda")
+        mode = rows % 7
 
-            def alike(rank_from, rank_to, where):   # rank_to's logit takes rank_from's top 24 bits, a new low byte
-                src = bits[rows, order[:, rank_from]]
-                dst = order[:, rank_to]
-                new = (src & ~0xFF) | low[rows, dst]
-                bits[rows[where], dst[where]] = new[where]
+        def alike(rank_from, rank_to, where):   # rank_to's logit takes rank_from's top 24 bits, a new low byte
+            src = bits[rows, order[:, rank_from]]
+            dst = order[:, rank_to]
+            new = (src & ~0xFF) | low[rows, dst]
+            bits[rows[where], dst[where]] = new[where]
 
-            alike(k - 1, k, mode == 1)
-            alike(0, 1, mode == 2)
-            for r in range(1, k + 1):
-                alike(0, r, mode == 3)
-            alike(k - 1, k, mode == 4)
-            x[rows[mode == 4], order[mode == 4, 0]] = 3.0e4    # best k over 2^24 steps apart
-            failures += cuda_algo_failures(x, None, k, experts, k)
+        alike(k - 1, k, mode == 1)
+        alike(0, 1, mode == 2)
+        for r in range(1, k + 1):
+            alike(0, r, mode == 3)
+        alike(k - 1, k, mode == 4)
+        x[rows[mode == 4], order[mode == 4, 0]] = 3.0e4    # best k over 2^24 steps apart
+        return x, None
+
+    failures = cuda_failures_on_every_shape(4099, lambda experts, k: 7 * experts + k, make)
     assert not failures, failures[:5]
 
 
@@ -510,20 +519,16 @@ def test_cuda_kernels_with_a_bias_on_logits_far_from_zero(dtype):
     best k then go by the bias alone), logits scaled up to +-300, half a row at -100 or -inf, beside ordinary
     tokens in the same warp. No sigmoid may overflow into a NaN or an infinity; every CUDA algorithm must give the
     reference's ids."""
-    failures = []
-    for experts in (64, 128, 256):
-        for k in (4, 8):
-            tokens = 1001
-            g = torch.Generator(device="cuda").manual_seed(3 * experts + k)
-            x = torch.randn(tokens, experts, generator=g, device="cuda") * 2.0
-            mode = (torch.arange(tokens, device="cuda") % 5)[:, None]
-            half = torch.rand(tokens, experts, generator=g, device="cuda") < 0.5
-            x = torch.where(mode == 1, x - 60.0, x)
-            x = torch.where(mode == 2, x * 50.0, x)
-            x = torch.where((mode == 3) & half, torch.full_like(x, -100.0), x)
-            x = torch.where((mode == 4) & half, torch.full_like(x, -float("inf")), x)
-            bias = torch.randn(experts, generator=g, device="cuda") * 0.1
-            failures += cuda_algo_failures(x.to(getattr(torch, dtype)), bias, k, experts, k)
+    def make(x, g, experts, k):
+        mode = (torch.arange(x.shape[0], device="cuda") % 5)[:, None]
+        half = torch.rand(x.shape, generator=g, device="cuda") < 0.5
+        x = torch.where(mode == 1, x - 60.0, x)
+        x = torch.where(mode == 2, x * 50.0, x)
+        x = torch.where((mode == 3) & half, torch.full_like(x, -100.0), x)
+        x = torch.where((mode == 4) & half, torch.full_like(x, -float("inf")), x)
+        return x.to(getattr(torch, dtype)), torch.randn(experts, generator=g, device="cuda") * 0.1
+
+    failures = cuda_failures_on_every_shape(1001, lambda experts, k: 3 * experts + k, make)
     assert not failures, failures[:5]
 
 
