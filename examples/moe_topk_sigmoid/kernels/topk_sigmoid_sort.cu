@@ -10,9 +10,10 @@
 // eight keys are sorted by a network (19 compare-exchanges at k 8; two networks of four at k 4) and merged into the
 // list by the bitonic top-k merge (the larger of the list and the reversed chunk, then a bitonic sorter). The token's
 // lanes merge their lists through xor shuffles, and its first lanes (up to K) write the weights and ids, each its share
-// (with a bias from the chosen logits read again, divided by their sum). The selection is integer min and max alone
-// (VIMNMX): no REDUX (but two per warp for the bias's range), no rounds, no shared memory but the bias's shifts (and,
-// in the pruned kernel with a bias, the chunks' keys). Without a bias, where a token has fewer than K positive logits
+// (each weight from its key where the key holds the logit's bits, else from the chosen logit read again; with a bias
+// divided by their sum). The selection is integer min and max alone (VIMNMX): no REDUX (but two per warp for the
+// bias's range), no rounds, no shared memory but the bias's shifts (and, in the pruned kernel with a bias, the
+// chunks' keys). Without a bias, where a token has fewer than K positive logits
 // (the signed keys order only those exactly) the warp selects again on exact keys (the 16-bit order keys), the row
 // loaded again.
 //
@@ -192,13 +193,13 @@ __device__ inline unsigned bits_of_order16(unsigned o) {
 
 // The weights and ids of a token's best K keys (every lane of the token holds them), shared by its first L lanes
 // (L divides K; t is the lane's place in its token): lane t's share is keys (t % L) * J ... + J - 1 (J = K / L),
-// its weights and ids written as one vector each. Without a bias and with 16-bit logits the weights come from the
-// keys' bits (`exact`: the exact keys' order keys); otherwise from the chosen logits read again, and with a bias
-// divided by their sum (over the L lanes by xor shuffles, every lane of the warp taking part). `write` says
-// whether this lane's token is one to store.
-template <typename T, int K, int L, bool HAS_BIAS, typename Key>
-__device__ inline void write_token(const T* __restrict__ row, const Key (&top)[K], bool exact, int t, bool write,
-                                   float* __restrict__ wrow, int* __restrict__ irow) {
+// its weights and ids written as one vector each. chosen(key, e) gives a key's expert (into e) and the sigmoid of
+// its logit, which it rebuilds from the key's bits or reads again. With a bias the weights are divided by their sum
+// (over the L lanes by xor shuffles, every lane of the warp taking part). `write` says whether this lane's token is
+// one to store.
+template <typename T, int K, int L, bool HAS_BIAS, typename Key, typename Chosen>
+__device__ inline void write_token(const Key (&top)[K], Chosen chosen, int t, bool write, float* __restrict__ wrow,
+                                   int* __restrict__ irow) {
   static_assert(L >= 1 && K % L == 0, "L lanes share K weights evenly");
   constexpr int J = K / L;
   constexpr bool EVERY_LANE = HAS_BIAS && L > 1;   // the sum's shuffles need every lane
@@ -218,15 +219,7 @@ __device__ inline void write_token(const T* __restrict__ row, const Key (&top)[K
     // this kernel, alone or beside the packed-key one.
     unsigned key = (unsigned)pick;
     asm("mov.b32 %0, %0;" : "+r"(key));
-    e[i] = 255 - (int)(key & 0xffu);
-    float x;
-    if constexpr (!HAS_BIAS && sizeof(T) == 2) {
-      const unsigned h = key >> 16;
-      x = from_bits<T>(exact ? bits_of_order16(h) : h);
-    } else {
-      x = to_float<T>(row[e[i]]);
-    }
-    w[i] = sigmoid(x);
+    w[i] = chosen(key, e[i]);
     sum += w[i];
   }
   if constexpr (HAS_BIAS) {
@@ -266,6 +259,10 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
   const auto index_byte = [&](int v) { return 255u - 8u * (unsigned)(v * TPT + t); };   // first(v)'s, 255 - it
   unsigned top[K];
   bool exact = false;
+  // fp32 logits without a bias, unpruned: log2(EXPERTS) and the token's B (below), which the tail rebuilds the
+  // chosen logits from.
+  constexpr int IB = EXPERTS == 64 ? 6 : EXPERTS == 128 ? 7 : 8;
+  int b0 = 0;
   if constexpr (!HAS_BIAS && sizeof(T) == 4) {
     // fp32, pruned: signed keys of the logit's top 24 bits, then the index byte; they order the positive logits
     // exactly where no two of a token's best K share those bits and the best key left out (tracked through the
@@ -329,7 +326,6 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
       // below B) and the token's K-th logit is above B (within 2^(S - 23) binades of the largest: 8, 4 or 2);
       // otherwise the warp selects again on 64-bit exact keys. No tie can make them wrong, so no second selection
       // for ties (at 8,192 tokens the last warp to take one ended the kernel).
-      constexpr int IB = EXPERTS == 64 ? 6 : EXPERTS == 128 ? 7 : 8;
       constexpr int SPAN = (int)((1u << (32 - IB)) - 1u);
       int m = least_key<int>();
 #pragma unroll
@@ -338,7 +334,7 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
       }
 #pragma unroll
       for (int d = 1; d < TPT; d *= 2) m = max(m, __shfl_xor_sync(FULL, m, d));
-      const int b0 = m - SPAN;   // B; the largest logit's key is SPAN << IB
+      b0 = m - SPAN;   // B; the largest logit's key is SPAN << IB
       exact = !__all_sync(FULL, b0 >= 0);
       if (!exact) {
         best_keys<unsigned, K, TPT, CHUNKS>([&](int v, unsigned (&keys)[8]) {
@@ -352,12 +348,7 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
         }, top);
         exact = __any_sync(FULL, top[K - 1] < (1u << IB));   // fewer than K logits above B
       }
-      if (exact) {
-        best_exact<K, TPT, CHUNKS>(floats_of, first, top);
-      } else {
-#pragma unroll
-        for (int j = 0; j < K; ++j) top[j] = (top[j] & (EXPERTS - 1u)) + (256u - EXPERTS);   // the index byte
-      }
+      if (exact) best_exact<K, TPT, CHUNKS>(floats_of, first, top);
     }
   } else if constexpr (!HAS_BIAS) {
     // Index bytes of chunk v's experts: one base, less a constant per chunk.
@@ -477,8 +468,23 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
   constexpr int FIT = TPT < K ? TPT : K;
   constexpr int CAP = PRUNE && sizeof(T) == 4 ? 4 : K;
   constexpr int TAIL_LANES = HAS_BIAS && TPT > K ? 1 : FIT < CAP ? FIT : CAP;
-  write_token<T, K, TAIL_LANES, HAS_BIAS>(row, top, exact, t, live, weights + (size_t)token * K,
-                                          ids + (size_t)token * K);
+  // A chosen key's expert and the sigmoid of its logit: without a bias, the logit rebuilt from the key (16-bit
+  // logits: the bits above the index byte, or the order key's where `exact`; fp32, unpruned, on the exact 32-bit
+  // keys: B plus the bits above the expert's); otherwise the logit read again.
+  const auto chosen = [&](unsigned key, int& e) -> float {
+    e = 255 - (int)(key & 0xffu);
+    if constexpr (!HAS_BIAS && sizeof(T) == 2) {
+      const unsigned h = key >> 16;
+      return sigmoid(from_bits<T>(exact ? bits_of_order16(h) : h));
+    } else if constexpr (!HAS_BIAS && !PRUNE) {   // fp32
+      if (!exact) {
+        e = EXPERTS - 1 - (int)(key & (EXPERTS - 1u));
+        return sigmoid(__int_as_float(b0 + (int)(key >> IB)));
+      }
+    }
+    return sigmoid(to_float<T>(row[e]));
+  };
+  write_token<T, K, TAIL_LANES, HAS_BIAS>(top, chosen, t, live, weights + (size_t)token * K, ids + (size_t)token * K);
 }
 
 }  // namespace moe
