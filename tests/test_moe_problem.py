@@ -650,7 +650,8 @@ def test_bench_rows_file_keeps_what_a_partial_run_did_not_time(tmp_path):
 def test_bench_reports_take_the_least_launch_floor_of_the_runs(tmp_path, monkeypatch):
     """The reports' floor of a case is the larger of its bytes over the H200's peak bandwidth (the problem's cost)
     and the least launch floor of the runs behind the GPU's rows files (every dtype's), every kernel's ratio taken
-    again; the rows files keep their own run's floor."""
+    again; the rows files keep their own run's floor. The bound is the sum of the two: where it is above 1.5x the
+    floor (bytes at peak between half the launch floor and twice it) the case is out of any kernel's reach."""
     import bench
 
     def part(variant, launch, runs, **cases):
@@ -664,22 +665,27 @@ def test_bench_reports_take_the_least_launch_floor_of_the_runs(tmp_path, monkeyp
 
     small = {"experts": 64, "tokens": 8192, "k": 8, "dtype": "bfloat16"}        # 1.06 MB: under the launch floor
     large = {"experts": 256, "tokens": 65536, "k": 8, "dtype": "float32"}       # 71.3 MB: 14.86 us at 4.8 TB/s
+    middle = {"experts": 64, "tokens": 65536, "k": 8, "dtype": "bfloat16"}      # 12.6 MB: 2.62 us
     results = tmp_path / "results"
     results.mkdir()
     (results / "h200.plain.bfloat16.rows.json").write_text(json.dumps(
-        part("plain", 3.6, [3.6], a=(small, 5.2), b=(large, 20.0))))
+        part("plain", 3.6, [3.6], a=(small, 5.2), b=(large, 20.0), m=(middle, 9.0))))
     (results / "h200.biased.bfloat16.rows.json").write_text(json.dumps(
         part("biased", 3.3, [3.5, 3.3], c=(small, 5.2))))
     (results / "h200.plain.float16.rows.json").write_text(json.dumps(part("plain", 3.2, [3.2], d=(small, 5.2))))
     monkeypatch.setattr(bench, "HERE", tmp_path)
     monkeypatch.setattr(bench, "load_problem", lambda path: load_problem(MOE / path.name))   # the real problems
     parts, rows, launch = bench.load_rows("h200", "NVIDIA H200", "bfloat16")
-    assert launch == 3.2 and len(parts) == 2 and len(rows) == 3   # the float16 file's floor counts too
+    assert launch == 3.2 and len(parts) == 2 and len(rows) == 4   # the float16 file's floor counts too
     by = {r["case"]: r for r in rows}
     assert by["a"]["floor_us"] == by["c"]["floor_us"] == 3.2 and by["a"]["run_floor_us"] == 3.6
     assert by["a"]["dispatch.py"]["of_floor"] == round(5.2 / 3.2, 3)   # 1.444 for the run's own 3.6
     assert by["b"]["floor_us"] == round((65536 * 256 * 4 + 65536 * 8 * 8) / 4.8e6, 3)
-    assert bench.summarize(rows, ["dispatch.py"])["dispatch.py"]["cases_within_1_5x_floor"] == 1   # b alone
+    assert by["m"]["floor_us"] == 3.2 and by["m"]["bound_us"] == round(3.2 + (65536 * 64 * 2 + 65536 * 8 * 8) / 4.8e6, 3)
+    assert by["b"]["bound_us"] == round(3.2 + by["b"]["floor_us"], 3)
+    assert bench.beyond_bound(rows) == ["plain m"]   # 5.82 us > 4.8; b's 18.06 < 22.28, a's 3.42 < 4.8
+    s = bench.summarize(rows, ["dispatch.py"])["dispatch.py"]
+    assert s["cases_within_1_5x_floor"] == 1 and s["cases_bound_above_1_5x_floor"] == 1   # b alone within
     assert json.loads((results / "h200.plain.bfloat16.rows.json").read_text())["rows"][0]["floor_us"] == 3.6
 
 

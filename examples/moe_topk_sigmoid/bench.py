@@ -8,6 +8,8 @@ once (its rows file keeps that floor); the reports take the least launch floor o
 rows files, one floor for every case and dtype, since from run to run it moves by more than some cases' margin.
 Stream floor (cases of 8192 tokens or more): a kernel that only reads the inputs and writes outputs of the case's
 size, timed the same way (stream_floor.py): what memory traffic alone takes in practice.
+Bound: the launch floor plus the bytes over the peak bandwidth. A kernel pays its launch, then moves its bytes, so
+no kernel takes less; where the bound is above 1.5x the floor, no kernel is within 1.5x of it, whatever its code.
 
 Each variant's rows go to results/<gpu>.<variant>.<dtype>.rows.json, and every rows file of the GPU and dtype
 is merged into the report (results/<gpu>.<dtype>.md/.json and a plot), so the two variants can run at once (on
@@ -170,10 +172,12 @@ def write_rows(path: Path, part: dict) -> None:
 def summarize(rows: list, kernels: list[str]) -> dict:
     """Per kernel: the cases, those whose timed outputs were right, the geometric-mean speedup over eager, the
     cases faster than torch.compile, and the distance from the floor at 8192 tokens or more: how many of those
-    cases are within 1.5x of it, on how many the stream floor itself is not (no kernel can be), and the others
+    cases are within 1.5x of it, on how many the stream floor itself is not (no kernel can be), on how many the
+    bound is not (launch floor plus bytes at peak bandwidth: no kernel can be, whatever its code), and the others
     that the kernel misses (with the kernel's time over the floor, closest first)."""
     large = [r for r in rows if r["params"]["tokens"] >= 8192]
     unreachable = set(out_of_reach(rows))
+    bounded = beyond_bound(rows)
     summary = {}
     for kernel in kernels:
         def met(r: dict) -> bool:   # right outputs in 1.5x of the floor or less
@@ -195,6 +199,7 @@ def summarize(rows: list, kernels: list[str]) -> dict:
             "cases_at_8192_tokens_or_more": len(large),
             "cases_within_1_5x_floor": sum(1 for r in large if met(r)),
             "cases_stream_floor_above_1_5x_floor": len(unreachable),
+            "cases_bound_above_1_5x_floor": len(bounded),
             "reachable_not_within_1_5x_floor": dict(sorted(
                 ((case_name(r), r[kernel]["of_floor"] if r[kernel]["check_ok"] else None)
                  for r in large if case_name(r) not in unreachable and not met(r)),
@@ -207,6 +212,13 @@ def out_of_reach(rows: list) -> list[str]:
     """The cases of 8192 tokens or more whose stream floor is above 1.5x the floor: no kernel is within 1.5x."""
     return [case_name(r) for r in rows if r["params"]["tokens"] >= 8192 and r.get("stream_us")
             and r["stream_us"] > 1.5 * r["floor_us"]]
+
+
+def beyond_bound(rows: list) -> list[str]:
+    """The cases of 8192 tokens or more whose bound (bound_us: the launch floor plus the bytes at peak bandwidth)
+    is above 1.5x the floor: no kernel can be within 1.5x, since it pays both."""
+    return [case_name(r) for r in rows if r["params"]["tokens"] >= 8192 and r.get("bound_us")
+            and r["bound_us"] > 1.5 * r["floor_us"]]
 
 
 def case_name(r: dict) -> str:
@@ -236,8 +248,9 @@ def common_launch_floor(parts: list) -> float:
 
 
 def refloored(rows: list, launch_us: float, gpu: str) -> list:
-    """The rows with each case's floor the larger of its bytes over the GPU's peak bandwidth and `launch_us`,
-    and every kernel's ratio to it taken again; the floor the row's own run used stays as run_floor_us."""
+    """The rows with each case's floor the larger of its bytes over the GPU's peak bandwidth and `launch_us`, its
+    bound (bound_us) their sum, and every kernel's ratio to the floor taken again; the floor the row's own run used
+    stays as run_floor_us."""
     from kernelpilot.evaluate.roofline import floor, gpu_from_device_name
 
     spec = gpu_from_device_name(gpu)
@@ -245,7 +258,8 @@ def refloored(rows: list, launch_us: float, gpu: str) -> list:
     out = []
     for r in rows:
         bytes_us = (floor(costs[r["variant"]], r["params"], spec) or {}).get("floor_us") or 0.0
-        n = r | {"floor_us": round(max(bytes_us, launch_us), 3), "run_floor_us": r.get("run_floor_us", r["floor_us"])}
+        n = r | {"floor_us": round(max(bytes_us, launch_us), 3), "bound_us": round(bytes_us + launch_us, 3),
+                 "run_floor_us": r.get("run_floor_us", r["floor_us"])}
         out.append(n | {k: ratios(n, measured(e)) for k, e in r.items() if k in KERNELS})
     return out
 
@@ -268,7 +282,8 @@ def overall(name: str, gpu: str) -> None:
                     | run_history(p) for p in parts if p["rows"]],
            "launch_floor_us": launch,
            "summary": summary,
-           "stream_floor_above_1_5x_floor": out_of_reach(rows)}
+           "stream_floor_above_1_5x_floor": out_of_reach(rows),
+           "bound_above_1_5x_floor": beyond_bound(rows)}
     (HERE / "results" / f"{name}.summary.json").write_text(json.dumps(out, indent=1))
     print("all dtypes:", json.dumps(summary, indent=1))
 
@@ -282,7 +297,8 @@ def report(name: str, gpu: str, dtype: str) -> None:
            "runs": [{k: p.get(k) for k in ("variant", "date", "git", "launch_floor_us")}
                     | run_history(p) for p in parts],
            "launch_floor_us": launch,
-           "summary": summary, "stream_floor_above_1_5x_floor": out_of_reach(rows), "rows": rows, "method": METHOD}
+           "summary": summary, "stream_floor_above_1_5x_floor": out_of_reach(rows),
+           "bound_above_1_5x_floor": beyond_bound(rows), "rows": rows, "method": METHOD}
     (HERE / "results" / f"{name}.{dtype}.json").write_text(json.dumps(out, indent=1))
     from kernelpilot.runs.plot import PALETTE, series_png
 
@@ -294,11 +310,12 @@ def report(name: str, gpu: str, dtype: str) -> None:
     md = [f"# MoE top-k sigmoid routing on {gpu} ({dtype})", "", METHOD, "",
           f"![speedup over eager per case]({name}.{dtype}_speedup.png)", "",
           f"Speedup over PyTorch eager per case (log scale; grey: 1x). Colours: {legend}.", "",
-          "| variant | case | eager us | compile us | floor us | stream us | "
+          "| variant | case | eager us | compile us | floor us | bound us | stream us | "
           + " | ".join(f"{k} us (graph us)" for k in kernels) + " |",
-          "| --- | --- | --- | --- | --- | --- | " + " | ".join("---" for _ in kernels) + " |"]
+          "| --- | --- | --- | --- | --- | --- | --- | " + " | ".join("---" for _ in kernels) + " |"]
     for r in rows:
-        md.append(f"| {r['variant']} | {r['case']} | {r['eager_us']} | {r['compile_us']} | {r['floor_us']} | {r.get('stream_us')} | "
+        md.append(f"| {r['variant']} | {r['case']} | {r['eager_us']} | {r['compile_us']} | {r['floor_us']} | "
+                  f"{r.get('bound_us')} | {r.get('stream_us')} | "
                   + " | ".join(f"{r[k]['median_us']} ({r[k]['graph_us']})" + ("" if r[k]["check_ok"] else " WRONG")
                                for k in kernels) + " |")
     md += ["", "WRONG: the kernel's timed outputs failed the re-check, so its time is not a result.", "",
@@ -314,7 +331,9 @@ METHOD = ("kpilot bench: CUDA events around each call, L2 flushed (read pass) an
           "larger of the case's bytes over the GPU's peak bandwidth and the launch floor (a one-element kernel "
           "timed the same way; the least of the runs' measurements, launch_floor_us). Stream floor (8192 tokens or "
           "more): a kernel that only reads the inputs and writes outputs of the case's size (stream_floor.py), the "
-          "fastest of a few tile shapes, timed the same way.")
+          "fastest of a few tile shapes, timed the same way. Bound: the launch floor plus the case's bytes over the "
+          "peak bandwidth, the least any kernel can take (it pays its launch, then moves its bytes); where it is "
+          "above 1.5x the floor, no kernel is within 1.5x of the floor.")
 
 
 def main() -> None:
