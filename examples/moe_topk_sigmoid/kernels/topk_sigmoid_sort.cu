@@ -13,9 +13,8 @@
 // (each weight from its key where the key holds the logit's bits, else from the chosen logit read again; with a bias
 // divided by their sum). The selection is integer min and max alone (VIMNMX): no REDUX (but two per warp for the
 // bias's range), no rounds, no shared memory but the bias's shifts (and, in the pruned kernel with a bias, the
-// chunks' keys). Without a bias, where a token has fewer than K positive logits
-// (the signed keys order only those exactly) the warp selects again on exact keys (the 16-bit order keys), the row
-// loaded again.
+// chunks' keys). Without a bias, where a token has fewer than K positive logits (the signed keys order only those
+// exactly) the warp selects again on exact keys (the 16-bit order keys), the row loaded again.
 //
 // Analysis build: nvcc -arch=sm_90 -O3 -cubin -DMOE_SORT -DMOE_EXPERTS=128 -DMOE_K=8 -DMOE_PT=64 -DMOE_DTYPE=__nv_bfloat16 topk_sigmoid_sort.cu
 #ifndef MOE_TOPK_SIGMOID_SORT_CU
@@ -197,7 +196,7 @@ __device__ inline unsigned bits_of_order16(unsigned o) {
 // its logit, which it rebuilds from the key's bits or reads again. With a bias the weights are divided by their sum
 // (over the L lanes by xor shuffles, every lane of the warp taking part). `write` says whether this lane's token is
 // one to store.
-template <typename T, int K, int L, bool HAS_BIAS, typename Key, typename Chosen>
+template <int K, int L, bool HAS_BIAS, typename Key, typename Chosen>
 __device__ inline void write_token(const Key (&top)[K], Chosen chosen, int t, bool write, float* __restrict__ wrow,
                                    int* __restrict__ irow) {
   static_assert(L >= 1 && K % L == 0, "L lanes share K weights evenly");
@@ -484,7 +483,7 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
     }
     return sigmoid(to_float<T>(row[e]));
   };
-  write_token<T, K, TAIL_LANES, HAS_BIAS>(top, chosen, t, live, weights + (size_t)token * K, ids + (size_t)token * K);
+  write_token<K, TAIL_LANES, HAS_BIAS>(top, chosen, t, live, weights + (size_t)token * K, ids + (size_t)token * K);
 }
 
 }  // namespace moe
