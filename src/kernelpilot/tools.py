@@ -242,6 +242,8 @@ _EVAL_PROPS = {
     "device": _str("Where to run (default: cuda when a GPU is present).", enum=["cuda", "cpu"]),
     "cases": {"type": "array", "items": {"type": "string"}, "description": "Only these cases."},
     "timeout": {"type": "number", "description": "Seconds each worker process may take.", "minimum": 1},
+    "memory_limit_gb": {"type": "number", "description": "Host memory (GiB) a worker and what it starts may hold "
+                        "before it is killed (default: 80% of the machine's).", "exclusiveMinimum": 0},
     "keep": _str("Keep the workers' jobs, logs and tensors in this folder."),
 }
 _CHECK_PROPS = {"seeds": _int("Secret random seeds per case.", 1)}
@@ -262,7 +264,8 @@ def eval_options(a: dict[str, Any], ctx: ToolContext | None = None):
                        baselines=list(a.get("baselines") or []), graphs=bool(a.get("graphs")),
                        cases=list(a.get("cases") or []) or None, verify=3 if a.get("verify") is None else a["verify"],
                        timing={"budget_s": a["budget"]} if a.get("budget") else {},
-                       keep=Path(a["keep"]) if a.get("keep") else None, pool=ctx.pool)
+                       keep=Path(a["keep"]) if a.get("keep") else None, pool=ctx.pool,
+                       memory_limit_gb=a.get("memory_limit_gb"))
 
 
 @_register("check", """Check a candidate's correctness against the problem's reference on every case

@@ -23,7 +23,7 @@ from typing import Any
 
 from kernelpilot.evaluate.result import Flag
 
-__all__ = ["scan_source", "defined_kernels", "TimerSnapshot", "fingerprint", "poison_allocator",
+__all__ = ["scan_source", "defined_kernels", "TimerSnapshot", "HarnessSnapshot", "HARNESS_MODULES", "fingerprint", "poison_allocator",
            "TRIVIAL_OPS", "significant_ops"]
 
 _PATCH_ROOTS = {"torch", "time", "triton", "kernelpilot", "builtins", "os", "sys", "threading"}
@@ -176,6 +176,60 @@ class TimerSnapshot:
             if now is not held.obj or getattr(now, "__code__", None) is not held.code:
                 out.append(name)
         return out
+
+
+# The modules whose functions the harness calls while it times and checks, and the standard library modules
+# those call into. A candidate that replaces any of their functions (or a function's code, or a method of one
+# of the harness's classes) could change a time or a verdict.
+HARNESS_MODULES = (
+    "kernelpilot.evaluate.worker", "kernelpilot.evaluate.timing", "kernelpilot.evaluate.guards",
+    "kernelpilot.evaluate.compare", "kernelpilot.evaluate.outputs", "kernelpilot.evaluate.probe",
+    "kernelpilot.evaluate.problem", "statistics", "json", "json.encoder", "json.decoder", "time", "os", "struct",
+    "hashlib", "math", "builtins", "pickle", "threading",
+)
+
+
+class HarnessSnapshot:
+    """Every function and class of ``HARNESS_MODULES`` (and every method of the harness's own classes), by
+    identity and code object, as they were before the candidate was imported; ``changed`` names what differs
+    now. Names a ``TimerSnapshot`` covers are left to it."""
+
+    def __init__(self, modules: tuple[str, ...] = HARNESS_MODULES, skip: set[str] | None = None) -> None:
+        import importlib
+
+        self.modules = {}
+        for name in modules:
+            try:
+                self.modules[name] = importlib.import_module(name)
+            except ImportError:
+                continue
+        self.skip = skip or set()
+        self.held = self._take()
+
+    def _take(self) -> dict[str, tuple[int, Any]]:
+        held: dict[str, tuple[int, Any]] = {}
+        for mname, mod in self.modules.items():
+            own = mname.startswith("kernelpilot.")
+            for attr, value in list(vars(mod).items()):
+                if not (callable(value) or isinstance(value, type)) or isinstance(value, type(mod)):
+                    continue
+                key = f"{mname}.{attr}"
+                if key in self.skip:
+                    continue
+                held[key] = (id(value), getattr(value, "__code__", None))
+                if own and isinstance(value, type) and value.__module__ == mname:
+                    for k, v in list(vars(value).items()):
+                        fn = getattr(v, "__func__", v)
+                        if callable(fn):
+                            held[f"{key}.{k}"] = (id(fn), getattr(fn, "__code__", None))
+        return held
+
+    def changed(self) -> list[str]:
+        now = self._take()
+        out = [k for k, v in self.held.items() if now.get(k, (None, None))[0] != v[0]
+               or now.get(k, (None, None))[1] is not v[1]]
+        out += [k for k in now if k not in self.held and not k.rsplit(".", 1)[-1].startswith("_")]
+        return sorted(out)
 
 
 # Tensor digests: a keyed sum of the tensor's 64-bit words, mod 2**64, computed with integer tensor ops where

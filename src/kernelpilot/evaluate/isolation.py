@@ -1,10 +1,11 @@
-"""Run one worker job in its own process with a timeout. A crash, a hang, a CUDA error or an illegal memory
-access becomes a result with the error text; the caller carries on."""
+"""Run one worker job in its own process, under a supervisor, with a timeout. A crash, a hang, a CUDA error, an
+illegal memory access or a runaway allocation becomes a result with the error text; the caller carries on."""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -12,12 +13,13 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelpilot.toolchain.run import kernelpilot_env
+from kernelpilot.evaluate.worker_env import cache_dirs, redact, worker_env
 
-__all__ = ["run_job", "WorkerProcess", "WorkerPool", "describe_exit"]
+__all__ = ["run_job", "Confinement", "WorkerProcess", "WorkerPool", "describe_exit", "default_memory_bytes", "hide_own_memory", "trusted_cache_dirs"]
 
 _SIGNALS = {
     signal.SIGSEGV: "crashed with a segmentation fault (SIGSEGV)",
@@ -50,49 +52,131 @@ def _tail(path: Path, limit: int = 3000) -> str:
     return "\n".join(lines).strip()
 
 
-def _env(device: str) -> dict[str, str]:
-    env = kernelpilot_env()
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    if not device.startswith("cuda"):
-        env["TRITON_INTERPRET"] = "1"   # Triton kernels run on CPU tensors through the interpreter
-        env.setdefault("CUDA_VISIBLE_DEVICES", "")
-    return env
+_PR_SET_DUMPABLE = 4
+
+
+def hide_own_memory() -> None:
+    """Make this process non-dumpable: its memory and ``/proc/PID/environ`` (API keys an LLM proposer holds, for
+    one) can then be read only by a process with CAP_SYS_PTRACE, which workers never have. Debuggers of the same
+    user can no longer attach to it, and it leaves no core dump."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def default_memory_bytes() -> int:
+    """A worker's host-memory limit unless one is given: 80% of this machine's memory (its processes together).
+    Past it the worker is killed with a clear message, before the kernel's OOM killer picks a process."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(int(line.split()[1]) * 1024 * 0.8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+# How much a worker may write into its journal: far more than the harness writes (a few records per case, and
+# its result), far less than would keep the parent busy reading.
+JOURNAL_LIMIT_BYTES = 64 << 20
+# How long the parent waits, past the job's own timeout, for a supervisor that has not enforced it.
+_GRACE_S = 30.0
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """How a worker is boxed in: ``memory_bytes`` of host memory for it and what it starts (None: 80% of this
+    machine's; 0: no limit), ``writable`` folders besides its own and the caches, and ``sandbox`` (Landlock, where
+    the kernel has it; off only to debug a candidate that needs to write elsewhere)."""
+
+    memory_bytes: int | None = None
+    writable: tuple[str, ...] = ()
+    sandbox: bool = True
 
 
 class WorkerProcess:
-    """A worker started ahead of its job: it imports torch and the harness while the caller is busy (e.g. the
-    reference's worker while the candidate runs), then waits for the job on its standard input. With
-    ``warm``, on a GPU it also creates its CUDA context and starts the profiler once (jobs that profile a
-    call pay that start-up, seconds, before their job arrives)."""
+    """A worker started ahead of its job, under its supervisor (``supervise.py``): it imports torch and the
+    harness while the caller is busy (e.g. the reference's worker while the candidate runs), then waits for
+    messages on its standard input: ``load`` (a problem to import now, before any candidate code runs) and
+    ``job``. With ``warm``, on a GPU it also creates its CUDA context and starts the profiler once (jobs that
+    profile a call pay that start-up, seconds, before their job arrives).
 
-    def __init__(self, log_dir: Path, name: str, device: str, *, warm: bool = False) -> None:
-        self.name = name
-        self.device, self.warm = device, warm
-        self.stdout, self.stderr = Path(log_dir) / f"{name}.stdout", Path(log_dir) / f"{name}.stderr"
+    The worker writes only beneath its own folder ``dir`` and the compilers' caches (Landlock, where the
+    kernel has it), gets an environment without credentials (``worker_env.py``), and it and everything it
+    starts end when its job ends, when the job's time is up, when it holds more than ``memory_bytes`` of host
+    memory, or when this process dies. ``trusted`` workers (the reference, the eager and compiled baselines:
+    code from the problem, never a candidate's) use compiler caches of their own, which candidates cannot write,
+    so a candidate cannot plant slow kernels for a baseline to load."""
+
+    def __init__(self, work_dir: Path, device: str, *, warm: bool = False, trusted: bool = False,
+                 box: Confinement = Confinement()) -> None:
+        self.dir = Path(work_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.dir, 0o700)
+        self.name = self.dir.name
+        self.device, self.warm, self.trusted = device, warm, trusted
+        self.stdout, self.stderr = self.dir / "stdout.txt", self.dir / "stderr.txt"
         self.t0 = time.perf_counter()
         self.proc: subprocess.Popen | None = None
         self.error: str | None = None
-        # A journal the worker appends to as it goes (fingerprints of the outputs it keeps): once written, a
-        # record cannot be taken back by code running later in that process, unlike anything in its memory.
+        self.sandbox: dict[str, Any] | None = None
+        self.exit: dict[str, Any] | None = None
+        self._reports = threading.Event()
+        self._exited = threading.Event()
+        # A journal the worker appends to as it goes (fingerprints of the outputs it keeps, then its result):
+        # once written, a record cannot be taken back by code running later in that process.
         jr, jw = os.pipe()
-        env = _env(device)
-        env["KPILOT_JOURNAL_FD"] = str(jw)
-        with open(self.stdout, "wb") as so, open(self.stderr, "wb") as se:
+        caches = trusted_cache_dirs() if trusted else cache_dirs()
+        extra = {"KPILOT_JOURNAL_FD": str(jw), **{k: str(v) for k, v in caches.items()}}
+        if not device.startswith("cuda"):
+            extra["TRITON_INTERPRET"] = "1"   # Triton kernels run on CPU tensors through the interpreter
+            extra["CUDA_VISIBLE_DEVICES"] = ""
+        env = worker_env(self.dir, extra=extra)
+        limit = default_memory_bytes() if box.memory_bytes is None else box.memory_bytes
+        self.memory_limit = limit
+        cmd = [sys.executable, "-m", "kernelpilot.evaluate.supervise", "--memory-bytes", str(int(limit))]
+        for path in _writable(self.dir, caches, box.writable):
+            cmd += ["--writable", path]
+        if not box.sandbox:
+            cmd.append("--no-sandbox")
+        out_fd = os.open(self.stdout, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        cmd += ["--stdout-fd", str(out_fd), "--", sys.executable, "-m", "kernelpilot.evaluate.worker", "--stdin",
+                "--dir", str(self.dir)]
+        if warm and device.startswith("cuda"):
+            cmd += ["--warm", device]
+        with open(self.stderr, "wb") as se:
             try:
-                cmd = [sys.executable, "-m", "kernelpilot.evaluate.worker", "--stdin"]
-                if warm and device.startswith("cuda"):
-                    cmd += ["--warm", device]
-                self.proc = subprocess.Popen(cmd,
-                                             stdin=subprocess.PIPE, stdout=so, stderr=se, env=env,
-                                             start_new_session=True, pass_fds=(jw,))
+                self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=se,
+                                             env=env, start_new_session=True, pass_fds=(jw, out_fd))
             except OSError as e:
                 self.error = f"the worker process could not be started: {e.strerror or e}"
         os.close(jw)
+        os.close(out_fd)
         if self.proc is None:
             os.close(jr)
             self.reader = None
         else:
-            self.reader = _Drain(jr)
+            self.reader = _Drain(jr, on_flood=self.close)
+            threading.Thread(target=self._read_reports, daemon=True).start()
+
+    def _read_reports(self) -> None:
+        """The supervisor's reports: the sandbox it started the worker in, and how the worker ended."""
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            rec = _record(line)
+            if rec is None:
+                continue
+            if isinstance(rec.get("sandbox"), dict):
+                self.sandbox = rec["sandbox"]
+                self._reports.set()
+            if isinstance(rec.get("exit"), dict):
+                self.exit = rec["exit"]
+        self._reports.set()
+        self._exited.set()
 
     def alive(self) -> bool:
         return self.proc is not None and self.reader is not None and self.proc.poll() is None
@@ -101,55 +185,145 @@ class WorkerProcess:
         """Whether it has finished starting up (imports, and with ``warm`` the CUDA context and profiler)."""
         return self.reader is not None and self.reader.ready
 
+    def send(self, message: dict[str, Any]) -> bool:
+        """Write one message to the worker (through its supervisor); False if it is gone."""
+        if self.proc is None or self.proc.stdin is None or self.proc.stdin.closed:
+            return False
+        try:
+            self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+            self.proc.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError, ValueError):
+            return False
+
+    def load(self, problem: dict[str, Any], seal: dict[str, str]) -> bool:
+        """Have the worker import ``problem`` now (checking its files against ``seal``), before any candidate
+        code runs anywhere; its job later uses what was imported."""
+        return self.send({"load": {"problem": problem, "seal": seal}})
+
     def run(self, job: dict[str, Any], *, timeout: float) -> dict[str, Any]:
-        """Hand the worker ``job`` and wait for its result (see ``run_job``). The result is read from
-        ``OUT_DIR/NAME_result.json`` (the job's ``out_dir`` and ``name``)."""
+        """Hand the worker ``job`` and wait for its result; see ``run_job``.
+
+        A result counts only if it is the one result record in the worker's journal and the worker then exited
+        with the job's exit token: a random status it is told with the job and keeps only in a local variable,
+        so a candidate that writes a result of its own and ends the process does not pass for the harness."""
         if self.proc is None or self.reader is None:
             return {"fatal": self.error or "the worker process could not be started", "stderr": ""}
-        out = Path(job["out_dir"])
-        (out / f"{job['name']}_job.json").write_text(json.dumps(job))
+        (self.dir / "job.json").write_text(json.dumps(job))
+        token = secrets.randbelow(200) + 3          # not 0-2: statuses a crash or a plain exit would give
+        t_job = time.perf_counter()
+        self.send({"job": {**job, "timeout": timeout, "exit_token": token}})
         try:
             assert self.proc.stdin is not None
-            self.proc.stdin.write(json.dumps(job).encode())
             self.proc.stdin.close()
-        except (BrokenPipeError, OSError):
-            pass   # it died before reading: reported below from its exit status
-        t_job = time.perf_counter()
-        # Finished when the worker says its result is written (its process may take a while more to tear
-        # down a CUDA context: not waited for), or when the process ends.
-        end = t_job + timeout
-        while not self.reader.done.wait(0.02) and self.proc.poll() is None:
+        except OSError:
+            pass
+        seconds = lambda: round(time.perf_counter() - t_job, 2)  # noqa: E731
+        end = t_job + timeout + _GRACE_S
+        while not self._exited.wait(0.02):
             if time.perf_counter() > end:
                 self.close()
-                return {"fatal": f"did not finish within {timeout:.0f} s (a hang, or a candidate far too slow); "
-                                 "it was killed", "stderr": _tail(self.stderr),
-                        "seconds": round(time.perf_counter() - t_job, 2)}
-        rc = 0 if self.reader.done.is_set() else self.proc.poll()
-        _kill(self.proc)   # anything it left behind in its session
-        journal = self.reader.finish()
-        result_path = out / f"{job['name']}_result.json"
-        if self.reader.done.is_set() and not result_path.exists():
-            return {"fatal": "the worker's journal said the result was written, but there is none (the candidate "
-                             "wrote to the harness's journal)", "stderr": _tail(self.stderr),
-                    "seconds": round(time.perf_counter() - t_job, 2)}
-        if rc != 0 or not result_path.exists():
-            return {"fatal": f"the worker process {describe_exit(rc)}", "stderr": _tail(self.stderr),
-                    "seconds": round(time.perf_counter() - t_job, 2)}
-        try:
-            result = json.loads(result_path.read_text())
-        except json.JSONDecodeError:
-            return {"fatal": "the worker wrote an unreadable result", "stderr": _tail(self.stderr)}
-        result["seconds"] = round(time.perf_counter() - t_job, 2)
-        result["journal"] = journal
+                return {"fatal": _timeout_text(timeout), "stderr": self._stderr(), "seconds": seconds()}
+        self.reader.finish(wait=5.0)
+        if self.reader.flooded:
+            return {"fatal": "the worker wrote more than the harness's journal takes "
+                             f"({JOURNAL_LIMIT_BYTES >> 20} MiB; the candidate wrote to it); it was killed",
+                    "stderr": self._stderr(), "seconds": seconds()}
+        results = self.reader.results
+        status = (self.exit or {}).get("status")
+        if len(results) > 1 or (results and status != token and (self.exit or {}).get("reason") is None):
+            what = (f"holds {len(results)} results where the harness writes one" if len(results) > 1 else
+                    "holds a result, but the worker did not end as the harness ends it")
+            return {"fatal": f"the worker's journal {what} (the candidate wrote to the harness's journal)",
+                    "forged": True, "stderr": self._stderr(), "seconds": seconds()}
+        if not results or status != token:
+            return {"fatal": self._death(timeout), "stderr": self._stderr(), "seconds": seconds()}
+        result = results[0]
+        result["seconds"] = seconds()
+        result["journal"] = self.reader.records
+        result["sandbox"] = self.sandbox
+        result["strays"] = [c for c in (self.exit or {}).get("strays", []) if not _library_helper(c)]
         if result.get("fatal"):
-            result["stderr"] = _tail(self.stderr)
+            result["stderr"] = self._stderr()
         return result
 
+    def _death(self, timeout: float) -> str:
+        """Why a worker ended without a result, from its supervisor's report."""
+        ex = self.exit
+        if ex is None:
+            return "the worker's supervisor was killed before it could report (the candidate killed it?)"
+        if ex.get("reason") == "deadline":
+            return _timeout_text(timeout)
+        if ex.get("reason") == "memory":
+            return (f"the worker's processes held {_gib(ex.get('rss_peak') or 0)} of host memory, over its limit "
+                    f"of {_gib(self.memory_limit)}; it was killed")
+        status = ex.get("status")
+        return f"the worker process {describe_exit(status if isinstance(status, int) else -9)}"
+
+    def _stderr(self) -> str:
+        return redact(_tail(self.stderr))
+
     def close(self) -> None:
-        """Stop a worker that will not be given a job (or whose job is over)."""
+        """End the worker and everything it started (its supervisor sweeps them); does not wait."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signal.SIGTERM)
+            except (ProcessLookupError, OSError):
+                pass
         if self.proc is not None:
-            _kill(self.proc)
-        self.reader = None   # its thread reads to the end and closes the pipe; nothing waits for that
+            threading.Thread(target=_reap, args=(self.proc,), daemon=True).start()
+
+    def wait_closed(self, timeout: float = 10.0) -> bool:
+        """Wait until the worker and everything it started have ended; False if not within ``timeout``."""
+        if self.proc is None:
+            return True
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+
+# Processes libraries start for themselves and keep for the life of the process (torch.compile's pool of compile
+# workers): not something a candidate left behind.
+_LIBRARY_HELPERS = ("torch/_inductor/compile_worker", "torch._inductor.compile_worker")
+
+
+def _library_helper(cmd: str) -> bool:
+    return any(h in cmd for h in _LIBRARY_HELPERS)
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB"
+
+
+def _timeout_text(timeout: float) -> str:
+    return f"did not finish within {timeout:.0f} s (a hang, or a candidate far too slow); it was killed"
+
+
+def trusted_cache_dirs() -> dict[str, Path]:
+    """Compiler caches for trusted workers (reference, baselines), apart from the ones candidates write."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kernelpilot" / "trusted"
+    return {name: root / name.lower() for name in cache_dirs()}
+
+
+def _writable(work_dir: Path, caches: dict[str, Path], extra: tuple[str, ...]) -> list[str]:
+    """What a sandboxed worker may write: its folder, its caches (created here, so that they can be named in
+    the ruleset), ``/dev`` (the GPU's device files, ``/dev/shm``), its own ``/proc/self`` (the CUDA driver writes
+    there when it initialises; resolved in the worker's process, so no other process's entries) and what the
+    caller adds."""
+    paths = [work_dir]
+    for name, path in caches.items():
+        if name == "XDG_CACHE_HOME":
+            path = path / "torch"          # torch's own kernel cache; the rest of ~/.cache stays read-only
+        elif name == "TRITON_CACHE_DIR":
+            path = path.parent             # Triton's home (~/.triton): its cache, dumps and overrides
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        paths.append(path)
+    return [str(p) for p in paths] + ["/dev", "/proc/self"] + [str(Path(p).resolve()) for p in extra]
 
 
 def profiles(job: dict[str, Any]) -> bool:
@@ -157,13 +331,23 @@ def profiles(job: dict[str, Any]) -> bool:
     return job.get("mode") in ("check", "eval", "verify")
 
 
-def run_job(job: dict[str, Any], *, timeout: float, pool: WorkerPool | None = None) -> dict[str, Any]:
-    """Run ``job`` (see worker.py) in a new process (one of ``pool``'s, already started, where given) and
-    return its result dict; on a crash or timeout, a dict with ``fatal`` (what happened) and ``stderr``."""
-    warm = profiles(job)
-    worker = (pool.take(job["device"], warm=warm) if pool is not None
-              else WorkerProcess(Path(job["out_dir"]), job["name"], job["device"], warm=warm))
-    return worker.run(job, timeout=timeout)
+def trusted(job: dict[str, Any]) -> bool:
+    """Whether the job runs only the problem's own code (the reference, the eager or compiled baseline)."""
+    return job.get("role") in ("reference", "baseline")
+
+
+def run_job(job: dict[str, Any], *, timeout: float, pool: WorkerPool | None = None, work_dir: Path | None = None,
+            box: Confinement = Confinement()) -> dict[str, Any]:
+    """Run ``job`` (see worker.py) in a new worker (one of ``pool``'s, already started, where given; else one
+    started in ``work_dir``) and return its result dict; on a crash or timeout, a dict with ``fatal`` (what
+    happened) and ``stderr``. The worker is ended, with everything it started, before this returns its result
+    only in the sense that it has been told to: ``WorkerProcess.wait_closed`` waits for it."""
+    worker = (pool.take(job["device"], warm=profiles(job), trusted=trusted(job)) if pool is not None
+              else WorkerProcess(work_dir or Path(tempfile.mkdtemp(prefix="kpilot-worker-")), job["device"],
+                                 warm=profiles(job), trusted=trusted(job), box=box))
+    res = worker.run(job, timeout=timeout)
+    res["_worker"] = worker
+    return res
 
 
 class WorkerPool:
@@ -172,31 +356,35 @@ class WorkerPool:
     an agent's server) finds the interpreter, torch, the CUDA context and the profiler already up while
     every job still gets a process of its own. Use as a context manager, or call ``close``."""
 
-    def __init__(self, spares: int = 2, *, refill: bool = True) -> None:
+    def __init__(self, spares: int = 2, *, refill: bool = True, box: Confinement = Confinement()) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="kpilot-workers-"))
         os.chmod(self.dir, 0o700)
         self.spares = max(1, spares)     # kept ready per kind (a check needs two: candidate and reference)
         self.refill = refill             # start a replacement for each worker taken
-        self.idle: dict[tuple[str, bool], list[WorkerProcess]] = {}
+        self.box = box
+        self.idle: dict[tuple[str, bool, bool], list[WorkerProcess]] = {}
+        self.taken: list[WorkerProcess] = []
         self.n = 0
 
-    def _start(self, device: str, warm: bool) -> WorkerProcess:
+    def _start(self, device: str, warm: bool, trusted: bool) -> WorkerProcess:
         self.n += 1
-        return WorkerProcess(self.dir, f"w{self.n:04d}", device, warm=warm)
+        return WorkerProcess(self.dir / f"w{self.n:04d}", device, warm=warm, trusted=trusted, box=self.box)
 
-    def prestart(self, device: str, *, warm: bool = True) -> None:
+    def prestart(self, device: str, *, warm: bool = True, trusted: bool = False) -> None:
         """Start workers of this kind now, up to ``spares``."""
-        ready = self.idle.setdefault((device, warm), [])
+        ready = self.idle.setdefault((device, warm, trusted), [])
         ready[:] = [w for w in ready if w.alive()]
         while len(ready) < self.spares:
-            ready.append(self._start(device, warm))
+            ready.append(self._start(device, warm, trusted))
 
-    def take(self, device: str, *, warm: bool) -> WorkerProcess:
-        ready = [w for w in self.idle.get((device, warm), []) if w.alive()]
-        worker = ready.pop(0) if ready else self._start(device, warm)
-        self.idle[(device, warm)] = ready
+    def take(self, device: str, *, warm: bool, trusted: bool = False) -> WorkerProcess:
+        kind = (device, warm, trusted)
+        ready = [w for w in self.idle.get(kind, []) if w.alive()]
+        worker = ready.pop(0) if ready else self._start(device, warm, trusted)
+        self.idle[kind] = ready
         if self.refill:
-            self.prestart(device, warm=warm)
+            self.prestart(device, warm=warm, trusted=trusted)
+        self.taken = [w for w in self.taken if w.alive()] + [worker]
         return worker
 
     def wait_ready(self, timeout: float = 120.0) -> bool:
@@ -209,10 +397,13 @@ class WorkerPool:
         return False
 
     def close(self) -> None:
-        for ws in self.idle.values():
-            for w in ws:
-                w.close()
+        workers = [w for ws in self.idle.values() for w in ws] + self.taken
+        for w in workers:
+            w.close()
+        for w in workers:
+            w.wait_closed(10.0)
         self.idle.clear()
+        self.taken.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> WorkerPool:
@@ -224,41 +415,57 @@ class WorkerPool:
 
 class _Drain:
     """Read the journal pipe on a thread (so a full pipe never blocks the worker) into JSON records. ``ready``:
-    the worker has started up (its first record); ``done``: its result is written (``{"done": true}``)."""
+    the worker has started up (its first record); ``result``: a result record arrived. Past
+    ``JOURNAL_LIMIT_BYTES`` it stops reading, marks ``flooded`` and calls ``on_flood`` (which ends the worker)."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, *, on_flood=None) -> None:
         self.fd = fd
         self.records: list[dict[str, Any]] = []
+        self.results: list[dict[str, Any]] = []
         self.ready = False
-        self.done = threading.Event()
+        self.flooded = False
+        self.on_flood = on_flood
+        self.result = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
         pending = b""
+        total = 0
         try:
             while True:
                 try:
-                    data = os.read(self.fd, 65536)
+                    data = os.read(self.fd, 1 << 20)
                 except OSError:
                     break
                 if not data:
+                    break
+                total += len(data)
+                if total > JOURNAL_LIMIT_BYTES:
+                    self.flooded = True
+                    if self.on_flood is not None:
+                        self.on_flood()
                     break
                 self.ready = True    # the worker's first record is written once it has started up
                 *lines, pending = (pending + data).split(b"\n")
                 for line in lines:
                     rec = _record(line)
-                    if rec is not None:
+                    if rec is None:
+                        continue
+                    if "result" in rec:
+                        if isinstance(rec["result"], dict):
+                            self.results.append(rec["result"])
+                        self.result.set()
+                    else:
                         self.records.append(rec)
-                        if rec.get("done") is True:
-                            self.done.set()
         finally:
             os.close(self.fd)    # here, not in finish(): a descriptor closed under a blocked read may be reused
+            self.result.set()
 
-    def finish(self) -> list[dict[str, Any]]:
-        """The records so far; once the result is written, what follows (the process ending) is not waited for."""
-        if not self.done.is_set():
-            self.thread.join(timeout=5)
+    def finish(self, wait: float = 5.0) -> list[dict[str, Any]]:
+        """The records, once every writer has closed the pipe (the worker and whatever it started are ended)
+        or after ``wait`` seconds."""
+        self.thread.join(timeout=wait)
         return list(self.records)
 
 
@@ -270,18 +477,8 @@ def _record(line: bytes) -> dict[str, Any] | None:
     return rec if isinstance(rec, dict) else None
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    """SIGKILL the worker's whole session and reap it on a thread: a process with a CUDA context can take a
-    second to end, which no result waits on."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    threading.Thread(target=_reap, args=(proc,), daemon=True).start()
-
-
 def _reap(proc: subprocess.Popen) -> None:
     try:
-        proc.wait(timeout=10)
+        proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         pass

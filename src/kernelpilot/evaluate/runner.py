@@ -12,7 +12,9 @@ from typing import Any
 
 from kernelpilot.errors import KernelpilotError, UsageError
 from kernelpilot.evaluate.guards import scan_source
-from kernelpilot.evaluate.isolation import WorkerPool, WorkerProcess, run_job
+from kernelpilot.evaluate.isolation import Confinement, WorkerPool, WorkerProcess, hide_own_memory, run_job
+from kernelpilot.evaluate.problem_files import Seal, problem_files
+from kernelpilot.evaluate.worker_env import redact, redact_json, secret_values
 from kernelpilot.evaluate.problem import Problem, load_problem
 from kernelpilot.evaluate.result import BenchCase, CaseResult, EvalResult, Flag, ratio
 from kernelpilot.evaluate.roofline import floor, gpu_from_device_name
@@ -32,6 +34,9 @@ class EvalOptions:
     timing: dict[str, Any] = field(default_factory=dict)   # TimingOptions fields
     keep: Path | None = None             # keep the workers' files here
     pool: WorkerPool | None = None       # take worker processes from here (started ahead); else start each
+    memory_limit_gb: float | None = None  # host memory a worker (with what it starts) may hold; None: 80% of RAM
+    writable: list[str] = field(default_factory=list)   # folders a candidate may write besides its own and caches
+    sandbox: bool = True                 # Landlock on workers (where the kernel has it)
 
 
 def default_device() -> str:
@@ -66,9 +71,10 @@ def _nvidia_device_count() -> int | None:
 
 
 class _Session:
-    """A private folder for one evaluation's jobs and tensors (removed afterwards unless kept)."""
+    """One evaluation's private folder (removed afterwards unless kept), the workers it started, and the seal on
+    the problem's files."""
 
-    def __init__(self, keep: Path | None) -> None:
+    def __init__(self, keep: Path | None, problem: Problem) -> None:
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
             self.dir = Path(tempfile.mkdtemp(prefix="eval-", dir=keep))
@@ -77,12 +83,32 @@ class _Session:
         os.chmod(self.dir, 0o700)
         self.keep = keep is not None
         self.n = 0
+        self.workers: list[WorkerProcess] = []
+        self.seal = Seal.take(problem_files(problem))
 
     def job(self, **kw) -> dict[str, Any]:
         self.n += 1
-        return {"name": f"{self.n:02d}_{kw['role']}_{kw['mode']}", "out_dir": str(self.dir), **kw}
+        return {"name": f"{self.n:02d}_{kw['role']}_{kw['mode']}", "seal": self.seal.hashes, **kw}
+
+    def worker_dir(self, name: str) -> Path:
+        return self.dir / name
+
+    def ran(self, res: dict[str, Any]) -> dict[str, Any]:
+        """A worker's result, its process noted so that ``close`` waits for it."""
+        worker = res.pop("_worker", None)
+        if worker is not None:
+            self.workers.append(worker)
+        return res
+
+    def end_workers(self) -> None:
+        """End every worker of this evaluation and wait until they and what they started are gone."""
+        for w in self.workers:
+            w.close()
+        for w in self.workers:
+            w.wait_closed(15.0)
 
     def close(self) -> None:
+        self.end_workers()
         if not self.keep:
             shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -128,19 +154,23 @@ def _verify(session: _Session, problem: Problem, device: str, items: list[dict[s
     return res
 
 
-def _candidate_items(res: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"case": e["case"], "seed": e["seed"], "fingerprint": e["fingerprint"], "key": f"{e['case']}|{e['seed']}"}
-            for e in res.get("cases", []) if not e.get("error")]
-
-
-def _bench_items(res: dict[str, Any]) -> list[dict[str, Any]]:
-    """Timed outputs to re-check, each with the fingerprints the worker journaled when it took them (the first
-    record for a key wins: later ones could be forged from inside the candidate's process)."""
+def _items(res: dict[str, Any], *, check: bool) -> list[dict[str, Any]]:
+    """Outputs for the reference to verify: the check's (where ``check``) and the timed outputs kept for
+    re-checking, each with the fingerprints the worker journaled when it made them (the first record for a key
+    wins: later ones could be forged from inside the candidate's process)."""
     journal: dict[str, dict[str, Any]] = {}
     for rec in res.get("journal", []):
         if isinstance(rec.get("key"), str):
             journal.setdefault(rec["key"], rec)
     items = []
+    if check:
+        for e in res.get("cases", []):
+            if not e.get("error"):
+                key = f"{e['case']}|{e['seed']}"
+                rec = journal.get(key, {})
+                items.append({"case": e["case"], "seed": e["seed"], "fingerprint": e["fingerprint"], "key": key,
+                              "output_fingerprint": rec.get("output") or "missing",
+                              "journal_input": rec.get("input")})
     for e in res.get("bench", []):
         for it in e.get("verify", []):
             rec = journal.get(it["key"], {})
@@ -223,6 +253,24 @@ def _run(problem, candidate, opts: EvalOptions, *, do_check: bool, do_bench: boo
     t0 = time.perf_counter()
     result = _run_timed(problem, candidate, opts, do_check=do_check, do_bench=do_bench)
     result.elapsed_s["total"] = round(time.perf_counter() - t0, 3)
+    return _redacted(result)
+
+
+def _redacted(result: EvalResult) -> EvalResult:
+    """The result with this process's credentials blanked wherever a candidate's text carried them."""
+    secrets = secret_values()
+    if not secrets:
+        return result
+    result.error = redact(result.error, secrets) if result.error else result.error
+    result.notes = [redact(n, secrets) for n in result.notes]
+    for f in result.flags:
+        f.message = redact(f.message, secrets)
+        f.evidence = redact_json(f.evidence, secrets)
+    for c in result.cases:
+        c.message = redact(c.message, secrets)
+        c.worst = redact_json(c.worst, secrets)
+    for b in result.bench:
+        b.message = redact(b.message, secrets)
     return result
 
 
@@ -241,6 +289,7 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
     if do_bench and not do_check and opts.device is None and device == "cpu":
         raise UsageError("no CUDA GPU here: kpilot bench times GPU kernels; pass --device cpu to time on the CPU "
                          "(wall-clock CPU times, not GPU times).")
+    hide_own_memory()
     result = EvalResult(problem=prob.name, candidate=str(candidate), device=device,
                         correct=False if do_check else None)
     if do_check:
@@ -248,12 +297,12 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
     bench_names = _cases(prob, opts.cases, bench=True) if do_bench else []
     if do_bench and device == "cpu":
         result.notes.append("times are CPU wall-clock times, not GPU times")
-    session = _Session(opts.keep)
+    session = _Session(opts.keep, prob)
     # Baselines' workers start now too, importing while the candidate runs (none left over afterwards).
     base_pool = opts.pool
     if base_pool is None and do_bench and opts.baselines:
-        base_pool = WorkerPool(spares=len(opts.baselines), refill=False)
-        base_pool.prestart(device, warm=False)
+        base_pool = WorkerPool(spares=len(opts.baselines), refill=False, box=_box(opts))
+        base_pool.prestart(device, warm=False, trusted=True)
     try:
         common = dict(problem=prob.to_json(), candidate=str(cand), device=device, timing=opts.timing,
                       graphs=opts.graphs, verify=opts.verify)
@@ -263,25 +312,33 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
                               seeds=opts.seeds, bench_cases=bench_names, **common)
         else:
             job = session.job(role="candidate", mode="bench", cases=bench_names, **common)
-        # The reference's worker starts now and imports while the candidate runs; it gets its job afterwards.
-        ref_worker = (opts.pool.take(device, warm=True) if opts.pool is not None
-                      else WorkerProcess(session.dir, f"{session.n + 1:02d}_reference_verify", device, warm=True))
-        try:
-            res = run_job(job, timeout=opts.timeout, pool=opts.pool)
-            _elapsed(result, "candidate", res)
-            if res.get("problem_error"):
-                raise KernelpilotError(f"the problem's own code failed: {res['fatal']}")
-            result.gpu = res.get("gpu")
-            result.flags.extend(_flags(res.get("flags", [])))
-            if res.get("fatal"):
-                result.error = f"the candidate could not be run: {_fatal_text(res)}"
-                return result
-            items = (_candidate_items(res) if do_check else []) + _bench_items(res)
-            outputs = [session.dir / "candidate_outputs.pt", session.dir / f"{job['name']}_bench_outputs.pt"]
-            ref = _verify(session, prob, device, items, outputs, opts.timeout, ref_worker) if items else None
-            _elapsed(result, "reference", ref)
-        finally:
-            ref_worker.close()
+        # The reference's worker starts now and imports the problem before any candidate code runs; it gets its
+        # job afterwards.
+        ref_worker = (opts.pool.take(device, warm=True, trusted=True) if opts.pool is not None
+                      else WorkerProcess(session.worker_dir(f"{session.n + 1:02d}_reference_verify"), device,
+                                         warm=True, trusted=True, box=_box(opts)))
+        session.workers.append(ref_worker)
+        ref_worker.load(prob.to_json(), session.seal.hashes)
+        res = session.ran(run_job(job, timeout=opts.timeout, pool=opts.pool,
+                                  work_dir=session.worker_dir(job["name"]), box=_box(opts)))
+        cand_dir = session.workers[-1].dir
+        _elapsed(result, "candidate", res)
+        _sandbox_note(result, res, opts)
+        if res.get("problem_error"):
+            raise KernelpilotError(f"the problem's own code failed: {res['fatal']}")
+        result.gpu = res.get("gpu")
+        result.flags.extend(_flags(res.get("flags", [])))
+        if res.get("fatal"):
+            result.error = f"the candidate could not be run: {_fatal_text(res)}"
+            _check_seal(session, result)
+            return result
+        items = _items(res, check=do_check)
+        outputs = [cand_dir / "candidate_outputs.pt", cand_dir / "bench_outputs.pt"]
+        # Every process of the candidate's ends before the reference reads what it left.
+        session.workers[-1].close()
+        session.workers[-1].wait_closed(15.0)
+        ref = _verify(session, prob, device, items, outputs, opts.timeout, ref_worker) if items else None
+        _elapsed(result, "reference", ref)
         if do_check:
             _merge_check(result, prob, res, ref)
         if res.get("bench") and (not do_check or result.passed):
@@ -291,11 +348,47 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
         elif do_bench and do_check:
             result.notes.append("not benchmarked: the candidate failed the check" if not result.correct
                                 else "not benchmarked: the candidate was rejected")
+        _check_seal(session, result)
         return result
     finally:
         session.close()
         if base_pool is not None and base_pool is not opts.pool:
             base_pool.close()
+
+
+def _box(opts: EvalOptions) -> Confinement:
+    memory = None if opts.memory_limit_gb is None else int(opts.memory_limit_gb * (1 << 30))
+    return Confinement(memory_bytes=memory, writable=tuple(opts.writable), sandbox=opts.sandbox)
+
+
+def _sandbox_note(result: EvalResult, res: dict[str, Any], opts: EvalOptions) -> None:
+    """Say where the candidate ran without a write sandbox, and flag processes it left running."""
+    box = res.get("sandbox") or {}
+    if box and not box.get("landlock"):
+        why = "turned off" if not opts.sandbox else box.get("error") or "no Landlock"
+        result.notes.append(f"the candidate's process was not sandboxed ({why}): it could write outside its "
+                            "folder; the problem's files were checked instead")
+    strays = res.get("strays") or []
+    if strays:
+        result.flags.append(Flag("stray-processes", f"the candidate left {len(strays)} process(es) running after "
+                                 "its job (daemons, background work outside every timer); they were killed: "
+                                 + "; ".join(strays[:3]), "warning", {"count": len(strays), "commands": strays}))
+
+
+def _check_seal(session: _Session, result: EvalResult) -> None:
+    """Once every candidate process has ended: the problem's files as sealed, else the run fails and they are
+    put back."""
+    session.end_workers()
+    changed = session.seal.changed()
+    if not changed:
+        return
+    failed = session.seal.restore(changed)
+    names = ", ".join(Path(p).name for p in changed)
+    result.flags.append(Flag("problem-tampered", f"the problem's files changed while the candidate ran ({names}); "
+                             + ("they were put back as they were" if not failed else
+                                f"{', '.join(Path(p).name for p in failed)} could not be put back"),
+                             "error", {"files": changed}))
+    result.correct = False
 
 
 def check(problem: str | Path | Problem, candidate: str | Path, opts: EvalOptions | None = None) -> EvalResult:
@@ -322,7 +415,8 @@ def _bench_one(session: _Session, prob: Problem, device: str, names: list[str], 
     job = session.job(role=role, mode="bench", problem=prob.to_json(), device=device, cases=names,
                       timing=opts.timing, graphs=opts.graphs, verify=0,
                       **({"candidate": candidate} if candidate else {"baseline": baseline}))
-    res = run_job(job, timeout=opts.timeout, pool=pool)
+    res = session.ran(run_job(job, timeout=opts.timeout, pool=pool, work_dir=session.worker_dir(job["name"]),
+                              box=_box(opts)))
     res["job"] = job["name"]
     return res
 

@@ -30,21 +30,41 @@ from pathlib import Path
 from typing import Any
 
 from kernelpilot.errors import KernelpilotError
+from kernelpilot.evaluate.outputs import OutputsRejected, Rejected, load_outputs, save_outputs
 
 __all__ = ["main"]
 
-# Bound when the worker starts, before any candidate code runs.
-_JOURNAL_FD = int(os.environ.get("KPILOT_JOURNAL_FD", "-1"))
+# Bound when the worker starts, before any candidate code runs. The variable naming the descriptor is removed
+# and the descriptor is not passed to programs the worker executes.
+_JOURNAL_FD = int(os.environ.pop("KPILOT_JOURNAL_FD", "-1"))
+if _JOURNAL_FD >= 0:
+    try:
+        os.set_inheritable(_JOURNAL_FD, False)
+    except OSError:
+        _JOURNAL_FD = -1
 _write = os.write
 _dumps = json.dumps
+_exit = os._exit
+_close = os.close
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
 
 
 def _journal(record: dict[str, Any]) -> None:
-    if _JOURNAL_FD >= 0:
-        try:
-            _write(_JOURNAL_FD, (_dumps(record) + "\n").encode())
-        except OSError:
-            pass
+    if _JOURNAL_FD < 0:
+        return
+    data = (_dumps(record, default=str) + "\n").encode()
+    try:
+        while data:
+            data = data[_write(_JOURNAL_FD, data):]
+    except OSError:
+        pass
 
 
 def _seed() -> int:
@@ -84,15 +104,10 @@ def _nbytes(obj: Any) -> int:
 
 
 def _plain_output(obj: Any) -> str | None:
-    """Why ``obj`` is not an acceptable output (a tensor subclass, a lazy object), or None."""
-    import torch
+    """Why ``obj`` is not an acceptable output, or None (see ``outputs.plain_output``)."""
+    from kernelpilot.evaluate.outputs import plain_output
 
-    from kernelpilot.evaluate.compare import flatten
-
-    for name, leaf in flatten(obj):
-        if isinstance(leaf, torch.Tensor) and type(leaf) is not torch.Tensor:
-            return f"{name} is a {type(leaf).__module__}.{type(leaf).__qualname__} (a tensor subclass)"
-    return None
+    return plain_output(obj)
 
 
 def _sync(device: str) -> None:
@@ -123,31 +138,39 @@ class ProblemError(Exception):
 
 
 class Worker:
-    def __init__(self, job: dict[str, Any]) -> None:
+    def __init__(self, job: dict[str, Any], work_dir: Path, *, runtime=None) -> None:
         from kernelpilot.evaluate.formats import runtime_for
         from kernelpilot.evaluate.problem import Problem
 
         self.job = job
         self.device = job["device"]
         self.problem = Problem.from_json(job["problem"])
-        self.out_dir = Path(job["out_dir"])
+        self.out_dir = Path(work_dir)
         self.result: dict[str, Any] = {"role": job["role"], "mode": job["mode"], "flags": [], "notes": []}
         if self.device.startswith("cuda"):
             import torch
 
             self.result["gpu"] = torch.cuda.get_device_name()
         try:
-            self.rt = runtime_for(self.problem)
+            self.rt = runtime if runtime is not None else runtime_for(self.problem)
         except Exception as e:
             raise ProblemError(str(e) if isinstance(e, KernelpilotError) else _err(e)) from None
         # Timing and synchronisation functions as they are before any candidate code runs: timing uses these,
         # and any replacement is reported.
         import torch  # noqa: F401
 
-        from kernelpilot.evaluate.guards import TimerSnapshot
+        from kernelpilot.evaluate.guards import HarnessSnapshot, TimerSnapshot
 
         self.timers = TimerSnapshot()
         self.clock = self.timers.functions()
+        self.harness = HarnessSnapshot(skip=set(self.clock))
+        # The timing functions as they are now: bench calls these, whatever the module holds later.
+        from kernelpilot.evaluate import timing
+
+        self.tools = {name: getattr(timing, name) for name in
+                      ("TimingOptions", "cpu_sampler", "gpu_sampler", "graph_sampler", "measure", "side_stream_level",
+                       "summarize")}
+        self.tool_code = {name: getattr(fn, "__code__", None) for name, fn in self.tools.items()}
 
     @contextmanager
     def phase(self, name: str):
@@ -198,7 +221,7 @@ class Worker:
         if nondet:
             self.flag("nondeterministic", f"two runs on the same inputs gave different outputs: {', '.join(sorted(set(nondet)))}",
                       "warning", cases=sorted(set(nondet)))
-        torch.save(outputs, self.out_dir / "candidate_outputs.pt")
+        save_outputs(outputs, self.out_dir / "candidate_outputs.pt")
         self.result["cases"] = cases_out
 
     def _check_calls(self, fn, path: Path, plan) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -250,6 +273,8 @@ class Worker:
                 continue
             if runs:
                 outputs[key] = runs[0]
+                # out of the process at once: an output edited (or a file replaced) later is caught
+                _journal({"key": key, "input": fp, "output": fingerprint(runs[0])})
                 if len(runs) == 2 and fingerprint(runs[0]) != fingerprint(runs[1]):
                     entry["nondeterministic"] = True
         return outputs, cases_out
@@ -272,6 +297,10 @@ class Worker:
         if changed and not any(f["id"] == "patched-timer" for f in self.result["flags"]):
             self.flag("patched-timer", "the candidate replaced timing or synchronisation functions: "
                       + ", ".join(changed), functions=changed)
+        tampered = self.harness.changed()
+        if tampered and not any(f["id"] == "harness-tampered" for f in self.result["flags"]):
+            self.flag("harness-tampered", "the candidate replaced functions of the harness or of the modules it "
+                      "times and checks with: " + ", ".join(tampered[:8]), functions=tampered[:50])
 
     def _significant(self, ops) -> set[str]:
         from kernelpilot.evaluate.guards import significant_ops
@@ -303,9 +332,14 @@ class Worker:
         from kernelpilot.evaluate.probe import probe_call
 
         got_all: dict[str, Any] = {}
+        unreadable = None
         for f in self.job["outputs"]:
             if Path(f).exists():
-                got_all.update(torch.load(f, weights_only=False))
+                try:
+                    got_all.update(load_outputs(Path(f)))
+                except OutputsRejected as e:
+                    unreadable = str(e)
+                    self.flag("outputs-rejected", str(e))
         items = self.job["items"]   # [{"case", "seed", "fingerprint", "key"}]
         results = []
         ref_by_case: dict[str, list[str]] = {}
@@ -333,9 +367,13 @@ class Worker:
             expected_cpu = _to(expected, "cpu")
             ref_by_case.setdefault(case.name, []).append(fingerprint(expected_cpu))
             if it["key"] not in got_all:
-                res.update(ok=False, message="no output")
+                res.update(ok=False, message=unreadable or "no output")
                 continue
             got = got_all[it["key"]]
+            if isinstance(got, Rejected):
+                res.update(ok=False, message=f"output rejected: {got}")
+                self.flag("outputs-rejected", f"an output read back from the candidate's file is not plain data: {got}")
+                continue
             if it.get("output_fingerprint") and fingerprint(got) != it["output_fingerprint"]:
                 res.update(ok=False, message="the timed output was changed after it was taken for re-checking")
                 self.flag("timed-output-tampered", f"case {case.name}: a re-checked timed output was edited in the "
@@ -370,8 +408,9 @@ class Worker:
         import torch
 
         from kernelpilot.evaluate.guards import fingerprint
-        from kernelpilot.evaluate.timing import TimingOptions, cpu_sampler, gpu_sampler, measure, side_stream_level
 
+        TimingOptions, cpu_sampler, gpu_sampler, measure, side_stream_level = (
+            self.tools[n] for n in ("TimingOptions", "cpu_sampler", "gpu_sampler", "measure", "side_stream_level"))
         opts = TimingOptions(**self.job.get("timing", {}))
         role = self.job["role"]
         if role == "candidate":
@@ -413,11 +452,16 @@ class Worker:
                     state["seed"], state["inputs"], state["fp"] = pool.pop(i)
 
             def after(i: int, out: Any) -> None:
+                # Around every timed call: the timing code is the code bound before the candidate was imported.
+                if any(getattr(fn, "__code__", None) is not self.tool_code[n] for n, fn in self.tools.items()):
+                    state["tampered"] = True
                 if i >= 0 and "lazy" not in state:
                     why = _plain_output(out)
                     if why:
                         state["lazy"] = why
                         self.flag("lazy-output", f"a timed output is not a plain tensor: {why}")
+                if "lazy" in state:
+                    return      # nothing of a rejected candidate's is kept for re-checking
                 if i < 0 or keep_n <= 0:
                     return
                 # Reservoir sampling with os.urandom, decided after the call returned: every timed call is
@@ -469,13 +513,17 @@ class Worker:
                 if _cuda_broken(e):
                     out_cases.append(entry)
                     break
+            if state.get("tampered"):
+                self.flag("harness-tampered", "the code of the harness's timing functions was replaced while "
+                          f"case {case.name} was timed", case=case.name)
+            self._check_timers()
             entry["verify"] = [item for item, _ in slots]
             for item, out in slots:
                 kept[item["key"]] = _to(out, "cpu")
             out_cases.append(entry)
             state.clear()
         if kept:
-            torch.save(kept, self.out_dir / f"{self.job['name']}_bench_outputs.pt")
+            save_outputs(kept, self.out_dir / "bench_outputs.pt")
         self.result["bench"] = out_cases
         self._check_timers()
 
@@ -484,8 +532,7 @@ class Worker:
         each replay (untimed), so only the kernels are timed, without launch overhead."""
         import torch
 
-        from kernelpilot.evaluate.timing import graph_sampler, measure
-
+        graph_sampler, measure = self.tools["graph_sampler"], self.tools["measure"]
         static = _to(state["warm_inputs"], self.device)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -592,6 +639,14 @@ def _warm_up(device: str) -> None:
         pass   # the job meets the same failure and reports it
 
 
+def _messages(stream):
+    """The harness's messages, one JSON object a line."""
+    for line in stream:
+        line = line.strip()
+        if line:
+            yield json.loads(line)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     try:
@@ -599,36 +654,74 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         pass   # the job reports it
     triton_key = _start_triton_key()   # after torch: both read hundreds of MB of libraries
-    if args and args[0] == "--stdin":
-        # Started ahead of its job: do the slow imports now, then wait for the job.
-        import kernelpilot.evaluate.compare  # noqa: F401
-        import kernelpilot.evaluate.formats  # noqa: F401
+    # Started ahead of its job: do the slow imports now, then wait for the messages.
+    import kernelpilot.evaluate.compare  # noqa: F401
+    import kernelpilot.evaluate.formats  # noqa: F401
 
-        if "--warm" in args:
-            _warm_up(args[args.index("--warm") + 1])
-        _journal({"ready": True})   # started up (a pool waiting for its workers reads this)
-        job = json.loads(sys.stdin.read())
-    else:
-        job = json.loads(Path(args[0]).read_text())
-    result_path = Path(job["out_dir"]) / f"{job['name']}_result.json"
+    if "--warm" in args:
+        _warm_up(args[args.index("--warm") + 1])
+    work_dir = Path(args[args.index("--dir") + 1]) if "--dir" in args else Path(os.environ.get("TMPDIR", "."))
+    _journal({"ready": True})   # started up (a pool waiting for its workers reads this)
+    loaded: dict[str, Any] = {}
+    result: dict[str, Any] = {"fatal": "the worker was given no job", "flags": []}
+    token = 0
     try:
-        w = Worker(job)
+        for msg in _messages(sys.stdin):
+            if "load" in msg:
+                loaded = _preload(msg["load"])
+                continue
+            if "job" in msg:
+                job = msg["job"]
+                # Only here, in this frame: the status the parent expects this process to end with.
+                token = int(job.pop("exit_token", 0))
+                del msg
+                result = _run_job(job, work_dir, loaded, triton_key)
+                break
+    except (ValueError, KeyError, TypeError) as e:
+        result = {"fatal": f"the harness sent a message the worker cannot read: {e}", "flags": []}
+    _flush()
+    _journal({"result": result})
+    if _JOURNAL_FD >= 0:
+        _close(_JOURNAL_FD)
+    _exit(token)   # at once: do not wait for threads the candidate may have left running
+
+
+def _preload(load: dict[str, Any]) -> dict[str, Any]:
+    """Import a problem's code before any candidate runs (its files checked against the parent's seal); the
+    job that follows uses it. A failure is kept and reported by that job."""
+    from kernelpilot.evaluate.problem_files import verify_seal
+
+    try:
+        from kernelpilot.evaluate.problem import Problem
+
+        problem = Problem.from_json(load["problem"])
+        changed = verify_seal(load.get("seal") or {})
+        if changed:
+            return {"error": f"the problem's files changed since they were loaded: {', '.join(changed)}"}
+        from kernelpilot.evaluate.formats import runtime_for
+
+        return {"problem": load["problem"], "runtime": runtime_for(problem)}
+    except Exception as e:
+        return {"error": str(e) if isinstance(e, KernelpilotError) else _err(e)}
+
+
+def _run_job(job: dict[str, Any], work_dir: Path, loaded: dict[str, Any], triton_key) -> dict[str, Any]:
+    try:
+        if loaded.get("error") and loaded.get("problem", job["problem"]) == job["problem"]:
+            raise ProblemError(loaded["error"])
+        rt = loaded.get("runtime") if loaded.get("problem") == job["problem"] else None
+        w = Worker(job, work_dir, runtime=rt)
         if triton_key is not None:
             triton_key.join()   # before any candidate code runs (its threads are watched from then on)
         w.run()
-        result = w.result
+        return w.result
     except ProblemError as e:
-        result = {"role": job.get("role"), "mode": job.get("mode"), "fatal": str(e), "problem_error": True,
-                  "flags": []}
+        return {"role": job.get("role"), "mode": job.get("mode"), "fatal": str(e), "problem_error": True,
+                "flags": []}
     except KernelpilotError as e:   # a message written for the user: no traceback
-        result = {"role": job.get("role"), "mode": job.get("mode"), "fatal": str(e), "flags": []}
+        return {"role": job.get("role"), "mode": job.get("mode"), "fatal": str(e), "flags": []}
     except Exception as e:
-        result = {"role": job.get("role"), "mode": job.get("mode"), "fatal": _err(e), "flags": []}
-    result_path.write_text(json.dumps(result, default=str))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    _journal({"done": True})   # the parent reads the result now, not after the CUDA context is torn down
-    os._exit(0)   # do not wait for threads the candidate may have left running
+        return {"role": job.get("role"), "mode": job.get("mode"), "fatal": _err(e), "flags": []}
 
 
 if __name__ == "__main__":

@@ -1,25 +1,37 @@
-"""Bad candidate: writes the harness's own "result written" record into the worker's journal on its first
-call, then keeps working (a slow kernel, here a sleep).
+"""Cheat: forges the harness's result. On its first call it writes a result record of its own, one that reports
+every case run and a fast time, into every pipe among its open file descriptors (one of them is the worker's
+journal, which carries the result to the parent), then ends the process at once with status 0, before the
+harness can write the real one.
 
-How it fools a naive harness: one that trusts the record would read the result before it exists (or a file
-the candidate placed there) and stop waiting for the real run.
+How it fools a harness: one that takes the first (or only) result record in its channel as the worker's reads
+whatever the candidate wrote.
 
-Caught by: the parent finds no result where the record says one is and fails the candidate: "the worker's
-journal said the result was written, but there is none (the candidate wrote to the harness's journal)". A
-result the candidate wrote itself would still meet the reference's check in another process.
+Caught by: a result counts only if the worker then ends with the job's exit token, a random status the worker is
+told with its job and keeps in a local variable; a process that ends otherwise fails the candidate: "the
+worker's journal holds a result, but the worker did not end as the harness ends it (the candidate wrote to the
+harness's journal)".
 """
 
 import json
 import os
-import time
+import stat
 
 import torch
 
-_fd = int(os.environ.get("KPILOT_JOURNAL_FD", "-1"))
+_FORGED = {"result": {"role": "candidate", "mode": "check", "flags": [], "notes": [], "cases": [],
+                      "bench": [{"case": "rows=64,cols=128,dtype=float32",
+                                 "timing": {"median_us": 0.5, "iqr_us": 0.0, "min_us": 0.5, "max_us": 0.5,
+                                            "mean_us": 0.5, "n": 100, "method": "cuda-events",
+                                            "converged": True}, "verify": []}]}}
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
-    if _fd >= 0:
-        os.write(_fd, (json.dumps({"done": True}) + "\n").encode())
-    time.sleep(3)
-    return torch.softmax(x, dim=-1)
+    line = (json.dumps(_FORGED) + "\n").encode()
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            if fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, line)
+        except OSError:
+            pass
+    os._exit(0)
