@@ -74,45 +74,88 @@ def _compare_tensor(name: str, got, exp, tol_for: Callable[[str], Tolerance]) ->
     if got.dtype != exp.dtype:
         return Comparison(False, f"{name}: dtype {str(got.dtype).replace('torch.', '')}, expected "
                                  f"{str(exp.dtype).replace('torch.', '')}")
+    if not (exp.is_floating_point() or exp.is_complex()):
+        return _compare_exact(name, got, exp)
+    return _compare_close(name, got, exp, tol_for(str(exp.dtype)))
+
+
+# Elements compared at a time: bounds the float64 temporaries to a few hundred MB, so outputs of many GB compare
+# on the GPU or the host without running out of memory.
+_CHUNK = 1 << 25
+
+
+def _chunks(got, exp):
+    """Matching flat pieces of ``got`` and ``exp``, each ``got`` piece moved to ``exp``'s device."""
+    g = got.detach().reshape(-1)
+    e = exp.detach().reshape(-1)
+    for start in range(0, e.numel(), _CHUNK):
+        yield start, g[start:start + _CHUNK].to(e.device), e[start:start + _CHUNK]
+
+
+def _index(flat: int, shape) -> list[int]:
+    idx = []
+    for size in reversed(shape):
+        idx.append(flat % size)
+        flat //= size
+    return list(reversed(idx))
+
+
+def _compare_exact(name: str, got, exp) -> Comparison:
+    import torch
+
     n = exp.numel()
-    g = got.detach().to("cpu")
-    e = exp.detach().to("cpu")
-    if not (e.is_floating_point() or e.is_complex()):
+    bad, max_abs, worst = 0, 0.0, []
+    for start, g, e in _chunks(got, exp):
         diff = g != e
-        bad = int(diff.sum())
-        worst = []
-        if bad:
-            for idx in diff.nonzero()[:_WORST].tolist():
-                worst.append({"index": idx, "got": g[tuple(idx)].item(), "expected": e[tuple(idx)].item()})
-        return Comparison(bad == 0, "" if bad == 0 else f"{name}: {bad} of {n} elements differ (exact match required)",
-                          max_abs_err=float((g.to(torch.float64) - e.to(torch.float64)).abs().max()) if n else 0.0,
-                          rel_err=None, mismatched=bad, total=n, worst=worst)
-    tol = tol_for(str(exp.dtype))
-    g64, e64 = g.to(torch.float64), e.to(torch.float64)
-    gnan, enan = torch.isnan(g64), torch.isnan(e64)
-    both_nan = gnan & enan
-    diff = (g64 - e64).abs()
-    diff = torch.where(both_nan, torch.zeros_like(diff), diff)
-    allowed = tol.atol + tol.rtol * e64.abs()
-    bad_mask = (diff > allowed) | (gnan & ~enan) | (torch.isinf(g64) & (g64 != e64))
-    bad = int(bad_mask.sum())
-    finite = ~(gnan | enan)
-    max_abs = float(diff[finite].max()) if bool(finite.any()) else 0.0
-    ref_norm = float(torch.linalg.vector_norm(torch.where(finite, e64, torch.zeros_like(e64))))
-    err_norm = float(torch.linalg.vector_norm(torch.where(finite, g64 - e64, torch.zeros_like(e64))))
+        k = int(diff.sum())
+        if k and len(worst) < _WORST:
+            for flat in diff.nonzero().flatten()[:_WORST - len(worst)].tolist():
+                worst.append({"index": _index(start + flat, exp.shape), "got": g[flat].item(),
+                              "expected": e[flat].item()})
+        bad += k
+        if g.numel():
+            max_abs = max(max_abs, float((g.to(torch.float64) - e.to(torch.float64)).abs().max()))
+    return Comparison(bad == 0, "" if bad == 0 else f"{name}: {bad} of {n} elements differ (exact match required)",
+                      max_abs_err=max_abs, rel_err=None, mismatched=bad, total=n, worst=worst)
+
+
+def _compare_close(name: str, got, exp, tol: Tolerance) -> Comparison:
+    import torch
+
+    n = exp.numel()
+    bad = nan_bad = 0
+    max_abs = 0.0
+    ref_sq = err_sq = 0.0
+    candidates: list[tuple[float, int, float, float]] = []    # (excess, flat index, got, expected)
+    for start, g, e in _chunks(got, exp):
+        g64, e64 = g.to(torch.float64), e.to(torch.float64)
+        gnan, enan = torch.isnan(g64), torch.isnan(e64)
+        diff = (g64 - e64).abs()
+        diff = torch.where(gnan & enan, torch.zeros_like(diff), diff)
+        allowed = tol.atol + tol.rtol * e64.abs()
+        bad_mask = (diff > allowed) | (gnan & ~enan) | (torch.isinf(g64) & (g64 != e64))
+        k = int(bad_mask.sum())
+        bad += k
+        nan_bad += int((gnan & ~enan).sum())
+        finite = ~(gnan | enan)
+        if bool(finite.any()):
+            max_abs = max(max_abs, float(diff[finite].max()))
+        zero = torch.zeros_like(e64)
+        ref_sq += float(torch.where(finite, e64, zero).square().sum())
+        err_sq += float(torch.where(finite, g64 - e64, zero).square().sum())
+        if k:
+            excess = torch.where(bad_mask, (diff - allowed).nan_to_num(float("inf")), torch.full_like(diff, -1.0))
+            top = torch.topk(excess, min(_WORST, k))
+            for val, flat in zip(top.values.tolist(), top.indices.tolist()):
+                candidates.append((val, start + flat, float(g64[flat]), float(e64[flat])))
+        del g64, e64, gnan, enan, diff, allowed, bad_mask, finite, zero
+    ref_norm, err_norm = ref_sq ** 0.5, err_sq ** 0.5
     rel = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else float("inf"))
     rel_bound = REL_NORM_FACTOR * max(tol.atol, tol.rtol)
-    worst = []
-    if bad:
-        excess = torch.where(bad_mask, (diff - allowed).nan_to_num(float("inf")), torch.full_like(diff, -1.0))
-        top = torch.topk(excess.flatten(), min(_WORST, bad)).indices
-        for flat in top.tolist():
-            idx = list(torch.unravel_index(torch.tensor(flat), e.shape)) if e.dim() else []
-            idx = [int(i) for i in idx]
-            worst.append({"index": idx, "got": float(g64.flatten()[flat]), "expected": float(e64.flatten()[flat])})
+    candidates.sort(key=lambda c: (-c[0], c[1]))
+    worst = [{"index": _index(flat, exp.shape), "got": g, "expected": e} for _, flat, g, e in candidates[:_WORST]]
     msgs = []
     if bad:
-        nan_bad = int((gnan & ~enan).sum())
         msgs.append(f"{name}: {bad} of {n} elements outside atol={tol.atol:g}, rtol={tol.rtol:g}"
                     + (f" ({nan_bad} NaN)" if nan_bad else "") + f"; max abs error {max_abs:.3g}")
     if rel > rel_bound:

@@ -67,21 +67,29 @@ def plain_output(obj: Any, name: str = "out") -> str | None:
 
 
 def save_outputs(outputs: dict[str, Any], path: Path) -> None:
-    """Write ``{key: output}`` (each already checked with ``plain_output`` and on the host) for the reference."""
+    """Write ``{key: output}`` (each already checked with ``plain_output`` and on the host) for the reference;
+    a worker writes each output into a file of its own in one folder, as soon as it has it."""
     import torch
 
+    path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(outputs, path)
 
 
 def load_outputs(path: Path) -> dict[str, Any]:
-    """The outputs a candidate's worker saved, loaded without running code from the file; each key whose value
-    is not a plain output maps to a one-line reason (a ``str`` subclass, ``Rejected``) instead."""
+    """The outputs a candidate's worker saved (a file, or a folder of them), loaded without running code from the
+    files and mapped rather than read (a tensor's bytes are read when they are compared); each key whose value is
+    not a plain output maps to a one-line reason (a ``str`` subclass, ``Rejected``) instead."""
+    if path.is_dir():
+        out: dict[str, Any] = {}
+        for f in sorted(path.glob("*.pt")):
+            out.update(load_outputs(f))
+        return out
     import pickle
 
     import torch
 
     try:
-        data = torch.load(path, weights_only=True, map_location="cpu")
+        data = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise OutputsRejected(f"the candidate's outputs file could not be loaded safely: {first[:300]}") from None

@@ -333,7 +333,7 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
             _check_seal(session, result)
             return result
         items = _items(res, check=do_check)
-        outputs = [cand_dir / "candidate_outputs.pt", cand_dir / "bench_outputs.pt"]
+        outputs = [cand_dir / "candidate_outputs", cand_dir / "bench_outputs"]
         # Every process of the candidate's ends before the reference reads what it left.
         session.workers[-1].close()
         session.workers[-1].wait_closed(15.0)

@@ -71,23 +71,24 @@ def _seed() -> int:
     return struct.unpack("<I", os.urandom(4))[0] & 0x7FFFFFFF
 
 
-def _to(obj: Any, device: str):
-    """A copy of every tensor in a nested value on ``device`` (a private copy even on the same device)."""
+def _to(obj: Any, device: str, *, copy: bool = True):
+    """Every tensor in a nested value on ``device``: a private copy even on the same device, or with
+    ``copy=False`` moved only where it lies elsewhere."""
     import torch
 
     if isinstance(obj, torch.Tensor):
-        return obj.detach().to(device, copy=True)
+        return obj.detach().to(device, copy=copy)
     if isinstance(obj, tuple):
-        return tuple(_to(x, device) for x in obj)
+        return tuple(_to(x, device, copy=copy) for x in obj)
     if isinstance(obj, list):
-        return [_to(x, device) for x in obj]
+        return [_to(x, device, copy=copy) for x in obj]
     if isinstance(obj, dict):
-        return {k: _to(v, device) for k, v in obj.items()}
+        return {k: _to(v, device, copy=copy) for k, v in obj.items()}
     if hasattr(obj, "__dataclass_fields__") and not isinstance(obj, type):
         import dataclasses
 
-        return dataclasses.replace(obj, **{f: _to(getattr(obj, f), device) for f in obj.__dataclass_fields__
-                                           if obj.__dataclass_fields__[f].init})
+        return dataclasses.replace(obj, **{f: _to(getattr(obj, f), device, copy=copy)
+                                           for f in obj.__dataclass_fields__ if obj.__dataclass_fields__[f].init})
     return obj
 
 
@@ -100,6 +101,8 @@ def _nbytes(obj: Any) -> int:
         return sum(_nbytes(x) for x in obj)
     if isinstance(obj, dict):
         return sum(_nbytes(x) for x in obj.values())
+    if hasattr(obj, "__dataclass_fields__") and not isinstance(obj, type):
+        return sum(_nbytes(getattr(obj, f)) for f in obj.__dataclass_fields__)
     return 0
 
 
@@ -129,8 +132,19 @@ def _err(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:2000] + ("\n" + tail[-1500:] if tail else "")
 
 
-# Memory for one batch's pre-generated inputs: the batch shrinks for large inputs.
-_POOL_BYTES = 4 << 30
+# Host memory for inputs made ahead (check's plan, a bench batch) when running on the CPU.
+_HOST_BYTES = 4 << 30
+
+
+def _resident_bytes(device: str) -> int:
+    """How many bytes of inputs to keep made ahead: 40% of the device's free memory (the rest serves the
+    candidate, its outputs and copies), or 4 GiB on the CPU."""
+    if device.startswith("cuda"):
+        import torch
+
+        free, _ = torch.cuda.mem_get_info()
+        return int(free * 0.4)
+    return _HOST_BYTES
 
 
 class ProblemError(Exception):
@@ -211,7 +225,7 @@ class Worker:
         self.result["import_ops"] = sorted(self._significant(import_probe.ops))
         self.result["import_kernels"] = import_probe.kernels[:20]
         with self.phase("calls"):
-            outputs, cases_out = self._check_calls(fn, path, plan)
+            cases_out = self._check_calls(fn, path, plan)
         self._check_timers()
         new_threads = sorted(live_threads() - threads_before)
         if new_threads:
@@ -221,32 +235,42 @@ class Worker:
         if nondet:
             self.flag("nondeterministic", f"two runs on the same inputs gave different outputs: {', '.join(sorted(set(nondet)))}",
                       "warning", cases=sorted(set(nondet)))
-        save_outputs(outputs, self.out_dir / "candidate_outputs.pt")
         self.result["cases"] = cases_out
 
-    def _check_calls(self, fn, path: Path, plan) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def _check_calls(self, fn, path: Path, plan) -> list[dict[str, Any]]:
         """Each planned case twice, on fresh device copies with the allocator poisoned; the first call profiled.
-        Returns the outputs (host, by case|seed) and one entry per case and seed."""
+        Each case's first output is saved for the reference as soon as it is made (one at a time on the host);
+        returns one entry per case and seed."""
         from kernelpilot.evaluate.guards import defined_kernels, fingerprint, poison_allocator
         from kernelpilot.evaluate.probe import probe_call
 
         writable = bool(self.problem.options.get("writable_inputs"))
-        outputs: dict[str, Any] = {}
         cases_out: list[dict[str, Any]] = []
         probe_done = False
         broken = None
-        for case, seed, cpu, fp in plan:
+        for n, (case, seed, inputs, fp) in enumerate(plan):
             key = f"{case.name}|{seed}"
             entry = {"case": case.name, "seed": seed, "fingerprint": fp, "hidden": case.hidden}
             cases_out.append(entry)
+            plan[n] = (case, seed, None, fp)      # the plan holds its inputs no longer
             if broken:
                 entry["error"] = f"not run: an earlier case left the GPU in an error state ({broken})"
                 continue
-            runs = []
+            prints = []
             try:
-                for _ in range(2):
-                    dev = _to(cpu, self.device)
-                    poison_allocator(self.device, 2 * _nbytes(cpu))
+                if inputs is None:
+                    # Not kept (memory): made again from its seed; it must be what was made before the candidate
+                    # was imported.
+                    inputs = self.rt.make_inputs(case, seed, self.device)
+                    if fingerprint(inputs) != fp:
+                        entry["error"] = ("the inputs made again after the candidate was imported differ from those "
+                                          "made before (a patched generator?)")
+                        self.flag("input-mismatch", f"case {case.name}: inputs made after the candidate's import "
+                                  "differ from those made before it", case=case.name)
+                        continue
+                for run in range(2):
+                    dev = _to(inputs, self.device)
+                    poison_allocator(self.device, 2 * _nbytes(inputs))
                     if not probe_done:
                         out, probe = probe_call(lambda: fn(*dev), self.device)
                         probe_done = True
@@ -260,7 +284,11 @@ class Worker:
                         entry["error"] = f"output rejected: {why}"
                         self.flag("lazy-output", f"output is not a plain tensor: {why}")
                         break
-                    runs.append(_to(out, "cpu"))
+                    prints.append(fingerprint(out))
+                    if run == 0:
+                        save_outputs({key: _to(out, "cpu")}, self.out_dir / "candidate_outputs" / f"{n:05d}.pt")
+                        # out of the process at once: an output edited (or a file replaced) later is caught
+                        _journal({"key": key, "input": fp, "output": prints[0]})
                     if not writable and fingerprint(dev) != fp and not entry.get("mutated_inputs"):
                         entry["mutated_inputs"] = True
                         self.flag("input-mutation", f"case {case.name}: the candidate modified its inputs",
@@ -271,24 +299,30 @@ class Worker:
                 if self.device.startswith("cuda") and _cuda_broken(e):
                     broken = str(e).splitlines()[0][:200]
                 continue
-            if runs:
-                outputs[key] = runs[0]
-                # out of the process at once: an output edited (or a file replaced) later is caught
-                _journal({"key": key, "input": fp, "output": fingerprint(runs[0])})
-                if len(runs) == 2 and fingerprint(runs[0]) != fingerprint(runs[1]):
-                    entry["nondeterministic"] = True
-        return outputs, cases_out
+            finally:
+                inputs = None
+            if len(prints) == 2 and prints[0] != prints[1]:
+                entry["nondeterministic"] = True
+        return cases_out
 
     def _plan(self, cases, n_seeds: int, fixed: list[int] | None) -> list[tuple[Any, int, Any, str]]:
-        """Each case's inputs for each secret seed, on the host, with their fingerprints: made before the
-        candidate is imported."""
+        """Each case's inputs for each secret seed, with their fingerprints (computed where the inputs lie): made
+        before the candidate is imported. Inputs are kept where they were made while they fit in a share of the
+        free memory (``_resident_bytes``); the rest are made again when their case runs and must match."""
         from kernelpilot.evaluate.guards import fingerprint
 
         plan = []
+        room = _resident_bytes(self.device)
         for case in cases:
             for seed in (list(fixed) if fixed else [_seed() for _ in range(n_seeds)]):
-                cpu = _to(self.rt.make_inputs(case, seed, self.device), "cpu")
-                plan.append((case, seed, cpu, fingerprint(cpu)))
+                inputs = self.rt.make_inputs(case, seed, self.device)
+                fp = fingerprint(inputs)
+                size = _nbytes(inputs)
+                if size <= room:
+                    room -= size
+                else:
+                    inputs = None
+                plan.append((case, seed, inputs, fp))
         _sync(self.device)
         return plan
 
@@ -356,7 +390,7 @@ class Worker:
                 self.flag("input-mismatch", f"case {case.name}: inputs in the candidate's process differ from the "
                           "reference's (a patched generator, or a nondeterministic make_inputs)", case=case.name)
                 continue
-            ref_in = _to(inputs, self.device)
+            ref_in = _to(inputs, self.device, copy=False)     # made for this call alone: no copy needed
             if not probed:
                 expected, probe = probe_call(lambda: self.rt.reference(ref_in, case, it["seed"]), self.device)
                 self.result["reference_ops"] = sorted(self._significant(probe.ops))
@@ -364,8 +398,8 @@ class Worker:
             else:
                 expected = self.rt.reference(ref_in, case, it["seed"])
             _sync(self.device)
-            expected_cpu = _to(expected, "cpu")
-            ref_by_case.setdefault(case.name, []).append(fingerprint(expected_cpu))
+            # Compared where it was computed, in pieces (compare.py): no host copy of an output of many GB.
+            ref_by_case.setdefault(case.name, []).append(fingerprint(expected))
             if it["key"] not in got_all:
                 res.update(ok=False, message=unreadable or "no output")
                 continue
@@ -390,9 +424,9 @@ class Worker:
                 ok, msg = own
                 res.update(ok=bool(ok), message=str(msg or ""))
             else:
-                cmp = compare_outputs(got, expected_cpu, self.problem.tolerance_for)
+                cmp = compare_outputs(got, expected, self.problem.tolerance_for)
                 res.update(cmp.to_json())
-            low = _low_signal(expected_cpu, self.problem)
+            low = _low_signal(expected, self.problem)
             if low:
                 res["low_signal"] = low
         for case_name, fps in ref_by_case.items():
@@ -433,7 +467,7 @@ class Worker:
             pool: dict[int, tuple[int, Any, str | None]] = {}
             state["warm_inputs"] = self.rt.make_inputs(case, _seed(), self.device)
             in_bytes = max(_nbytes(state["warm_inputs"]), 1)
-            batch = max(1, min(opts.batch, _POOL_BYTES // in_bytes))
+            batch = max(1, min(opts.batch, _resident_bytes(self.device) // in_bytes))
 
             def prepare_batch(ids: list[int]) -> None:
                 pool.clear()
@@ -523,7 +557,7 @@ class Worker:
             out_cases.append(entry)
             state.clear()
         if kept:
-            save_outputs(kept, self.out_dir / "bench_outputs.pt")
+            save_outputs(kept, self.out_dir / "bench_outputs" / "kept.pt")
         self.result["bench"] = out_cases
         self._check_timers()
 

@@ -234,6 +234,30 @@ def normalize_check(result: Any) -> tuple[bool, str]:
                    "(expected (ok, message), a message, None or a bool)")
 
 
+class _filled_empty:
+    """While ``generate_input`` runs, ``torch.empty`` and its kin fill what they allocate (NaN for floats, the
+    largest value for integers: PyTorch's deterministic mode with ``fill_uninitialized_memory``). GPU MODE's
+    problems return the output buffer among the data, made with ``torch.empty`` and never written: without
+    this its bytes differ from process to process, and the reference could not tell the candidate's inputs
+    from others. Nondeterministic ops the generator uses only warn meanwhile."""
+
+    def __enter__(self):
+        import torch
+
+        self.torch = torch
+        self.was = torch.are_deterministic_algorithms_enabled()
+        self.warn = torch.is_deterministic_algorithms_warn_only_enabled()
+        self.fill = torch.utils.deterministic.fill_uninitialized_memory
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.utils.deterministic.fill_uninitialized_memory = True
+        return self
+
+    def __exit__(self, *exc):
+        self.torch.use_deterministic_algorithms(self.was, warn_only=self.warn)
+        self.torch.utils.deterministic.fill_uninitialized_memory = self.fill
+        return False
+
+
 class GpuModeInputs(tuple):
     """``(data,)``, remembering the seed it was generated from so ``check`` can regenerate pristine data."""
 
@@ -300,7 +324,8 @@ class GpuModeRuntime:
         if self._seeded:
             kwargs["seed"] = seed
         try:
-            return self._generate_input(**kwargs)
+            with _filled_empty():
+                return self._generate_input(**kwargs)
         except Exception as e:
             args = ", ".join(f"{k}={v!r}" for k, v in case.params.items())
             raise problem_code_error(self.path, f"generate_input({args})", e) from None

@@ -11,6 +11,10 @@ Semantics follow KernelBench's own eval (``src/eval.py``: ``eval_kernel_against_
 ``run_and_check_correctness``, ``set_seed``):
 
 - ``set_seed(s)`` is ``torch.manual_seed(s)`` then ``torch.cuda.manual_seed(s)``.
+- Inputs and weights are made on the device (``torch.device(device)`` as the default device while
+  ``get_inputs``, ``get_init_inputs`` and the constructors run): on a GPU they come from its generator, which is
+  fast for inputs of many GB, and differ from KernelBench's (drawn on the CPU and moved); every process makes
+  them the same way, so the reference and the candidate agree.
 - Weights: ``get_init_inputs()`` is called right after ``set_seed(init_seed)``, its tensors moved to the device,
   and each model is constructed right after ``set_seed(init_seed)`` again, under ``torch.no_grad()``; Model and
   ModelNew creating the same parameters in the same order therefore get the same values. KernelBench uses its
@@ -179,6 +183,16 @@ def _set_seed(seed: int) -> None:
     torch.cuda.manual_seed(seed)     # lazy: a no-op until CUDA initialises
 
 
+def _default_device(device: str):
+    """Tensors that problem code creates without naming a device are made on ``device``: inputs of many GB come
+    straight from the GPU's generator (seconds on the host become milliseconds), and weights are made where
+    they are used. Both models and every input generation run under it, so they agree with each other (though
+    not with values drawn on the CPU)."""
+    import torch
+
+    return torch.device(device)
+
+
 def _to_device(x: Any, device: str) -> Any:
     import torch
 
@@ -216,10 +230,11 @@ class KernelBenchRuntime:
 
         _set_seed(self._init_seed)
         try:
-            init = [_to_device(x, device) for x in self._get_init_inputs()]
+            with _default_device(device):
+                init = [_to_device(x, device) for x in self._get_init_inputs()]
         except Exception as e:
             raise problem_code_error(self.problem.root, "get_init_inputs()", e) from None
-        with torch.no_grad():
+        with torch.no_grad(), _default_device(device):
             _set_seed(self._init_seed)
             model = cls(*init)
         if isinstance(model, torch.nn.Module):
@@ -245,7 +260,8 @@ class KernelBenchRuntime:
     def make_inputs(self, case: Case, seed: int, device: str) -> tuple:
         _set_seed(seed)
         try:
-            raw = self._get_inputs()
+            with _default_device(device):
+                raw = self._get_inputs()
         except Exception as e:
             raise problem_code_error(self.problem.root, "get_inputs()", e) from None
         if not isinstance(raw, (list, tuple)):

@@ -1,0 +1,320 @@
+"""kernelpilot's `eval` against KernelBench's own `eval_kernel_against_ref`, side by side on real KernelBench
+problems, on a GPU: verdicts, speedups and wall time per evaluation.
+
+For each problem three candidates are written (into a temporary folder):
+
+- `ref`: the problem's own Model as ModelNew (an honest candidate, speedup 1),
+- `compile`: ModelNew runs the Model's forward under torch.compile (honest, usually faster),
+- one cheat, by problem (`--cheat`): `zeros` (right shape, all zeros), `side_stream` (the work on another
+  stream, returned without waiting), `patched_timer` (CUDA events report a hundredth of the time) or `cached`
+  (the first output returned for every later call).
+
+Each candidate is evaluated by:
+
+- kernelpilot, cold, as a user runs it: `python -m kernelpilot eval PROBLEM -c CAND --baseline eager --json`
+  (check with its default 3 secret seeds, then bench against the eager reference); the speedup is kernelpilot's
+  `baselines.eager.speedup`;
+- kernelpilot, warm: the same evaluation through the Python API with a WorkerPool that already served one
+  candidate of the problem (workers started ahead, the reference's outputs cached), as an agent's loop runs it;
+- KernelBench: `eval_kernel_against_ref(ref_src, cand_src, num_correct_trials=5, num_perf_trials=100,
+  measure_performance=True)` in a fresh process; its speedup is the `ref` candidate's runtime over this one's.
+
+KernelBench's package imports modules it does not need for this (its `utils` pulls in LLM clients; `eval.py`
+needs pydantic for one result class): where they are missing, a staging folder gets minimal stand-ins for them
+(`get_gpu_vendor`, a `BaseModel` that stores its fields). Its evaluation code runs unchanged.
+
+Writes benchmarks/results/kernelbench_compare.json (and .jsonl). Needs a GPU; not used by any test.
+Run: python benchmarks/kernelbench_compare.py --kernelbench PATH/TO/KernelBench [--problem level1/23_Softmax ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import write_results  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# (problem, cheat): level 1 and 2, six of them with inputs of 4 GB or more.
+DEFAULT = [
+    ("level1/88_MinGPTNewGelu", "side_stream"),
+    ("level1/40_LayerNorm", "patched_timer"),
+    ("level1/23_Softmax", "zeros"),
+    ("level1/36_RMSNorm_", "cached"),
+    ("level1/47_Sum_reduction_over_a_dimension", "zeros"),
+    ("level1/94_MSELoss", "patched_timer"),
+    ("level1/26_GELU_", "side_stream"),
+    ("level1/89_cumsum", "cached"),
+    ("level1/19_ReLU", "zeros"),
+    ("level1/1_Square_matrix_multiplication_", "side_stream"),
+    ("level2/1_Conv2D_ReLU_BiasAdd", "zeros"),
+    ("level2/12_Gemm_Multiply_LeakyReLU", "patched_timer"),
+    ("level2/40_Matmul_Scaling_ResidualAdd", "cached"),
+]
+
+CHEATS = {
+    "zeros": '''
+class ModelNew(Model):
+    def forward(self, *args):
+        out = super().forward(*args)
+        return torch.zeros_like(out)
+''',
+    "side_stream": '''
+_side = None
+
+
+class ModelNew(Model):
+    def forward(self, *args):
+        global _side
+        if _side is None:
+            _side = torch.cuda.Stream()
+        _side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(_side):
+            out = super().forward(*args)
+        return out
+''',
+    "patched_timer": '''
+_elapsed = torch.cuda.Event.elapsed_time
+torch.cuda.Event.elapsed_time = lambda self, end: _elapsed(self, end) / 100.0
+
+
+class ModelNew(Model):
+    pass
+''',
+    "cached": '''
+_first = []
+
+
+class ModelNew(Model):
+    def forward(self, *args):
+        if not _first:
+            _first.append(super().forward(*args))
+        return _first[0].clone()
+''',
+}
+
+HONEST = {
+    "ref": '''
+class ModelNew(Model):
+    pass
+''',
+    "compile": '''
+class ModelNew(Model):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._compiled = torch.compile(super().forward)
+
+    def forward(self, *args):
+        return self._compiled(*args)
+''',
+}
+
+# Stand-ins for what KernelBench imports but this evaluation does not use.
+_UTILS = '''
+def get_gpu_vendor(device=None):
+    import torch
+    return "amd" if getattr(torch.version, "hip", None) else "nvidia"
+'''
+_PYDANTIC = '''
+class BaseModel:
+    def __init__(self, **kw):
+        for cls in reversed(type(self).__mro__):
+            for k, v in vars(cls).items():
+                if not k.startswith("_") and not callable(v):
+                    setattr(self, k, v.copy() if isinstance(v, (dict, list)) else v)
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+    def model_dump(self):
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+    dict = model_dump
+'''
+
+_KB_RUN = '''
+import json, sys, time
+t0 = time.perf_counter()
+import torch
+from kernelbench.eval import eval_kernel_against_ref
+ref, cand, build = (open(sys.argv[1]).read(), open(sys.argv[2]).read(), sys.argv[3])
+r = eval_kernel_against_ref(ref, cand, num_correct_trials=5, num_perf_trials=100, measure_performance=True,
+                            build_dir=build, device=torch.cuda.current_device())
+d = r.model_dump() if hasattr(r, "model_dump") else vars(r)
+print("KBRESULT " + json.dumps({k: d.get(k) for k in ("compiled", "correctness", "runtime", "ref_runtime",
+                                                       "metadata")}, default=str))
+'''
+
+
+def stage_kernelbench(clone: Path, into: Path) -> Path:
+    """A folder to put on PYTHONPATH: KernelBench's package, with stand-ins where its imports would fail."""
+    src = clone / "src" / "kernelbench"
+    if not src.is_dir():
+        raise SystemExit(f"{clone}: no src/kernelbench (point --kernelbench at a KernelBench clone)")
+    pkg = into / "kernelbench"
+    shutil.copytree(src, pkg)
+    (pkg / "__init__.py").touch()
+    if not (pkg / "utils.py").exists() or subprocess.run(
+            [sys.executable, "-c", "import kernelbench.utils"], cwd=into, capture_output=True).returncode != 0:
+        (pkg / "utils.py").write_text(_UTILS)
+    if subprocess.run([sys.executable, "-c", "import pydantic"], capture_output=True).returncode != 0:
+        (into / "pydantic.py").write_text(_PYDANTIC)
+    return into
+
+
+def candidates(problem: Path, cheat: str, into: Path) -> dict[str, Path]:
+    """The problem's source with each candidate's ModelNew appended."""
+    source = problem.read_text()
+    out = {}
+    for name, tail in (*HONEST.items(), (f"cheat_{cheat}", CHEATS[cheat])):
+        path = into / f"{problem.stem}__{name}.py"
+        path.write_text(source + "\n\n# ---- candidate ----\nimport torch\n" + tail)
+        out[name] = path
+    return out
+
+
+def run_kpilot_cold(problem: Path, cand: Path, timeout: float) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "kernelpilot", "eval", str(problem), "-c", str(cand), "--baseline",
+                        "eager", "--json"], capture_output=True, text=True, timeout=timeout, env=env)
+    wall = time.perf_counter() - t0
+    try:
+        d = json.loads(p.stdout)
+    except json.JSONDecodeError:
+        return {"wall_s": round(wall, 2), "verdict": "error", "error": (p.stderr or p.stdout)[-600:]}
+    return {"wall_s": round(wall, 2), **_kpilot_summary(d)}
+
+
+def _kpilot_summary(d: dict) -> dict:
+    flags = [f["id"] for f in d.get("flags", []) if f.get("level") == "error"]
+    verdict = "pass" if d.get("passed") else ("rejected: " + ", ".join(flags) if flags else
+                                              "fail: " + ((d.get("error") or "")[:160] or _first_failure(d)))
+    eager = (d.get("baselines") or {}).get("eager") or {}
+    return {"verdict": verdict, "speedup": eager.get("speedup"), "median_us": (d.get("timing") or {}).get("median_us"),
+            "elapsed_s": d.get("elapsed_s")}
+
+
+def _first_failure(d: dict) -> str:
+    for c in d.get("cases", []):
+        if not c.get("ok"):
+            return c.get("message", "")[:160]
+    return ""
+
+
+def run_kpilot_warm(problem: Path, first: Path, second: Path, timeout: float) -> dict:
+    """Wall time of evaluating ``second`` with a pool that already evaluated ``first`` on the problem."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from kernelpilot.evaluate.isolation import WorkerPool
+    from kernelpilot.evaluate.runner import EvalOptions, evaluate
+
+    with WorkerPool() as pool:
+        pool.prestart("cuda", warm=True)
+        pool.wait_ready(120)
+        opts = EvalOptions(device="cuda", baselines=["eager"], timeout=timeout, pool=pool)
+        evaluate(problem, first, opts)
+        pool.wait_ready(120)
+        t0 = time.perf_counter()
+        d = evaluate(problem, second, opts).to_json()
+        wall = time.perf_counter() - t0
+    return {"wall_s": round(wall, 2), **_kpilot_summary(d)}
+
+
+def run_kernelbench(staged: Path, problem: Path, cand: Path, timeout: float) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(staged)}
+    build = tempfile.mkdtemp(prefix="kb-build-")
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run([sys.executable, "-c", _KB_RUN, str(problem), str(cand), build], capture_output=True,
+                           text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"wall_s": round(time.perf_counter() - t0, 2), "verdict": "error", "error": "timed out"}
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    wall = time.perf_counter() - t0
+    line = next((ln for ln in p.stdout.splitlines() if ln.startswith("KBRESULT ")), None)
+    if line is None:
+        return {"wall_s": round(wall, 2), "verdict": "error", "error": (p.stderr or p.stdout)[-600:]}
+    d = json.loads(line[len("KBRESULT "):])
+    verdict = "pass" if d.get("correctness") else ("fail" if d.get("compiled") else "error")
+    return {"wall_s": round(wall, 2), "verdict": verdict, "runtime_us": d.get("runtime"),
+            "ref_runtime_us": d.get("ref_runtime"), "metadata": {k: str(v)[:200] for k, v in
+                                                                 (d.get("metadata") or {}).items()}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kernelbench", required=True, type=Path, help="a KernelBench clone (KernelBench/, src/)")
+    ap.add_argument("--problem", action="append", help="level1/23_Softmax (repeatable; default: the built-in list)")
+    ap.add_argument("--cheat", choices=sorted(CHEATS), help="the cheat for every --problem (default: by problem)")
+    ap.add_argument("--skip", action="append", default=[], choices=["kpilot", "warm", "kernelbench"])
+    ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument("--name", default="kernelbench_compare", help="results file name")
+    args = ap.parse_args()
+    chosen = [(p, args.cheat or dict(DEFAULT).get(p, "zeros")) for p in args.problem] if args.problem else DEFAULT
+    work = Path(tempfile.mkdtemp(prefix="kb-compare-"))
+    staged = stage_kernelbench(args.kernelbench.resolve(), work / "staged")
+    rows = []
+    for name, cheat in chosen:
+        problem = args.kernelbench / "KernelBench" / f"{name}.py"
+        if not problem.is_file():
+            print(f"{name}: not found at {problem}", file=sys.stderr)
+            continue
+        cands = candidates(problem, cheat, work)
+        row = {"problem": name, "cheat": cheat, "candidates": {}}
+        for label, cand in cands.items():
+            entry = {}
+            if "kpilot" not in args.skip:
+                entry["kpilot"] = run_kpilot_cold(problem, cand, args.timeout)
+            if "kernelbench" not in args.skip:
+                entry["kernelbench"] = run_kernelbench(staged, problem, cand, args.timeout)
+            row["candidates"][label] = entry
+            print(json.dumps({"problem": name, "candidate": label, **entry}), flush=True)
+        if "warm" not in args.skip:
+            row["warm_second"] = run_kpilot_warm(problem, cands["ref"], cands["compile"], args.timeout)
+            print(json.dumps({"problem": name, "warm_second": row["warm_second"]}), flush=True)
+        ref_rt = ((row["candidates"].get("ref") or {}).get("kernelbench") or {}).get("runtime_us")
+        for label, entry in row["candidates"].items():
+            kb = entry.get("kernelbench")
+            if kb and kb.get("runtime_us") and ref_rt and kb["runtime_us"] > 0:
+                kb["speedup"] = round(ref_rt / kb["runtime_us"], 3)
+        rows.append(row)
+    write_results(args.name, {"rows": rows, "summary": summarize(rows)})
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Wall-time ratios (kpilot / KernelBench) over honest candidates, speedup agreement, and the cheats' verdicts."""
+    cold, warm, agree, cheats = [], [], [], []
+    for row in rows:
+        for label, e in row["candidates"].items():
+            kp, kb = e.get("kpilot"), e.get("kernelbench")
+            if not (kp and kb):
+                continue
+            if label.startswith("cheat_"):
+                cheats.append({"problem": row["problem"], "cheat": label[6:], "kpilot": kp["verdict"],
+                               "kernelbench": kb["verdict"], "kernelbench_speedup": kb.get("speedup")})
+                continue
+            cold.append(kp["wall_s"] / kb["wall_s"])
+            if kp.get("speedup") and kb.get("speedup"):
+                agree.append(abs(kp["speedup"] / kb["speedup"] - 1))
+        kb_compile = ((row["candidates"].get("compile") or {}).get("kernelbench") or {}).get("wall_s")
+        if row.get("warm_second") and kb_compile:
+            warm.append(row["warm_second"]["wall_s"] / kb_compile)
+    med = lambda xs: round(statistics.median(xs), 3) if xs else None  # noqa: E731
+    return {"cold_wall_ratio_median": med(cold), "cold_wall_ratio_worst": round(max(cold), 3) if cold else None,
+            "warm_second_ratio_median": med(warm), "warm_second_ratio_worst": round(max(warm), 3) if warm else None,
+            "speedup_rel_diff_median": med(agree), "cheats": cheats}
+
+
+if __name__ == "__main__":
+    main()
