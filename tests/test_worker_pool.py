@@ -22,21 +22,35 @@ def _run_with_pool(device: str):
         assert pool.wait_ready(180), "the pool's workers did not start"
         first_pids = {w.proc.pid for ws in pool.idle.values() for w in ws}
         opts = EvalOptions(device=device, cases=[SMALL], seeds=1, verify=1, timing={"budget_s": 0.2}, pool=pool)
+        opts.baselines = ["eager"]
         good = evaluate(ROW, ROW / "candidates" / "triton_softmax.py", opts)
         crash = check(ROW, ROW / "cheats" / "segfault.py", opts)
         again = evaluate(ROW, ROW / "candidates" / "triton_softmax.py", opts)
+        wrong = check(ROW, ROW / "cheats" / "precision_downgrade.py", opts)
         later_pids = {w.proc.pid for ws in pool.idle.values() for w in ws}
+        references = [w.proc.pid for w in pool.references.values()]
         dirs = pool.dir
-    return good, crash, again, first_pids, later_pids, dirs
+    return good, crash, again, wrong, first_pids, later_pids, references, dirs
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_pool_serves_candidate_after_candidate(device):
-    good, crash, again, first_pids, later_pids, pool_dir = _run_with_pool(device)
+    good, crash, again, wrong, first_pids, later_pids, references, pool_dir = _run_with_pool(device)
     for res in (good, again):
         assert res.passed and res.correct and res.bench and res.bench[0].timing, (res.error, res.flags)
         assert res.elapsed_s["candidate"] > 0 and res.elapsed_s["total"] >= res.elapsed_s["candidate"]
+        assert res.bench[0].baselines["eager"]["speedup"] > 0
     assert crash.error and "segmentation fault" in crash.error and not crash.passed
+    # One reference worker served every candidate; the second on the problem got the same secret seeds, the
+    # reference's outputs for them kept from the first, and the eager baseline's timing from the first run.
+    assert len(references) == 1
+    assert good.cases[0].seed == again.cases[0].seed == wrong.cases[0].seed
+    assert not any("kept from an earlier candidate" in n for n in good.notes)
+    assert any("outputs for 1 of" in n and "kept from an earlier candidate" in n for n in again.notes), again.notes
+    assert any(n.startswith("baseline eager: timed earlier in this pool") for n in again.notes), again.notes
+    assert "baseline eager" not in again.elapsed_s
+    # A wrong candidate is still wrong against kept outputs.
+    assert not wrong.correct and "elements outside" in wrong.cases[0].message
     assert not first_pids & later_pids          # the workers that ran jobs are gone; fresh ones wait
     assert not pool_dir.exists()                # closing the pool removes its folder
 

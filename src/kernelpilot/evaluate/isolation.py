@@ -247,6 +247,34 @@ class WorkerProcess:
             result["stderr"] = self._stderr()
         return result
 
+    def request(self, job: dict[str, Any], *, timeout: float) -> dict[str, Any]:
+        """Hand a serving worker (a reference's: it never runs candidate code) one more ``job`` and wait for its
+        result; the worker stays up for the next. On a crash or timeout, ``fatal`` as in ``run``."""
+        if self.proc is None or self.reader is None:
+            return {"fatal": self.error or "the worker process could not be started", "stderr": ""}
+        before = len(self.reader.results)
+        t_job = time.perf_counter()
+        if not self.send({"job": {**job, "timeout": timeout, "serve": True}}):
+            self._exited.wait(5.0)
+            return {"fatal": self._death(timeout), "stderr": self._stderr()}
+        end = t_job + timeout + _GRACE_S
+        while len(self.reader.results) <= before:
+            if self._exited.wait(0.01):
+                self.reader.finish(wait=2.0)
+                if len(self.reader.results) > before:
+                    break
+                return {"fatal": self._death(timeout), "stderr": self._stderr(),
+                        "seconds": round(time.perf_counter() - t_job, 2)}
+            if time.perf_counter() > end:
+                self.close()
+                return {"fatal": _timeout_text(timeout), "stderr": self._stderr()}
+        self.send({"idle": True})
+        result = dict(self.reader.results[before])
+        result["seconds"] = round(time.perf_counter() - t_job, 2)
+        if result.get("fatal"):
+            result["stderr"] = self._stderr()
+        return result
+
     def _death(self, timeout: float) -> str:
         """Why a worker ended without a result, from its supervisor's report."""
         ex = self.exit
@@ -365,6 +393,11 @@ class WorkerPool:
         self.idle: dict[tuple[str, bool, bool], list[WorkerProcess]] = {}
         self.taken: list[WorkerProcess] = []
         self.n = 0
+        # Per problem (its content and seal): a reference worker that serves every candidate and keeps the
+        # expected outputs, the secret seeds those were made from, and the baselines' timings.
+        self.references: dict[tuple[str, str], WorkerProcess] = {}
+        self.seeds: dict[tuple[str, str], list[int]] = {}
+        self.baselines: dict[tuple[str, str], dict[str, Any]] = {}
 
     def _start(self, device: str, warm: bool, trusted: bool) -> WorkerProcess:
         self.n += 1
@@ -387,6 +420,25 @@ class WorkerPool:
         self.taken = [w for w in self.taken if w.alive()] + [worker]
         return worker
 
+    def reference(self, key: str, device: str, problem: dict[str, Any], seal: dict[str, str]) -> WorkerProcess:
+        """The serving reference worker for the problem ``key`` on ``device``: the one already up, else a new one
+        that imports the problem now."""
+        worker = self.references.get((key, device))
+        if worker is None or not worker.alive():
+            self.n += 1
+            worker = WorkerProcess(self.dir / f"r{self.n:04d}", device, warm=True, trusted=True, box=self.box)
+            worker.load(problem, seal)
+            self.references[(key, device)] = worker
+        return worker
+
+    def seeds_for(self, key: str, case: str, n: int) -> list[int]:
+        """The secret seeds of ``case`` for every candidate on problem ``key`` in this pool (drawn once, here in
+        the parent, so the reference's outputs for them can be kept)."""
+        have = self.seeds.setdefault((key, case), [])
+        while len(have) < n:
+            have.append(secrets.randbelow(1 << 31))
+        return have[:n]
+
     def wait_ready(self, timeout: float = 120.0) -> bool:
         """Wait until every idle worker has started up; False if some had not within ``timeout`` seconds."""
         end = time.monotonic() + timeout
@@ -397,13 +449,14 @@ class WorkerPool:
         return False
 
     def close(self) -> None:
-        workers = [w for ws in self.idle.values() for w in ws] + self.taken
+        workers = [w for ws in self.idle.values() for w in ws] + self.taken + list(self.references.values())
         for w in workers:
             w.close()
         for w in workers:
             w.wait_closed(10.0)
         self.idle.clear()
         self.taken.clear()
+        self.references.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> WorkerPool:

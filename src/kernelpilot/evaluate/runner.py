@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -90,6 +92,11 @@ class _Session:
         self.n += 1
         return {"name": f"{self.n:02d}_{kw['role']}_{kw['mode']}", "seal": self.seal.hashes, **kw}
 
+    def problem_key(self, problem: Problem) -> str:
+        """What identifies the problem for what a pool keeps across candidates: its definition and its files."""
+        text = json.dumps([problem.to_json(), self.seal.hashes], sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:20]
+
     def worker_dir(self, name: str) -> Path:
         return self.dir / name
 
@@ -144,10 +151,10 @@ def _cases(problem: Problem, names: list[str] | None, *, bench: bool) -> list[st
 
 
 def _verify(session: _Session, problem: Problem, device: str, items: list[dict[str, Any]], outputs: list[Path],
-            timeout: float, worker: WorkerProcess) -> dict[str, Any]:
+            timeout: float, worker: WorkerProcess, *, serving: bool) -> dict[str, Any]:
     job = session.job(role="reference", mode="verify", problem=problem.to_json(), device=device, items=items,
                       outputs=[str(o) for o in outputs])
-    res = worker.run(job, timeout=timeout)
+    res = worker.request(job, timeout=timeout) if serving else worker.run(job, timeout=timeout)
     if res.get("fatal"):
         raise KernelpilotError(f"the problem's reference failed, so nothing can be checked: "
                                f"{res['fatal'] if res.get('problem_error') else _fatal_text(res)}")
@@ -306,19 +313,27 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
     try:
         common = dict(problem=prob.to_json(), candidate=str(cand), device=device, timing=opts.timing,
                       graphs=opts.graphs, verify=opts.verify)
+        key = session.problem_key(prob)
         if do_check:
             mode = "eval" if do_bench else "check"
-            job = session.job(role="candidate", mode=mode, cases=_cases(prob, opts.cases, bench=False),
-                              seeds=opts.seeds, bench_cases=bench_names, **common)
+            names = _cases(prob, opts.cases, bench=False)
+            # In a pool, every candidate on the problem gets the same secret seeds, whose reference outputs the
+            # pool's reference worker keeps; alone, the candidate's worker draws them.
+            seeds = ({n: opts.pool.seeds_for(key, n, opts.seeds) for n in names} if opts.pool is not None else {})
+            job = session.job(role="candidate", mode=mode, cases=names, seeds=opts.seeds, seeds_by_case=seeds,
+                              bench_cases=bench_names, **common)
         else:
             job = session.job(role="candidate", mode="bench", cases=bench_names, **common)
-        # The reference's worker starts now and imports the problem before any candidate code runs; it gets its
-        # job afterwards.
-        ref_worker = (opts.pool.take(device, warm=True, trusted=True) if opts.pool is not None
-                      else WorkerProcess(session.worker_dir(f"{session.n + 1:02d}_reference_verify"), device,
-                                         warm=True, trusted=True, box=_box(opts)))
-        session.workers.append(ref_worker)
-        ref_worker.load(prob.to_json(), session.seal.hashes)
+        # The reference's worker imports the problem before any candidate code runs (a pool's serves every
+        # candidate on the problem and is up already); it gets its job afterwards.
+        serving = opts.pool is not None
+        if serving:
+            ref_worker = opts.pool.reference(key, device, prob.to_json(), session.seal.hashes)
+        else:
+            ref_worker = WorkerProcess(session.worker_dir(f"{session.n + 1:02d}_reference_verify"), device,
+                                       warm=True, trusted=True, box=_box(opts))
+            session.workers.append(ref_worker)
+            ref_worker.load(prob.to_json(), session.seal.hashes)
         res = session.ran(run_job(job, timeout=opts.timeout, pool=opts.pool,
                                   work_dir=session.worker_dir(job["name"]), box=_box(opts)))
         cand_dir = session.workers[-1].dir
@@ -337,8 +352,12 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
         # Every process of the candidate's ends before the reference reads what it left.
         session.workers[-1].close()
         session.workers[-1].wait_closed(15.0)
-        ref = _verify(session, prob, device, items, outputs, opts.timeout, ref_worker) if items else None
+        ref = (_verify(session, prob, device, items, outputs, opts.timeout, ref_worker, serving=serving)
+               if items else None)
         _elapsed(result, "reference", ref)
+        if ref and ref.get("cached"):
+            result.notes.append(f"the reference's outputs for {ref['cached']} of {len(items)} checked outputs were "
+                                "kept from an earlier candidate on this problem (same secret seeds, this pool)")
         if do_check:
             _merge_check(result, prob, res, ref)
         if res.get("bench") and (not do_check or result.passed):
@@ -424,8 +443,20 @@ def _bench_one(session: _Session, prob: Problem, device: str, names: list[str], 
 def _add_baseline(session: _Session, prob: Problem, device: str, names: list[str], opts: EvalOptions, base: str,
                   result: EvalResult, pool: WorkerPool | None) -> None:
     if base in ("eager", "compile"):
-        res = _bench_one(session, prob, device, names, opts, pool, baseline=base)
         label = base
+        # The problem's own code times the same for every candidate: a pool times it once per problem, case
+        # list and timing options, and later candidates are compared with that run (the result says so).
+        cache_key = (session.problem_key(prob), json.dumps([base, device, names, opts.timing, opts.graphs],
+                                                           sort_keys=True))
+        cached = opts.pool.baselines.get(cache_key) if opts.pool is not None else None
+        if cached is not None:
+            res = {**cached, "seconds": None, "phases_s": {}}
+            result.notes.append(f"baseline {label}: timed earlier in this pool, for an earlier candidate on this "
+                                "problem")
+        else:
+            res = _bench_one(session, prob, device, names, opts, pool, baseline=base)
+            if opts.pool is not None and not res.get("fatal"):
+                opts.pool.baselines[cache_key] = res
     else:
         path = Path(base)
         if not path.is_file():

@@ -7,7 +7,7 @@ it started, whatever happens.
 It starts CMD (the worker) sandboxed (``landlock.py``: writes only beneath ``--writable``; no capabilities;
 killed if the supervisor dies), forwards the harness's messages (JSON lines on its standard input) to the
 worker's standard input, and watches it. A message with a ``job`` key arms the worker's deadline, the job's
-``timeout`` seconds. The worker and every process it started, daemons that left its session included, are
+``timeout`` seconds; ``{"idle": true}`` (a serving worker finished its job) disarms it. The worker and every process it started, daemons that left its session included, are
 killed when:
 
 - the worker exits (what it left running is not wanted),
@@ -298,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
                         timeout = parsed["job"].get("timeout")
                         if isinstance(timeout, (int, float)) and timeout > 0:
                             deadline = time.monotonic() + float(timeout)
+                    elif isinstance(parsed, dict) and parsed.get("idle"):
+                        deadline = None       # a serving worker's job is done: it waits for the next
                     pending += msg + b"\n"
         else:
             time.sleep(_POLL_S)

@@ -136,6 +136,16 @@ def _err(exc: BaseException) -> str:
 _HOST_BYTES = 4 << 30
 
 
+def _cache_bytes(device: str) -> int:
+    """How many bytes of expected outputs a serving reference worker keeps: a quarter of the device's memory,
+    or 2 GiB on the CPU."""
+    if device.startswith("cuda"):
+        import torch
+
+        return int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory * 0.25)
+    return 2 << 30
+
+
 def _resident_bytes(device: str) -> int:
     """How many bytes of inputs to keep made ahead: 40% of the device's free memory (the rest serves the
     candidate, its outputs and copies), or 4 GiB on the CPU."""
@@ -152,7 +162,7 @@ class ProblemError(Exception):
 
 
 class Worker:
-    def __init__(self, job: dict[str, Any], work_dir: Path, *, runtime=None) -> None:
+    def __init__(self, job: dict[str, Any], work_dir: Path, *, runtime=None, state: dict | None = None) -> None:
         from kernelpilot.evaluate.formats import runtime_for
         from kernelpilot.evaluate.problem import Problem
 
@@ -160,6 +170,7 @@ class Worker:
         self.device = job["device"]
         self.problem = Problem.from_json(job["problem"])
         self.out_dir = Path(work_dir)
+        self.state = state if state is not None else {}     # kept across the jobs of a serving reference worker
         self.result: dict[str, Any] = {"role": job["role"], "mode": job["mode"], "flags": [], "notes": []}
         if self.device.startswith("cuda"):
             import torch
@@ -212,7 +223,8 @@ class Worker:
         from kernelpilot.evaluate.probe import live_threads, probe_call
 
         with self.phase("inputs"):
-            plan = self._plan(self.cases(self.job["cases"]), int(self.job.get("seeds", 3)), self.job.get("fixed_seeds"))
+            plan = self._plan(self.cases(self.job["cases"]), int(self.job.get("seeds", 3)),
+                              self.job.get("seeds_by_case") or {})
         threads_before = live_threads()
         path = Path(self.job["candidate"])
         with self.phase("import"):
@@ -305,7 +317,7 @@ class Worker:
                 entry["nondeterministic"] = True
         return cases_out
 
-    def _plan(self, cases, n_seeds: int, fixed: list[int] | None) -> list[tuple[Any, int, Any, str]]:
+    def _plan(self, cases, n_seeds: int, by_case: dict[str, list[int]]) -> list[tuple[Any, int, Any, str]]:
         """Each case's inputs for each secret seed, with their fingerprints (computed where the inputs lie): made
         before the candidate is imported. Inputs are kept where they were made while they fit in a share of the
         free memory (``_resident_bytes``); the rest are made again when their case runs and must match."""
@@ -314,7 +326,7 @@ class Worker:
         plan = []
         room = _resident_bytes(self.device)
         for case in cases:
-            for seed in (list(fixed) if fixed else [_seed() for _ in range(n_seeds)]):
+            for seed in (by_case.get(case.name) or [_seed() for _ in range(n_seeds)]):
                 inputs = self.rt.make_inputs(case, seed, self.device)
                 fp = fingerprint(inputs)
                 size = _nbytes(inputs)
@@ -367,6 +379,7 @@ class Worker:
 
         got_all: dict[str, Any] = {}
         unreadable = None
+        # reference_ops and the cache of expected outputs (see _expected)
         for f in self.job["outputs"]:
             if Path(f).exists():
                 try:
@@ -377,29 +390,19 @@ class Worker:
         items = self.job["items"]   # [{"case", "seed", "fingerprint", "key"}]
         results = []
         ref_by_case: dict[str, list[str]] = {}
-        probed = False
         for it in items:
             case = self.problem.case(it["case"])
-            inputs = self.rt.make_inputs(case, it["seed"], self.device)
-            fp = fingerprint(inputs)
             res = {"case": case.name, "seed": it["seed"], "key": it["key"]}
             results.append(res)
+            fp, expected, expected_fp = self._expected(case, it["seed"], keep="|bench|" not in it["key"])
             if fp != it["fingerprint"]:
                 res.update(ok=False, message="the candidate did not receive the inputs the reference used "
                            "(its process generated or saw different data)")
                 self.flag("input-mismatch", f"case {case.name}: inputs in the candidate's process differ from the "
                           "reference's (a patched generator, or a nondeterministic make_inputs)", case=case.name)
                 continue
-            ref_in = _to(inputs, self.device, copy=False)     # made for this call alone: no copy needed
-            if not probed:
-                expected, probe = probe_call(lambda: self.rt.reference(ref_in, case, it["seed"]), self.device)
-                self.result["reference_ops"] = sorted(self._significant(probe.ops))
-                probed = True
-            else:
-                expected = self.rt.reference(ref_in, case, it["seed"])
-            _sync(self.device)
             # Compared where it was computed, in pieces (compare.py): no host copy of an output of many GB.
-            ref_by_case.setdefault(case.name, []).append(fingerprint(expected))
+            ref_by_case.setdefault(case.name, []).append(expected_fp)
             if it["key"] not in got_all:
                 res.update(ok=False, message=unreadable or "no output")
                 continue
@@ -435,6 +438,38 @@ class Worker:
                     if r["case"] == case_name:
                         r["low_signal"] = "the reference output is the same for every seed"
         self.result["results"] = results
+        self.result["reference_ops"] = self.state.get("reference_ops", [])
+        self.result["cached"] = sum(1 for it in items if self.state.get("hits", {}).get((it["case"], it["seed"])))
+
+    def _expected(self, case, seed: int, *, keep: bool) -> tuple[str, Any, str]:
+        """(fingerprint of the inputs, the reference's output, its fingerprint) for ``case`` and ``seed``. A
+        reference worker that serves job after job (a pool's) keeps these, while they fit in a quarter of the
+        device's memory, so the next candidate on the problem with the same secret seeds costs no reference run."""
+        from kernelpilot.evaluate.guards import fingerprint
+        from kernelpilot.evaluate.probe import probe_call
+
+        cache = self.state.setdefault("expected", {})
+        hits = self.state.setdefault("hits", {})
+        if (case.name, seed) in cache:
+            hits[(case.name, seed)] = True
+            return cache[(case.name, seed)]
+        hits.pop((case.name, seed), None)
+        inputs = self.rt.make_inputs(case, seed, self.device)
+        fp = fingerprint(inputs)
+        ref_in = _to(inputs, self.device, copy=False)     # made for this call alone: no copy needed
+        if "reference_ops" not in self.state:
+            expected, probe = probe_call(lambda: self.rt.reference(ref_in, case, seed), self.device)
+            self.state["reference_ops"] = sorted(self._significant(probe.ops))
+        else:
+            expected = self.rt.reference(ref_in, case, seed)
+        _sync(self.device)
+        del inputs, ref_in
+        entry = (fp, expected, fingerprint(expected))
+        size = _nbytes(expected)
+        if keep and self.state.get("cached_bytes", 0) + size <= _cache_bytes(self.device):
+            cache[(case.name, seed)] = entry
+            self.state["cached_bytes"] = self.state.get("cached_bytes", 0) + size
+        return entry
 
     # -------------------------------------------------------------- timing
 
@@ -706,6 +741,10 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if "job" in msg:
                 job = msg["job"]
+                if job.get("serve"):
+                    # A reference worker serving job after job (it never runs candidate code): one result each.
+                    _journal({"result": _run_job(job, work_dir, loaded, triton_key)})
+                    continue
                 # Only here, in this frame: the status the parent expects this process to end with.
                 token = int(job.pop("exit_token", 0))
                 del msg
@@ -743,8 +782,9 @@ def _run_job(job: dict[str, Any], work_dir: Path, loaded: dict[str, Any], triton
     try:
         if loaded.get("error") and loaded.get("problem", job["problem"]) == job["problem"]:
             raise ProblemError(loaded["error"])
-        rt = loaded.get("runtime") if loaded.get("problem") == job["problem"] else None
-        w = Worker(job, work_dir, runtime=rt)
+        same = loaded.get("problem") == job["problem"]
+        rt = loaded.get("runtime") if same else None
+        w = Worker(job, work_dir, runtime=rt, state=loaded.setdefault("state", {}) if same else None)
         if triton_key is not None:
             triton_key.join()   # before any candidate code runs (its threads are watched from then on)
         w.run()
