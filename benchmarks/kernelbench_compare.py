@@ -14,10 +14,12 @@ Each candidate is evaluated by:
 - kernelpilot, cold, as a user runs it: `python -m kernelpilot eval PROBLEM -c CAND --baseline eager --json`
   (check with its default 3 secret seeds, then bench against the eager reference); the speedup is kernelpilot's
   `baselines.eager.speedup`;
-- kernelpilot, warm: the same evaluation through the Python API with a WorkerPool that already served one
-  candidate of the problem (workers started ahead, the reference's outputs cached), as an agent's loop runs it;
+- kernelpilot, warm: the `ref` candidate through the Python API with a WorkerPool that already served the
+  `compile` candidate on the problem (workers started ahead, the reference's outputs and the eager baseline's
+  timing kept), as an agent's loop runs it; compared with KernelBench's wall time for `ref`;
 - KernelBench: `eval_kernel_against_ref(ref_src, cand_src, num_correct_trials=5, num_perf_trials=100,
-  measure_performance=True)` in a fresh process; its speedup is the `ref` candidate's runtime over this one's.
+  measure_performance=True)` in a fresh process; its speedup is the `ref` candidate's runtime over this one's
+  (its runtimes are in milliseconds).
 
 KernelBench's package imports modules it does not need for this (its `utils` pulls in LLM clients; `eval.py`
 needs pydantic for one result class): where they are missing, a staging folder gets minimal stand-ins for them
@@ -171,11 +173,13 @@ def stage_kernelbench(clone: Path, into: Path) -> Path:
     return into
 
 
-def candidates(problem: Path, cheat: str, into: Path) -> dict[str, Path]:
-    """The problem's source with each candidate's ModelNew appended."""
+def candidates(problem: Path, cheat: str, into: Path, only: list[str] | None = None) -> dict[str, Path]:
+    """The problem's source with each candidate's ModelNew appended (``only``: ref, compile, cheat)."""
     source = problem.read_text()
     out = {}
     for name, tail in (*HONEST.items(), (f"cheat_{cheat}", CHEATS[cheat])):
+        if only and name.split("_")[0] not in only:
+            continue
         path = into / f"{problem.stem}__{name}.py"
         path.write_text(source + "\n\n# ---- candidate ----\nimport torch\n" + tail)
         out[name] = path
@@ -246,8 +250,8 @@ def run_kernelbench(staged: Path, problem: Path, cand: Path, timeout: float) -> 
         return {"wall_s": round(wall, 2), "verdict": "error", "error": (p.stderr or p.stdout)[-600:]}
     d = json.loads(line[len("KBRESULT "):])
     verdict = "pass" if d.get("correctness") else ("fail" if d.get("compiled") else "error")
-    return {"wall_s": round(wall, 2), "verdict": verdict, "runtime_us": d.get("runtime"),
-            "ref_runtime_us": d.get("ref_runtime"), "metadata": {k: str(v)[:200] for k, v in
+    return {"wall_s": round(wall, 2), "verdict": verdict, "runtime_ms": d.get("runtime"),
+            "ref_runtime_ms": d.get("ref_runtime"), "metadata": {k: str(v)[:200] for k, v in
                                                                  (d.get("metadata") or {}).items()}}
 
 
@@ -257,6 +261,8 @@ def main() -> None:
     ap.add_argument("--problem", action="append", help="level1/23_Softmax (repeatable; default: the built-in list)")
     ap.add_argument("--cheat", choices=sorted(CHEATS), help="the cheat for every --problem (default: by problem)")
     ap.add_argument("--skip", action="append", default=[], choices=["kpilot", "warm", "kernelbench"])
+    ap.add_argument("--candidate", action="append", choices=["ref", "compile", "cheat"],
+                    help="only these candidates (repeatable; default: all three)")
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--name", default="kernelbench_compare", help="results file name")
     args = ap.parse_args()
@@ -269,7 +275,7 @@ def main() -> None:
         if not problem.is_file():
             print(f"{name}: not found at {problem}", file=sys.stderr)
             continue
-        cands = candidates(problem, cheat, work)
+        cands = candidates(problem, cheat, work, args.candidate)
         row = {"problem": name, "cheat": cheat, "candidates": {}}
         for label, cand in cands.items():
             entry = {}
@@ -279,14 +285,16 @@ def main() -> None:
                 entry["kernelbench"] = run_kernelbench(staged, problem, cand, args.timeout)
             row["candidates"][label] = entry
             print(json.dumps({"problem": name, "candidate": label, **entry}), flush=True)
-        if "warm" not in args.skip:
-            row["warm_second"] = run_kpilot_warm(problem, cands["ref"], cands["compile"], args.timeout)
+        if "warm" not in args.skip and "compile" in cands:
+            # An agent's loop: the pool has served one candidate on the problem (here the compiled one, which
+            # also warms torch.compile's caches); the second (the reference as ModelNew) is what is timed.
+            row["warm_second"] = run_kpilot_warm(problem, cands["compile"], cands["ref"], args.timeout)
             print(json.dumps({"problem": name, "warm_second": row["warm_second"]}), flush=True)
-        ref_rt = ((row["candidates"].get("ref") or {}).get("kernelbench") or {}).get("runtime_us")
+        ref_rt = ((row["candidates"].get("ref") or {}).get("kernelbench") or {}).get("runtime_ms")
         for label, entry in row["candidates"].items():
             kb = entry.get("kernelbench")
-            if kb and kb.get("runtime_us") and ref_rt and kb["runtime_us"] > 0:
-                kb["speedup"] = round(ref_rt / kb["runtime_us"], 3)
+            if kb and kb.get("runtime_ms") and ref_rt and kb["runtime_ms"] > 0:
+                kb["speedup"] = round(ref_rt / kb["runtime_ms"], 3)
         rows.append(row)
     write_results(args.name, {"rows": rows, "summary": summarize(rows)})
     shutil.rmtree(work, ignore_errors=True)
@@ -307,9 +315,9 @@ def summarize(rows: list[dict]) -> dict:
             cold.append(kp["wall_s"] / kb["wall_s"])
             if kp.get("speedup") and kb.get("speedup"):
                 agree.append(abs(kp["speedup"] / kb["speedup"] - 1))
-        kb_compile = ((row["candidates"].get("compile") or {}).get("kernelbench") or {}).get("wall_s")
-        if row.get("warm_second") and kb_compile:
-            warm.append(row["warm_second"]["wall_s"] / kb_compile)
+        kb_ref = ((row["candidates"].get("ref") or {}).get("kernelbench") or {}).get("wall_s")
+        if row.get("warm_second") and kb_ref:
+            warm.append(row["warm_second"]["wall_s"] / kb_ref)
     med = lambda xs: round(statistics.median(xs), 3) if xs else None  # noqa: E731
     return {"cold_wall_ratio_median": med(cold), "cold_wall_ratio_worst": round(max(cold), 3) if cold else None,
             "warm_second_ratio_median": med(warm), "warm_second_ratio_worst": round(max(warm), 3) if warm else None,

@@ -169,17 +169,21 @@ def outcome(request):
         if key and key not in wanted:
             wanted.append(key)
     pool = ThreadPoolExecutor(max_workers=PARALLEL)
-    futures: dict[str, Future] = {k: pool.submit(RUNS[k]) for k in sorted(wanted, key=_key_order)}
+    # GPU runs one at a time: another run's kernels on the same GPU would show as work after the timed stream.
+    gpu = ThreadPoolExecutor(max_workers=1)
+    runner = lambda k: (gpu if RUNS[k].device == "cuda" else pool).submit(RUNS[k])  # noqa: E731
+    futures: dict[str, Future] = {k: runner(k) for k in sorted(wanted, key=_key_order)}
 
     def get(key: str) -> EvalResult:
         if key not in futures:
-            futures[key] = pool.submit(RUNS[key])
+            futures[key] = runner(key)
         res, seconds = futures[key].result()
         print(f"{key}: {seconds:.1f} s; " + _summary(res))    # shown with -s, or when the test fails
         return res
 
     yield get
     pool.shutdown(wait=True, cancel_futures=True)
+    gpu.shutdown(wait=True, cancel_futures=True)
 
 
 def _summary(res: EvalResult) -> str:
