@@ -520,3 +520,22 @@ def test_compile_baseline_never_falls_back_to_eager_silently():
     fn = torch_compiled(lambda x: x + 1)
     assert callable(fn)
     assert dynamo.recompile_limit >= 256 and dynamo.fail_on_recompile_limit_hit is True
+
+
+def test_gpumode_output_buffer_among_the_inputs_through_the_harness():
+    """GPU MODE's problems return their output buffer among the data, made with torch.empty and never written: the
+    candidate's and the reference's processes must still agree on the inputs (their bytes are filled while
+    generate_input runs), so a correct submission passes and a wrong one fails on its values."""
+    require_module("torch")
+    require_module("triton")
+    from kernelpilot.evaluate.runner import EvalOptions, check
+
+    opts = EvalOptions(device="cpu", seeds=1, cases=["size=127", "size=128"])
+    good = check(GM_DIR, GM_DIR / "submission_triton.py", opts)
+    assert good.passed and good.correct, [(c.case, c.message) for c in good.cases]
+    wrong = check(GM_DIR, GM_DIR / "submission_wrong.py", opts)
+    assert not wrong.correct
+    assert not [f for f in good.flags + wrong.flags if f.id == "input-mismatch"]
+    by_case = {c.case: c for c in wrong.cases}
+    assert not by_case["size=127"].ok and "mismatch" in by_case["size=127"].message
+    assert by_case["size=128"].ok            # 128 x 128 is a whole number of the wrong kernel's blocks
