@@ -1,0 +1,75 @@
+"""GPU MODE's own solutions through `kpilot check`: every problem of the chosen problem sets of a clone of
+gpu-mode/reference-kernels that ships `solutions/correct/` and `solutions/wrong/`; each correct solution must
+pass and each wrong one fail. Needs a GPU (the problems make their data on CUDA); not used by any test.
+
+Writes benchmarks/results/gpumode_solutions.json (and .jsonl): per solution the expected and actual verdict,
+the first failing case's message, and the wall time of the check.
+Run: python benchmarks/gpumode_solutions.py --repo PATH/TO/reference-kernels [--set pmpp_v2 --set pmpp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import write_results  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def check(problem: Path, solution: Path, timeout: float) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run([sys.executable, "-m", "kernelpilot", "check", str(problem), "-c", str(solution), "--json"],
+                           capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"passed": False, "wall_s": round(time.perf_counter() - t0, 1), "message": "timed out"}
+    wall = round(time.perf_counter() - t0, 1)
+    try:
+        d = json.loads(p.stdout)
+    except json.JSONDecodeError:
+        return {"passed": False, "wall_s": wall, "message": "no JSON: " + (p.stderr or p.stdout)[-400:]}
+    failing = [c for c in d.get("cases", []) if not c.get("ok")]
+    message = d.get("error") or (f"{failing[0]['case']}: {failing[0]['message']}" if failing else "")
+    flags = [f"{f['id']} ({f['level']})" for f in d.get("flags", []) if f.get("level") in ("error", "warning")]
+    return {"passed": bool(d.get("passed")), "wall_s": wall, "cases": len(d.get("cases", [])),
+            "failed_cases": len(failing), "message": message[:300], "flags": flags}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repo", required=True, type=Path, help="a clone of gpu-mode/reference-kernels")
+    ap.add_argument("--set", dest="sets", action="append", help="problem set (default: pmpp_v2 and pmpp)")
+    ap.add_argument("--timeout", type=float, default=600.0)
+    args = ap.parse_args()
+    rows = []
+    for pset in args.sets or ["pmpp_v2", "pmpp"]:
+        for problem in sorted((args.repo / "problems" / pset).iterdir()):
+            sols = problem / "solutions"
+            if not sols.is_dir():
+                continue
+            for kind in ("correct", "wrong"):
+                for sol in sorted((sols / kind).glob("*.py")):
+                    row = {"set": pset, "problem": problem.name, "solution": f"{kind}/{sol.name}",
+                           "expected": "pass" if kind == "correct" else "fail", **check(problem, sol, args.timeout)}
+                    row["as_expected"] = row["passed"] == (kind == "correct")
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+    summary = {"solutions": len(rows), "as_expected": sum(r["as_expected"] for r in rows),
+               "correct_passed": sum(r["passed"] for r in rows if r["expected"] == "pass"),
+               "correct": sum(r["expected"] == "pass" for r in rows),
+               "wrong_failed": sum(not r["passed"] for r in rows if r["expected"] == "fail"),
+               "wrong": sum(r["expected"] == "fail" for r in rows)}
+    write_results("gpumode_solutions", {"rows": rows, "summary": summary})
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
