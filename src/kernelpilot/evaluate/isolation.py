@@ -220,10 +220,14 @@ class WorkerProcess:
             pass
         seconds = lambda: round(time.perf_counter() - t_job, 2)  # noqa: E731
         end = t_job + timeout + _GRACE_S
+        t_result = None
         while not self._exited.wait(0.02):
+            if t_result is None and self.reader.results:
+                t_result = time.perf_counter()
             if time.perf_counter() > end:
                 self.close()
                 return {"fatal": _timeout_text(timeout), "stderr": self._stderr(), "seconds": seconds()}
+        t_exit = time.perf_counter()
         self.reader.finish(wait=5.0)
         if self.reader.flooded:
             return {"fatal": "the worker wrote more than the harness's journal takes "
@@ -240,6 +244,8 @@ class WorkerProcess:
             return {"fatal": self._death(timeout), "stderr": self._stderr(), "seconds": seconds()}
         result = results[0]
         result["seconds"] = seconds()
+        # From the result's arrival to the worker's end (a CUDA context's teardown, its stray processes' sweep).
+        result.setdefault("phases_s", {})["exit"] = round(t_exit - (t_result or t_exit), 3)
         result["journal"] = self.reader.records
         result["sandbox"] = self.sandbox
         result["strays"] = [c for c in (self.exit or {}).get("strays", []) if not _library_helper(c)]
