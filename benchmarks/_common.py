@@ -74,6 +74,14 @@ def write_results(name: str, payload: dict) -> Path:
     return latest
 
 
+def partial(name: str, row: dict) -> None:
+    """Append one row to ``results/NAME.partial.jsonl`` as it is measured, so that a run cut short (a time limit)
+    keeps what it measured."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with open(RESULTS / f"{name}.partial.jsonl", "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
 def best_of(fn, repeat: int = 5) -> tuple[float, object]:
     """Minimum wall time of ``repeat`` calls (seconds) and the last result."""
     best, out = float("inf"), None

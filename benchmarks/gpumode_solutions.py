@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_results  # noqa: E402
+from _common import partial, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,6 +62,7 @@ def main() -> None:
                     row["as_expected"] = row["passed"] == (kind == "correct")
                     rows.append(row)
                     print(json.dumps(row), flush=True)
+                    partial("gpumode_solutions", row)
     summary = {"solutions": len(rows), "as_expected": sum(r["as_expected"] for r in rows),
                "correct_passed": sum(r["passed"] for r in rows if r["expected"] == "pass"),
                "correct": sum(r["expected"] == "pass" for r in rows),

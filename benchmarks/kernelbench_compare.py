@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_results  # noqa: E402
+from _common import partial, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -284,12 +284,15 @@ def main() -> None:
             if "kernelbench" not in args.skip:
                 entry["kernelbench"] = run_kernelbench(staged, problem, cand, args.timeout)
             row["candidates"][label] = entry
-            print(json.dumps({"problem": name, "candidate": label, **entry}), flush=True)
+            line = {"problem": name, "candidate": label, **entry}
+            print(json.dumps(line), flush=True)
+            partial(args.name, line)
         if "warm" not in args.skip and "compile" in cands:
             # An agent's loop: the pool has served one candidate on the problem (here the compiled one, which
             # also warms torch.compile's caches); the second (the reference as ModelNew) is what is timed.
             row["warm_second"] = run_kpilot_warm(problem, cands["compile"], cands["ref"], args.timeout)
             print(json.dumps({"problem": name, "warm_second": row["warm_second"]}), flush=True)
+            partial(args.name, {"problem": name, "warm_second": row["warm_second"]})
         ref_rt = ((row["candidates"].get("ref") or {}).get("kernelbench") or {}).get("runtime_ms")
         for label, entry in row["candidates"].items():
             kb = entry.get("kernelbench")
