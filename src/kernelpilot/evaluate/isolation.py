@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernelpilot.evaluate.jobs import Job
 from kernelpilot.evaluate.worker_env import cache_dirs, redact, worker_env
 
 __all__ = ["run_job", "Confinement", "WorkerProcess", "WorkerPool", "describe_exit", "default_memory_bytes", "hide_own_memory", "trusted_cache_dirs"]
@@ -201,7 +202,7 @@ class WorkerProcess:
         code runs anywhere; its job later uses what was imported."""
         return self.send({"load": {"problem": problem, "seal": seal}})
 
-    def run(self, job: dict[str, Any], *, timeout: float) -> dict[str, Any]:
+    def run(self, job: Job, *, timeout: float) -> dict[str, Any]:
         """Hand the worker ``job`` and wait for its result; see ``run_job``.
 
         A result counts only if it is the one result record in the worker's journal and the worker then exited
@@ -209,10 +210,11 @@ class WorkerProcess:
         so a candidate that writes a result of its own and ends the process does not pass for the harness."""
         if self.proc is None or self.reader is None:
             return {"fatal": self.error or "the worker process could not be started", "stderr": ""}
-        (self.dir / "job.json").write_text(json.dumps(job))
+        payload = job.to_json()
+        (self.dir / "job.json").write_text(json.dumps(payload))
         token = secrets.randbelow(200) + 3          # not 0-2: statuses a crash or a plain exit would give
         t_job = time.perf_counter()
-        self.send({"job": {**job, "timeout": timeout, "exit_token": token}})
+        self.send({"job": {**payload, "timeout": timeout, "exit_token": token}})
         try:
             assert self.proc.stdin is not None
             self.proc.stdin.close()
@@ -253,14 +255,14 @@ class WorkerProcess:
             result["stderr"] = self._stderr()
         return result
 
-    def request(self, job: dict[str, Any], *, timeout: float) -> dict[str, Any]:
+    def request(self, job: Job, *, timeout: float) -> dict[str, Any]:
         """Hand a serving worker (a reference's: it never runs candidate code) one more ``job`` and wait for its
         result; the worker stays up for the next. On a crash or timeout, ``fatal`` as in ``run``."""
         if self.proc is None or self.reader is None:
             return {"fatal": self.error or "the worker process could not be started", "stderr": ""}
         before = len(self.reader.results)
         t_job = time.perf_counter()
-        if not self.send({"job": {**job, "timeout": timeout, "serve": True}}):
+        if not self.send({"job": {**job.to_json(), "timeout": timeout, "serve": True}}):
             self._exited.wait(5.0)
             return {"fatal": self._death(timeout), "stderr": self._stderr()}
         end = t_job + timeout + _GRACE_S
@@ -360,24 +362,24 @@ def _writable(work_dir: Path, caches: dict[str, Path], extra: tuple[str, ...]) -
     return [str(p) for p in paths] + ["/dev", "/proc/self"] + [str(Path(p).resolve()) for p in extra]
 
 
-def profiles(job: dict[str, Any]) -> bool:
+def profiles(job: Job) -> bool:
     """Whether the job profiles a call (probe.py), so that its worker is best started ``warm``."""
-    return job.get("mode") in ("check", "eval", "verify")
+    return job.mode in ("check", "eval", "verify")
 
 
-def trusted(job: dict[str, Any]) -> bool:
+def trusted(job: Job) -> bool:
     """Whether the job runs only the problem's own code (the reference, the eager or compiled baseline)."""
-    return job.get("role") in ("reference", "baseline")
+    return job.role in ("reference", "baseline")
 
 
-def run_job(job: dict[str, Any], *, timeout: float, pool: WorkerPool | None = None, work_dir: Path | None = None,
+def run_job(job: Job, *, timeout: float, pool: WorkerPool | None = None, work_dir: Path | None = None,
             box: Confinement = Confinement()) -> dict[str, Any]:
     """Run ``job`` (see worker.py) in a new worker (one of ``pool``'s, already started, where given; else one
     started in ``work_dir``) and return its result dict; on a crash or timeout, a dict with ``fatal`` (what
     happened) and ``stderr``. The worker is ended, with everything it started, before this returns its result
     only in the sense that it has been told to: ``WorkerProcess.wait_closed`` waits for it."""
-    worker = (pool.take(job["device"], warm=profiles(job), trusted=trusted(job)) if pool is not None
-              else WorkerProcess(work_dir or Path(tempfile.mkdtemp(prefix="kpilot-worker-")), job["device"],
+    worker = (pool.take(job.device, warm=profiles(job), trusted=trusted(job)) if pool is not None
+              else WorkerProcess(work_dir or Path(tempfile.mkdtemp(prefix="kpilot-worker-")), job.device,
                                  warm=profiles(job), trusted=trusted(job), box=box))
     res = worker.run(job, timeout=timeout)
     res["_worker"] = worker

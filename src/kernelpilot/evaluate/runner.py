@@ -15,6 +15,7 @@ from typing import Any
 from kernelpilot.errors import KernelpilotError, UsageError
 from kernelpilot.evaluate.guards import scan_source
 from kernelpilot.evaluate.isolation import Confinement, WorkerPool, WorkerProcess, hide_own_memory, run_job
+from kernelpilot.evaluate.jobs import BenchJob, CheckJob, Job, VerifyItem, VerifyJob
 from kernelpilot.evaluate.problem_files import Seal, problem_files
 from kernelpilot.evaluate.worker_env import redact, redact_json, secret_values
 from kernelpilot.evaluate.problem import Problem, load_problem
@@ -88,9 +89,10 @@ class _Session:
         self.workers: list[WorkerProcess] = []
         self.seal = Seal.take(problem_files(problem))
 
-    def job(self, **kw) -> dict[str, Any]:
+    def job(self, cls: type[Job], **kw) -> Job:
+        """A job of this evaluation, named by its order and kind, with the seal on the problem's files."""
         self.n += 1
-        return {"name": f"{self.n:02d}_{kw['role']}_{kw['mode']}", "seal": self.seal.hashes, **kw}
+        return cls(name=f"{self.n:02d}_{cls.kind}", seal=self.seal.hashes, **kw)
 
     def problem_key(self, problem: Problem) -> str:
         """What identifies the problem for what a pool keeps across candidates: its definition and its files."""
@@ -152,8 +154,8 @@ def _cases(problem: Problem, names: list[str] | None, *, bench: bool) -> list[st
 
 def _verify(session: _Session, problem: Problem, device: str, items: list[dict[str, Any]], outputs: list[Path],
             timeout: float, worker: WorkerProcess, *, serving: bool) -> dict[str, Any]:
-    job = session.job(role="reference", mode="verify", problem=problem.to_json(), device=device, items=items,
-                      outputs=[str(o) for o in outputs])
+    job = session.job(VerifyJob, problem=problem, device=device, items=tuple(items),
+                      outputs=tuple(str(o) for o in outputs))
     res = worker.request(job, timeout=timeout) if serving else worker.run(job, timeout=timeout)
     if res.get("fatal"):
         raise KernelpilotError(f"the problem's reference failed, so nothing can be checked: "
@@ -161,7 +163,7 @@ def _verify(session: _Session, problem: Problem, device: str, items: list[dict[s
     return res
 
 
-def _items(res: dict[str, Any], *, check: bool) -> list[dict[str, Any]]:
+def _items(res: dict[str, Any], *, check: bool) -> list[VerifyItem]:
     """Outputs for the reference to verify: the check's (where ``check``) and the timed outputs kept for
     re-checking, each with the fingerprints the worker journaled when it made them (the first record for a key
     wins: later ones could be forged from inside the candidate's process)."""
@@ -175,14 +177,15 @@ def _items(res: dict[str, Any], *, check: bool) -> list[dict[str, Any]]:
             if not e.get("error"):
                 key = f"{e['case']}|{e['seed']}"
                 rec = journal.get(key, {})
-                items.append({"case": e["case"], "seed": e["seed"], "fingerprint": e["fingerprint"], "key": key,
-                              "output_fingerprint": rec.get("output") or "missing",
-                              "journal_input": rec.get("input")})
+                items.append(VerifyItem(case=e["case"], seed=e["seed"], key=key, fingerprint=e["fingerprint"],
+                                        output_fingerprint=rec.get("output") or "missing",
+                                        journal_input=rec.get("input")))
     for e in res.get("bench", []):
         for it in e.get("verify", []):
             rec = journal.get(it["key"], {})
-            items.append({**it, "output_fingerprint": rec.get("output") or "missing",
-                          "journal_input": rec.get("input")})
+            items.append(VerifyItem(case=it["case"], seed=it["seed"], key=it["key"], fingerprint=it["fingerprint"],
+                                    output_fingerprint=rec.get("output") or "missing",
+                                    journal_input=rec.get("input")))
     return items
 
 
@@ -311,19 +314,18 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
         base_pool = WorkerPool(spares=len(opts.baselines), refill=False, box=_box(opts))
         base_pool.prestart(device, warm=False, trusted=True)
     try:
-        common = dict(problem=prob.to_json(), candidate=str(cand), device=device, timing=opts.timing,
+        common = dict(problem=prob, candidate=str(cand), device=device, timing=dict(opts.timing),
                       graphs=opts.graphs, verify=opts.verify)
         key = session.problem_key(prob)
         if do_check:
-            mode = "eval" if do_bench else "check"
             names = _cases(prob, opts.cases, bench=False)
             # In a pool, every candidate on the problem gets the same secret seeds, whose reference outputs the
             # pool's reference worker keeps; alone, the candidate's worker draws them.
             seeds = ({n: opts.pool.seeds_for(key, n, opts.seeds) for n in names} if opts.pool is not None else {})
-            job = session.job(role="candidate", mode=mode, cases=names, seeds=opts.seeds, seeds_by_case=seeds,
-                              bench_cases=bench_names, **common)
+            job = session.job(CheckJob, cases=tuple(names), seeds=opts.seeds, seeds_by_case=seeds,
+                              bench_cases=tuple(bench_names), **common)
         else:
-            job = session.job(role="candidate", mode="bench", cases=bench_names, **common)
+            job = session.job(BenchJob, cases=tuple(bench_names), **common)
         # The reference's worker imports the problem before any candidate code runs (a pool's serves every
         # candidate on the problem and is up already); it gets its job afterwards.
         serving = opts.pool is not None
@@ -335,7 +337,7 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
             session.workers.append(ref_worker)
             ref_worker.load(prob.to_json(), session.seal.hashes)
         res = session.ran(run_job(job, timeout=opts.timeout, pool=opts.pool,
-                                  work_dir=session.worker_dir(job["name"]), box=_box(opts)))
+                                  work_dir=session.worker_dir(job.name), box=_box(opts)))
         cand_dir = session.workers[-1].dir
         _elapsed(result, "candidate", res)
         _sandbox_note(result, res, opts)
@@ -430,13 +432,11 @@ def evaluate(problem: str | Path | Problem, candidate: str | Path, opts: EvalOpt
 
 def _bench_one(session: _Session, prob: Problem, device: str, names: list[str], opts: EvalOptions,
                pool: WorkerPool | None, *, candidate: str | None = None, baseline: str | None = None) -> dict[str, Any]:
-    role = "candidate" if candidate else "baseline"
-    job = session.job(role=role, mode="bench", problem=prob.to_json(), device=device, cases=names,
-                      timing=opts.timing, graphs=opts.graphs, verify=0,
-                      **({"candidate": candidate} if candidate else {"baseline": baseline}))
-    res = session.ran(run_job(job, timeout=opts.timeout, pool=pool, work_dir=session.worker_dir(job["name"]),
+    job = session.job(BenchJob, problem=prob, device=device, cases=tuple(names), timing=dict(opts.timing),
+                      graphs=opts.graphs, verify=0, candidate=candidate, baseline=baseline)
+    res = session.ran(run_job(job, timeout=opts.timeout, pool=pool, work_dir=session.worker_dir(job.name),
                               box=_box(opts)))
-    res["job"] = job["name"]
+    res["job"] = job.name
     return res
 
 

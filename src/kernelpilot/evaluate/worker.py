@@ -1,17 +1,23 @@
-"""The process that runs a candidate (or the reference). ``python -m kernelpilot.evaluate.worker JOB.json``.
+"""The process that runs a candidate (or the reference, or a baseline): ``python -m kernelpilot.evaluate.worker
+--stdin --dir DIR [--warm DEVICE]``, started by its supervisor (supervise.py), never by hand.
 
-Roles:
-- ``candidate`` / check: draws secret seeds, generates every case's inputs BEFORE importing the candidate,
-  imports it (profiled, timers snapshotted), runs each case twice on fresh copies of the inputs with the
-  allocator poisoned, verifies the inputs are unchanged, and writes the outputs.
-- ``reference`` / verify: in a separate process, regenerates the same inputs from the seeds, checks they
-  are the ones the candidate got (fingerprints), computes the reference and compares.
-- ``candidate`` / bench and ``baseline`` / bench: times the call with new inputs every sample, keeping a
-  random few outputs (chosen after each call from os.urandom) for the reference to verify.
+It imports torch and the harness, then reads the harness's messages (JSON lines on its standard input):
+``{"load": ...}`` imports a problem now, before any candidate code runs, its files checked against the seal;
+``{"job": ...}`` is a job (jobs.py), one per role:
 
-The job and results are JSON files; tensors travel in ``torch.save`` files in the parent's private folder.
-Exit status 0 means results were written (they may say the candidate failed); anything else is a crash the
-parent reports with this process's stderr.
+- ``CheckJob``: generates every case's inputs for its secret seeds BEFORE importing the candidate, imports it
+  (profiled, timers and the harness's functions snapshotted), runs each case twice on fresh copies of the inputs
+  with the allocator poisoned, verifies the inputs are unchanged, and saves the outputs; then, with
+  ``bench_cases``, times those cases in the same process.
+- ``VerifyJob``: in a separate process, regenerates the same inputs from the seeds, checks they are the ones the
+  candidate got (fingerprints), computes the reference (or takes it from what it kept for an earlier job) and
+  compares.
+- ``BenchJob``: times the call with new inputs every sample, keeping a random few outputs (chosen after each call
+  from os.urandom) for the reference to verify.
+
+The result goes to the parent as one record in the worker's journal (a pipe), after which the process ends with
+the job's exit token; a serving reference worker writes one result per job and waits for the next. Tensors
+travel in ``torch.save`` files in the worker's own folder, loaded with ``weights_only=True``.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpilot.errors import KernelpilotError
+from kernelpilot.evaluate.jobs import BenchJob, CheckJob, Job, VerifyJob, job_from_json
 from kernelpilot.evaluate.outputs import OutputsRejected, Rejected, load_outputs, save_outputs
 
 __all__ = ["main"]
@@ -162,16 +169,15 @@ class ProblemError(Exception):
 
 
 class Worker:
-    def __init__(self, job: dict[str, Any], work_dir: Path, *, runtime=None, state: dict | None = None) -> None:
+    def __init__(self, job: Job, work_dir: Path, *, runtime=None, state: dict | None = None) -> None:
         from kernelpilot.evaluate.formats import runtime_for
-        from kernelpilot.evaluate.problem import Problem
 
         self.job = job
-        self.device = job["device"]
-        self.problem = Problem.from_json(job["problem"])
+        self.device = job.device
+        self.problem = job.problem
         self.out_dir = Path(work_dir)
         self.state = state if state is not None else {}     # kept across the jobs of a serving reference worker
-        self.result: dict[str, Any] = {"role": job["role"], "mode": job["mode"], "flags": [], "notes": []}
+        self.result: dict[str, Any] = {"role": job.role, "mode": job.mode, "flags": [], "notes": []}
         if self.device.startswith("cuda"):
             import torch
 
@@ -223,10 +229,9 @@ class Worker:
         from kernelpilot.evaluate.probe import live_threads, probe_call
 
         with self.phase("inputs"):
-            plan = self._plan(self.cases(self.job["cases"]), int(self.job.get("seeds", 3)),
-                              self.job.get("seeds_by_case") or {})
+            plan = self._plan(self.cases(self.job.cases), self.job.seeds, self.job.seeds_by_case)
         threads_before = live_threads()
-        path = Path(self.job["candidate"])
+        path = Path(self.job.candidate)
         with self.phase("import"):
             fn, import_probe = probe_call(lambda: self.rt.load_candidate(path, self.device, 0), self.device)
         if fn is None:
@@ -380,22 +385,22 @@ class Worker:
         got_all: dict[str, Any] = {}
         unreadable = None
         # reference_ops and the cache of expected outputs (see _expected)
-        for f in self.job["outputs"]:
+        for f in self.job.outputs:
             if Path(f).exists():
                 try:
                     got_all.update(load_outputs(Path(f)))
                 except OutputsRejected as e:
                     unreadable = str(e)
                     self.flag("outputs-rejected", str(e))
-        items = self.job["items"]   # [{"case", "seed", "fingerprint", "key"}]
+        items = self.job.items
         results = []
         ref_by_case: dict[str, list[str]] = {}
         for it in items:
-            case = self.problem.case(it["case"])
-            res = {"case": case.name, "seed": it["seed"], "key": it["key"]}
+            case = self.problem.case(it.case)
+            res = {"case": case.name, "seed": it.seed, "key": it.key}
             results.append(res)
-            fp, expected, expected_fp = self._expected(case, it["seed"], keep="|bench|" not in it["key"])
-            if fp != it["fingerprint"]:
+            fp, expected, expected_fp = self._expected(case, it.seed, keep=not it.timed)
+            if fp != it.fingerprint:
                 res.update(ok=False, message="the candidate did not receive the inputs the reference used "
                            "(its process generated or saw different data)")
                 self.flag("input-mismatch", f"case {case.name}: inputs in the candidate's process differ from the "
@@ -403,25 +408,25 @@ class Worker:
                 continue
             # Compared where it was computed, in pieces (compare.py): no host copy of an output of many GB.
             ref_by_case.setdefault(case.name, []).append(expected_fp)
-            if it["key"] not in got_all:
+            if it.key not in got_all:
                 res.update(ok=False, message=unreadable or "no output")
                 continue
-            got = got_all[it["key"]]
+            got = got_all[it.key]
             if isinstance(got, Rejected):
                 res.update(ok=False, message=f"output rejected: {got}")
                 self.flag("outputs-rejected", f"an output read back from the candidate's file is not plain data: {got}")
                 continue
-            if it.get("output_fingerprint") and fingerprint(got) != it["output_fingerprint"]:
+            if it.output_fingerprint and fingerprint(got) != it.output_fingerprint:
                 res.update(ok=False, message="the timed output was changed after it was taken for re-checking")
                 self.flag("timed-output-tampered", f"case {case.name}: a re-checked timed output was edited in the "
                           "candidate's process after the harness took it", case=case.name)
                 continue
-            if it.get("journal_input") and it["journal_input"] != it["fingerprint"]:
+            if it.journal_input and it.journal_input != it.fingerprint:
                 res.update(ok=False, message="the inputs recorded for this timed call were changed")
                 self.flag("timed-output-tampered", f"case {case.name}: the record of a timed call's inputs was "
                           "edited in the candidate's process", case=case.name)
                 continue
-            own = self.rt.check(_to(self.rt.make_inputs(case, it["seed"], self.device), self.device),
+            own = self.rt.check(_to(self.rt.make_inputs(case, it.seed, self.device), self.device),
                                 _to(got, self.device), expected, case)
             if own is not None:
                 ok, msg = own
@@ -439,7 +444,7 @@ class Worker:
                         r["low_signal"] = "the reference output is the same for every seed"
         self.result["results"] = results
         self.result["reference_ops"] = self.state.get("reference_ops", [])
-        self.result["cached"] = sum(1 for it in items if self.state.get("hits", {}).get((it["case"], it["seed"])))
+        self.result["cached"] = sum(1 for it in items if self.state.get("hits", {}).get((it.case, it.seed)))
 
     def _expected(self, case, seed: int, *, keep: bool) -> tuple[str, Any, str]:
         """(fingerprint of the inputs, the reference's output, its fingerprint) for ``case`` and ``seed``. A
@@ -473,26 +478,26 @@ class Worker:
 
     # -------------------------------------------------------------- timing
 
-    def bench(self) -> None:
+    def bench(self, cases: tuple[str, ...]) -> None:
         import torch
 
         from kernelpilot.evaluate.guards import fingerprint
 
         TimingOptions, cpu_sampler, gpu_sampler, measure, side_stream_level = (
             self.tools[n] for n in ("TimingOptions", "cpu_sampler", "gpu_sampler", "measure", "side_stream_level"))
-        opts = TimingOptions(**self.job.get("timing", {}))
-        role = self.job["role"]
+        opts = TimingOptions(**self.job.timing)
+        role = self.job.role
         if role == "candidate":
-            fn = getattr(self, "fn", None) or self.rt.load_candidate(Path(self.job["candidate"]), self.device, 0)
+            fn = getattr(self, "fn", None) or self.rt.load_candidate(Path(self.job.candidate), self.device, 0)
         else:
-            fn = self.rt.baseline(self.job["baseline"])
+            fn = self.rt.baseline(self.job.baseline)
         out_cases = []
         kept: dict[str, Any] = {}
         urandom = self.clock.get("os.urandom") or os.urandom   # as it was before the candidate was imported
-        for case in self.cases(self.job["cases"]):
+        for case in self.cases(cases):
             base = _seed()
             state: dict[str, Any] = {}
-            keep_n = int(self.job.get("verify", 3)) if role == "candidate" else 0
+            keep_n = self.job.verify if role == "candidate" else 0
             slots: list[tuple[dict[str, Any], Any]] = []
             seen = [0]
 
@@ -575,7 +580,7 @@ class Worker:
                     timing = measure(cpu_sampler(call, prepare=prepare, after=after, clock=self.clock),
                                      "cpu-wall-clock", opts, prepare_batch=prepare_batch, batch=batch)
                 entry["timing"] = timing.to_json()
-                if self.job.get("graphs") and self.device.startswith("cuda"):
+                if self.job.graphs and self.device.startswith("cuda"):
                     entry["graph_timing"] = self._graph_timing(fn, state, prepare, opts, prepare_batch, batch)
             except Exception as e:
                 entry["error"] = _err(e)
@@ -627,24 +632,21 @@ class Worker:
         return t.to_json()
 
     def run(self) -> None:
-        role, mode = self.job["role"], self.job["mode"]
-        if role == "candidate" and mode == "check":
+        job = self.job
+        if isinstance(job, CheckJob):
             self.candidate_check()
-        elif role == "candidate" and mode == "eval":
             # check and bench in one process (one start-up); the parent discards the timing if the check fails
-            self.candidate_check()
-            if self.job.get("bench_cases") and not any(c.get("error") for c in self.result["cases"]):
-                self.job["cases"] = self.job["bench_cases"]
+            if job.bench_cases and not any(c.get("error") for c in self.result["cases"]):
                 with self.phase("bench"):
-                    self.bench()
-        elif role == "reference" and mode == "verify":
+                    self.bench(job.bench_cases)
+        elif isinstance(job, VerifyJob):
             with self.phase("reference"):
                 self.reference_verify()
-        elif mode == "bench":
+        elif isinstance(job, BenchJob):
             with self.phase("bench"):
-                self.bench()
+                self.bench(job.cases)
         else:
-            raise ValueError(f"unknown job {role}/{mode}")
+            raise ValueError(f"unknown job {type(job).__name__}")
 
 
 def _copy_into(dst: Any, src: Any) -> None:
@@ -740,14 +742,16 @@ def main(argv: list[str] | None = None) -> int:
                 loaded = _preload(msg["load"])
                 continue
             if "job" in msg:
-                job = msg["job"]
-                if job.get("serve"):
+                raw = msg["job"]
+                serve = bool(raw.pop("serve", False))
+                # Only here, in this frame: the status the parent expects this process to end with.
+                token = int(raw.pop("exit_token", 0))
+                del msg
+                job = job_from_json(raw)
+                if serve:
                     # A reference worker serving job after job (it never runs candidate code): one result each.
                     _journal({"result": _run_job(job, work_dir, loaded, triton_key)})
                     continue
-                # Only here, in this frame: the status the parent expects this process to end with.
-                token = int(job.pop("exit_token", 0))
-                del msg
                 result = _run_job(job, work_dir, loaded, triton_key)
                 break
     except (ValueError, KeyError, TypeError) as e:
@@ -778,11 +782,12 @@ def _preload(load: dict[str, Any]) -> dict[str, Any]:
         return {"error": str(e) if isinstance(e, KernelpilotError) else _err(e)}
 
 
-def _run_job(job: dict[str, Any], work_dir: Path, loaded: dict[str, Any], triton_key) -> dict[str, Any]:
+def _run_job(job: Job, work_dir: Path, loaded: dict[str, Any], triton_key) -> dict[str, Any]:
+    problem = job.problem.to_json()
     try:
-        if loaded.get("error") and loaded.get("problem", job["problem"]) == job["problem"]:
+        if loaded.get("error") and loaded.get("problem", problem) == problem:
             raise ProblemError(loaded["error"])
-        same = loaded.get("problem") == job["problem"]
+        same = loaded.get("problem") == problem
         rt = loaded.get("runtime") if same else None
         w = Worker(job, work_dir, runtime=rt, state=loaded.setdefault("state", {}) if same else None)
         if triton_key is not None:
@@ -790,12 +795,11 @@ def _run_job(job: dict[str, Any], work_dir: Path, loaded: dict[str, Any], triton
         w.run()
         return w.result
     except ProblemError as e:
-        return {"role": job.get("role"), "mode": job.get("mode"), "fatal": str(e), "problem_error": True,
-                "flags": []}
+        return {"role": job.role, "mode": job.mode, "fatal": str(e), "problem_error": True, "flags": []}
     except KernelpilotError as e:   # a message written for the user: no traceback
-        return {"role": job.get("role"), "mode": job.get("mode"), "fatal": str(e), "flags": []}
+        return {"role": job.role, "mode": job.mode, "fatal": str(e), "flags": []}
     except Exception as e:
-        return {"role": job.get("role"), "mode": job.get("mode"), "fatal": _err(e), "flags": []}
+        return {"role": job.role, "mode": job.mode, "fatal": _err(e), "flags": []}
 
 
 if __name__ == "__main__":
