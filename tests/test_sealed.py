@@ -335,3 +335,11 @@ def test_problem_files_and_seal(tmp_path):
     assert [f.name for f in problem_files(kb)] == ["19_ReLU.py"]
     gm = load_problem(EXAMPLES / "problems" / "gpumode_vectoradd")
     assert {f.name for f in problem_files(gm)} >= {"reference.py", "task.yml", "task.py", "utils.py"}
+
+
+def test_cli_refuses_a_memory_limit_that_is_not_positive():
+    p = subprocess.run([sys.executable, "-m", "kernelpilot", "check", str(ROW), "-c",
+                        str(ROW / "candidates" / "triton_softmax.py"), "--device", "cpu", "--memory-limit", "0"],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": SRC})
+    assert p.returncode == 2 and "give a positive number of GiB" in p.stderr
+    assert "Traceback" not in p.stderr

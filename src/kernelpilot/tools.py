@@ -244,6 +244,10 @@ _EVAL_PROPS = {
     "timeout": {"type": "number", "description": "Seconds each worker process may take.", "minimum": 1},
     "memory_limit_gb": {"type": "number", "description": "Host memory (GiB) a worker and what it starts may hold "
                         "before it is killed (default: 80% of the machine's).", "exclusiveMinimum": 0},
+    "writable": {"type": "array", "items": {"type": "string"}, "description": "Folders the candidate may write "
+                 "besides its own and the compilers' caches."},
+    "sandbox": {"type": "boolean", "description": "Confine the candidate's writes (Landlock); false only to "
+                "debug a candidate that must write elsewhere."},
     "keep": _str("Keep the workers' jobs, logs and tensors in this folder."),
 }
 _CHECK_PROPS = {"seeds": _int("Secret random seeds per case.", 1)}
@@ -265,7 +269,8 @@ def eval_options(a: dict[str, Any], ctx: ToolContext | None = None):
                        cases=list(a.get("cases") or []) or None, verify=3 if a.get("verify") is None else a["verify"],
                        timing={"budget_s": a["budget"]} if a.get("budget") else {},
                        keep=Path(a["keep"]) if a.get("keep") else None, pool=ctx.pool,
-                       memory_limit_gb=a.get("memory_limit_gb"))
+                       memory_limit_gb=a.get("memory_limit_gb"), writable=list(a.get("writable") or []),
+                       sandbox=a.get("sandbox", True) is not False)
 
 
 @_register("check", """Check a candidate's correctness against the problem's reference on every case

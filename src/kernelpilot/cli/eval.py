@@ -26,6 +26,8 @@ def _options(f, *, bench: bool, check: bool):
         click.option("--device", type=click.Choice(["cuda", "cpu"]), help="Where to run (default: cuda when a GPU is present, else cpu for check)."),
         click.option("--case", "cases", multiple=True, help="Only this case (repeatable)."),
         click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds each worker process may take."),
+        click.option("--writable", "writable", multiple=True, type=click.Path(file_okay=False), help="A folder the candidate may write besides its own and the compilers' caches (repeatable)."),
+        click.option("--no-sandbox", "no_sandbox", is_flag=True, help="Let the candidate's process write anywhere (debugging only; the result says so)."),
         click.option("--memory-limit", "memory_limit_gb", type=float, help="GiB of host memory a worker (with what it starts) may hold before it is killed (default: 80% of this machine's)."),
         click.option("--keep", type=click.Path(file_okay=False, path_type=Path), help="Keep the workers' jobs, logs and tensors in this folder."),
         click.option("--json", "as_json", is_flag=True, help="Machine-readable output (kernelpilot.eval/1)."),
@@ -50,7 +52,9 @@ def _tool_args(problem, candidate, kw: dict) -> dict:
             "cases": list(kw["cases"]) or None, "timeout": kw["timeout"], "seeds": kw.get("seeds"),
             "baselines": list(kw.get("baselines", ())) or None, "budget": kw.get("budget"),
             "graphs": kw.get("graphs") or None, "verify": kw.get("verify"),
-            "keep": str(kw["keep"]) if kw.get("keep") else None, "memory_limit_gb": kw.get("memory_limit_gb")}
+            "keep": str(kw["keep"]) if kw.get("keep") else None, "memory_limit_gb": kw.get("memory_limit_gb"),
+            "writable": [str(w) for w in kw.get("writable") or ()] or None,
+            "sandbox": False if kw.get("no_sandbox") else None}
     return {k: v for k, v in args.items() if v is not None}
 
 

@@ -307,6 +307,7 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
     bench_names = _cases(prob, opts.cases, bench=True) if do_bench else []
     if do_bench and device == "cpu":
         result.notes.append("times are CPU wall-clock times, not GPU times")
+    _box(opts)          # its options checked before any process starts
     session = _Session(opts.keep, prob)
     # Baselines' workers start now too, importing while the candidate runs (none left over afterwards).
     base_pool = opts.pool
@@ -378,6 +379,8 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
 
 
 def _box(opts: EvalOptions) -> Confinement:
+    if opts.memory_limit_gb is not None and not opts.memory_limit_gb > 0:
+        raise UsageError(f"memory limit {opts.memory_limit_gb} GiB: give a positive number of GiB.")
     memory = None if opts.memory_limit_gb is None else int(opts.memory_limit_gb * (1 << 30))
     return Confinement(memory_bytes=memory, writable=tuple(opts.writable), sandbox=opts.sandbox)
 
