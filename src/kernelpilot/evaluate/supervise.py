@@ -56,7 +56,11 @@ def _prctl(option: int, arg: int) -> int:
 def _processes() -> dict[int, tuple[int, str]]:
     """``{pid: (ppid, state)}`` of every process this one can see."""
     out = {}
-    for name in os.listdir("/proc"):
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out          # no procfs (not Linux): only the worker itself is ended
+    for name in names:
         if not name.isdigit():
             continue
         try:
@@ -110,11 +114,14 @@ class _CapHeader(ctypes.Structure):
 def _drop_capabilities() -> None:
     """No capabilities from here on, across exec too (no_new_privs): a worker started as root cannot read
     other processes' memory or environment, override file permissions, or trace anything."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    header = _CapHeader(0x20080522, 0)   # _LINUX_CAPABILITY_VERSION_3
-    data = (_Caps * 2)()
-    libc.capset(ctypes.byref(header), data)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        header = _CapHeader(0x20080522, 0)   # _LINUX_CAPABILITY_VERSION_3
+        data = (_Caps * 2)()
+        libc.capset(ctypes.byref(header), data)
+    except (OSError, AttributeError):
+        pass                                 # not Linux: no capabilities to drop
 
 
 def _start(cmd: list[str], stdin_r: int, stdout_fd: int | None, writable: list[str], sandbox: bool,
