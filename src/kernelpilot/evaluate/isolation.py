@@ -13,11 +13,11 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kernelpilot.evaluate.jobs import Job
+from kernelpilot.evaluate.jobs import Job, JobFormatError, WorkerResult
 from kernelpilot.evaluate.worker_env import cache_dirs, redact, worker_env
 
 __all__ = ["run_job", "Confinement", "WorkerProcess", "WorkerPool", "describe_exit", "default_memory_bytes", "hide_own_memory", "trusted_cache_dirs"]
@@ -202,14 +202,14 @@ class WorkerProcess:
         code runs anywhere; its job later uses what was imported."""
         return self.send({"load": {"problem": problem, "seal": seal}})
 
-    def run(self, job: Job, *, timeout: float) -> dict[str, Any]:
+    def run(self, job: Job, *, timeout: float) -> WorkerResult:
         """Hand the worker ``job`` and wait for its result; see ``run_job``.
 
         A result counts only if it is the one result record in the worker's journal and the worker then exited
         with the job's exit token: a random status it is told with the job and keeps only in a local variable,
         so a candidate that writes a result of its own and ends the process does not pass for the harness."""
         if self.proc is None or self.reader is None:
-            return {"fatal": self.error or "the worker process could not be started", "stderr": ""}
+            return WorkerResult(fatal=self.error or "the worker process could not be started")
         payload = job.to_json()
         (self.dir / "job.json").write_text(json.dumps(payload))
         token = secrets.randbelow(200) + 3          # not 0-2: statuses a crash or a plain exit would give
@@ -228,60 +228,60 @@ class WorkerProcess:
                 t_result = time.perf_counter()
             if time.perf_counter() > end:
                 self.close()
-                return {"fatal": _timeout_text(timeout), "stderr": self._stderr(), "seconds": seconds()}
+                return WorkerResult(fatal=_timeout_text(timeout), stderr=self._stderr(), seconds=seconds())
         t_exit = time.perf_counter()
         self.reader.finish(wait=5.0)
         if self.reader.flooded:
-            return {"fatal": "the worker wrote more than the harness's journal takes "
-                             f"({JOURNAL_LIMIT_BYTES >> 20} MiB; the candidate wrote to it); it was killed",
-                    "stderr": self._stderr(), "seconds": seconds()}
+            return WorkerResult(fatal="the worker wrote more than the harness's journal takes "
+                                      f"({JOURNAL_LIMIT_BYTES >> 20} MiB; the candidate wrote to it); it was killed",
+                                stderr=self._stderr(), seconds=seconds())
         results = self.reader.results
         status = (self.exit or {}).get("status")
         if len(results) > 1 or (results and status != token and (self.exit or {}).get("reason") is None):
             what = (f"holds {len(results)} results where the harness writes one" if len(results) > 1 else
                     "holds a result, but the worker did not end as the harness ends it")
-            return {"fatal": f"the worker's journal {what} (the candidate wrote to the harness's journal)",
-                    "forged": True, "stderr": self._stderr(), "seconds": seconds()}
+            return WorkerResult(fatal=f"the worker's journal {what} (the candidate wrote to the harness's journal)",
+                                forged=True, stderr=self._stderr(), seconds=seconds())
         if not results or status != token:
-            return {"fatal": self._death(timeout), "stderr": self._stderr(), "seconds": seconds()}
-        result = results[0]
-        result["seconds"] = seconds()
+            return WorkerResult(fatal=self._death(timeout), stderr=self._stderr(), seconds=seconds())
+        try:
+            result = WorkerResult.from_json(results[0])
+        except JobFormatError as e:
+            return WorkerResult(fatal=str(e), stderr=self._stderr(), seconds=seconds())
         # From the result's arrival to the worker's end (a CUDA context's teardown, its stray processes' sweep).
-        result.setdefault("phases_s", {})["exit"] = round(t_exit - (t_result or t_exit), 3)
-        result["journal"] = self.reader.records
-        result["sandbox"] = self.sandbox
-        result["strays"] = [c for c in (self.exit or {}).get("strays", []) if not _library_helper(c)]
-        if result.get("fatal"):
-            result["stderr"] = self._stderr()
-        return result
+        phases = {**result.phases_s, "exit": round(t_exit - (t_result or t_exit), 3)}
+        return replace(result, seconds=seconds(), phases_s=phases, journal=tuple(self.reader.records),
+                       sandbox=self.sandbox, stderr=self._stderr() if result.fatal else "",
+                       strays=tuple(c for c in (self.exit or {}).get("strays", []) if not _library_helper(c)))
 
-    def request(self, job: Job, *, timeout: float) -> dict[str, Any]:
+    def request(self, job: Job, *, timeout: float) -> WorkerResult:
         """Hand a serving worker (a reference's: it never runs candidate code) one more ``job`` and wait for its
         result; the worker stays up for the next. On a crash or timeout, ``fatal`` as in ``run``."""
         if self.proc is None or self.reader is None:
-            return {"fatal": self.error or "the worker process could not be started", "stderr": ""}
+            return WorkerResult(fatal=self.error or "the worker process could not be started")
         before = len(self.reader.results)
         t_job = time.perf_counter()
         if not self.send({"job": {**job.to_json(), "timeout": timeout, "serve": True}}):
             self._exited.wait(5.0)
-            return {"fatal": self._death(timeout), "stderr": self._stderr()}
+            return WorkerResult(fatal=self._death(timeout), stderr=self._stderr())
         end = t_job + timeout + _GRACE_S
         while len(self.reader.results) <= before:
             if self._exited.wait(0.01):
                 self.reader.finish(wait=2.0)
                 if len(self.reader.results) > before:
                     break
-                return {"fatal": self._death(timeout), "stderr": self._stderr(),
-                        "seconds": round(time.perf_counter() - t_job, 2)}
+                return WorkerResult(fatal=self._death(timeout), stderr=self._stderr(),
+                                    seconds=round(time.perf_counter() - t_job, 2))
             if time.perf_counter() > end:
                 self.close()
-                return {"fatal": _timeout_text(timeout), "stderr": self._stderr()}
+                return WorkerResult(fatal=_timeout_text(timeout), stderr=self._stderr())
         self.send({"idle": True})
-        result = dict(self.reader.results[before])
-        result["seconds"] = round(time.perf_counter() - t_job, 2)
-        if result.get("fatal"):
-            result["stderr"] = self._stderr()
-        return result
+        try:
+            result = WorkerResult.from_json(self.reader.results[before])
+        except JobFormatError as e:
+            return WorkerResult(fatal=str(e), stderr=self._stderr())
+        return replace(result, seconds=round(time.perf_counter() - t_job, 2),
+                       stderr=self._stderr() if result.fatal else "")
 
     def _death(self, timeout: float) -> str:
         """Why a worker ended without a result, from its supervisor's report."""
@@ -373,17 +373,14 @@ def trusted(job: Job) -> bool:
 
 
 def run_job(job: Job, *, timeout: float, pool: WorkerPool | None = None, work_dir: Path | None = None,
-            box: Confinement = Confinement()) -> dict[str, Any]:
+            box: Confinement = Confinement()) -> tuple[WorkerResult, WorkerProcess]:
     """Run ``job`` (see worker.py) in a new worker (one of ``pool``'s, already started, where given; else one
-    started in ``work_dir``) and return its result dict; on a crash or timeout, a dict with ``fatal`` (what
-    happened) and ``stderr``. The worker is ended, with everything it started, before this returns its result
-    only in the sense that it has been told to: ``WorkerProcess.wait_closed`` waits for it."""
+    started in ``work_dir``); returns its result (on a crash or timeout, one with ``fatal``, what happened, and
+    ``stderr``) and the worker, which has ended with everything it started."""
     worker = (pool.take(job.device, warm=profiles(job), trusted=trusted(job)) if pool is not None
               else WorkerProcess(work_dir or Path(tempfile.mkdtemp(prefix="kpilot-worker-")), job.device,
                                  warm=profiles(job), trusted=trusted(job), box=box))
-    res = worker.run(job, timeout=timeout)
-    res["_worker"] = worker
-    return res
+    return worker.run(job, timeout=timeout), worker
 
 
 class WorkerPool:

@@ -1,4 +1,5 @@
-"""The jobs the harness hands its workers: typed, versioned, self-contained, and serialized as plain JSON.
+"""The jobs the harness hands its workers, and the results they send back: typed, versioned, self-contained, and
+serialized as plain JSON.
 
 Three kinds, one per worker role:
 
@@ -11,6 +12,10 @@ A job carries everything a worker needs: the problem's definition and the seal o
 cases, the timing options; nothing refers to the parent's memory, so the same job runs in a worker on this host,
 on a remote host or in a cluster task. ``to_json`` gives ``{"schema": "kernelpilot.job/1", "kind": ..., ...}``;
 ``job_from_json`` reads it back and refuses another schema with one clear message. Plain data only: no pickle.
+
+A worker answers with a ``WorkerResult``: the ``CaseRun`` of each case and seed it checked, the ``BenchRun`` of
+each case it timed (with the outputs kept for re-checking), the reference's ``Verdict`` on each output, the
+guards' ``FlagRecord``s, and where its seconds went.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from typing import Any, Union
 
 from kernelpilot.evaluate.problem import Problem
 
-__all__ = ["SCHEMA", "CheckJob", "BenchJob", "VerifyJob", "VerifyItem", "Job", "job_from_json", "JobFormatError"]
+__all__ = ["SCHEMA", "CheckJob", "BenchJob", "VerifyJob", "VerifyItem", "Job", "job_from_json", "JobFormatError",
+           "WorkerResult", "CaseRun", "BenchRun", "Verdict", "FlagRecord"]
 
 SCHEMA = "kernelpilot.job/1"
 
@@ -154,3 +160,116 @@ def job_from_json(d: dict[str, Any]) -> Job:
         return cls(**kw)
     except TypeError as e:
         raise JobFormatError(f"a {cls.kind} job the worker cannot read: {e}") from None
+
+
+# ---------------------------------------------------------------- what a worker sends back
+
+@dataclass(frozen=True)
+class FlagRecord:
+    """A guard's finding in a worker (``result.Flag`` on the parent's side)."""
+
+    id: str
+    message: str
+    level: str = "warning"
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CaseRun:
+    """One case and seed of a check, as the candidate's worker ran it (its verdict comes from the reference)."""
+
+    case: str
+    seed: int
+    fingerprint: str                 # of the inputs, made before the candidate was imported
+    hidden: bool = False
+    error: str | None = None         # it could not run (an exception, a rejected output, ...)
+    nondeterministic: bool = False
+    mutated_inputs: bool = False
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """One timed case: its timing (``timing.Timing.to_json``), CUDA-graph timing, and the outputs kept."""
+
+    case: str
+    timing: dict[str, Any] | None = None
+    graph_timing: dict[str, Any] | None = None
+    error: str = ""
+    verify: tuple[VerifyItem, ...] = ()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The reference's verdict on one output."""
+
+    case: str
+    seed: int
+    key: str
+    ok: bool = False
+    message: str = ""
+    max_abs_err: float | None = None
+    rel_err: float | None = None
+    mismatched: int = 0
+    total: int = 0
+    worst: tuple[dict[str, Any], ...] = ()
+    low_signal: str | None = None
+
+    @property
+    def timed(self) -> bool:
+        return "|bench|" in self.key
+
+
+@dataclass(frozen=True)
+class WorkerResult:
+    """What a worker reports for its job, plus what the parent learned around it (``seconds``, ``stderr``,
+    ``journal``, ``sandbox``, ``strays``, ``exit_s``). ``fatal``: the job could not be carried out (the text
+    says why); ``problem_error``: the problem's own code failed."""
+
+    role: str = ""
+    mode: str = ""
+    fatal: str | None = None
+    problem_error: bool = False
+    forged: bool = False
+    gpu: str | None = None
+    flags: tuple[FlagRecord, ...] = ()
+    notes: tuple[str, ...] = ()
+    phases_s: dict[str, float] = field(default_factory=dict)
+    cases: tuple[CaseRun, ...] = ()
+    bench: tuple[BenchRun, ...] = ()
+    verdicts: tuple[Verdict, ...] = ()
+    import_ops: tuple[str, ...] = ()
+    import_kernels: tuple[str, ...] = ()
+    candidate_ops: tuple[str, ...] = ()
+    reference_ops: tuple[str, ...] = ()
+    probe: dict[str, Any] | None = None
+    cached: int = 0
+    # the parent's
+    seconds: float | None = None
+    stderr: str = ""
+    journal: tuple[dict[str, Any], ...] = ()
+    sandbox: dict[str, Any] | None = None
+    strays: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> WorkerResult:
+        """Read a worker's result (plain data from another process: unknown keys are dropped, and a malformed
+        one raises JobFormatError)."""
+        if not isinstance(d, dict):
+            raise JobFormatError("a worker's result must be a JSON object")
+        try:
+            kw = {f.name: d[f.name] for f in fields(cls) if f.name in d}
+            kw["flags"] = tuple(FlagRecord(**f) for f in d.get("flags", ()))
+            kw["cases"] = tuple(CaseRun(**c) for c in d.get("cases", ()))
+            kw["bench"] = tuple(BenchRun(**{**b, "verify": tuple(VerifyItem(**v) for v in b.get("verify", ()))})
+                                for b in d.get("bench", ()))
+            kw["verdicts"] = tuple(Verdict(**{**v, "worst": tuple(v.get("worst", ()))}) for v in d.get("verdicts", ()))
+            for name in ("notes", "import_ops", "import_kernels", "candidate_ops", "reference_ops", "journal",
+                         "strays"):
+                if name in kw:
+                    kw[name] = tuple(kw[name])
+            return cls(**kw)
+        except TypeError as e:
+            raise JobFormatError(f"a worker's result the harness cannot read: {e}") from None

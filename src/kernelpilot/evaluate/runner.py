@@ -8,14 +8,14 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from kernelpilot.errors import KernelpilotError, UsageError
 from kernelpilot.evaluate.guards import scan_source
 from kernelpilot.evaluate.isolation import Confinement, WorkerPool, WorkerProcess, hide_own_memory, run_job
-from kernelpilot.evaluate.jobs import BenchJob, CheckJob, Job, VerifyItem, VerifyJob
+from kernelpilot.evaluate.jobs import BenchJob, CheckJob, Job, Verdict, VerifyItem, VerifyJob, WorkerResult
 from kernelpilot.evaluate.problem_files import Seal, problem_files
 from kernelpilot.evaluate.worker_env import redact, redact_json, secret_values
 from kernelpilot.evaluate.problem import Problem, load_problem
@@ -102,11 +102,10 @@ class _Session:
     def worker_dir(self, name: str) -> Path:
         return self.dir / name
 
-    def ran(self, res: dict[str, Any]) -> dict[str, Any]:
+    def ran(self, done: tuple[WorkerResult, WorkerProcess]) -> WorkerResult:
         """A worker's result, its process noted so that ``close`` waits for it."""
-        worker = res.pop("_worker", None)
-        if worker is not None:
-            self.workers.append(worker)
+        res, worker = done
+        self.workers.append(worker)
         return res
 
     def end_workers(self) -> None:
@@ -130,14 +129,14 @@ def _load(problem: str | Path | Problem, candidate: str | Path) -> tuple[Problem
     return p, c.resolve()
 
 
-def _flags(raw: list[dict[str, Any]]) -> list[Flag]:
-    return [Flag(f["id"], f["message"], f.get("level", "warning"), f.get("evidence", {})) for f in raw]
+def _flags(raw) -> list[Flag]:
+    return [Flag(f.id, f.message, f.level, dict(f.evidence)) for f in raw]
 
 
-def _fatal_text(res: dict[str, Any]) -> str:
-    text = res["fatal"]
-    if res.get("stderr"):
-        text += "\n" + res["stderr"][-1500:]
+def _fatal_text(res: WorkerResult) -> str:
+    text = res.fatal or ""
+    if res.stderr:
+        text += "\n" + res.stderr[-1500:]
     return text
 
 
@@ -153,67 +152,65 @@ def _cases(problem: Problem, names: list[str] | None, *, bench: bool) -> list[st
 
 
 def _verify(session: _Session, problem: Problem, device: str, items: list[dict[str, Any]], outputs: list[Path],
-            timeout: float, worker: WorkerProcess, *, serving: bool) -> dict[str, Any]:
+            timeout: float, worker: WorkerProcess, *, serving: bool) -> WorkerResult:
     job = session.job(VerifyJob, problem=problem, device=device, items=tuple(items),
                       outputs=tuple(str(o) for o in outputs))
     res = worker.request(job, timeout=timeout) if serving else worker.run(job, timeout=timeout)
-    if res.get("fatal"):
+    if res.fatal:
         raise KernelpilotError(f"the problem's reference failed, so nothing can be checked: "
-                               f"{res['fatal'] if res.get('problem_error') else _fatal_text(res)}")
+                               f"{res.fatal if res.problem_error else _fatal_text(res)}")
     return res
 
 
-def _items(res: dict[str, Any], *, check: bool) -> list[VerifyItem]:
+def _items(res: WorkerResult, *, check: bool) -> list[VerifyItem]:
     """Outputs for the reference to verify: the check's (where ``check``) and the timed outputs kept for
     re-checking, each with the fingerprints the worker journaled when it made them (the first record for a key
     wins: later ones could be forged from inside the candidate's process)."""
     journal: dict[str, dict[str, Any]] = {}
-    for rec in res.get("journal", []):
+    for rec in res.journal:
         if isinstance(rec.get("key"), str):
             journal.setdefault(rec["key"], rec)
     items = []
     if check:
-        for e in res.get("cases", []):
-            if not e.get("error"):
-                key = f"{e['case']}|{e['seed']}"
+        for e in res.cases:
+            if not e.error:
+                key = f"{e.case}|{e.seed}"
                 rec = journal.get(key, {})
-                items.append(VerifyItem(case=e["case"], seed=e["seed"], key=key, fingerprint=e["fingerprint"],
+                items.append(VerifyItem(case=e.case, seed=e.seed, key=key, fingerprint=e.fingerprint,
                                         output_fingerprint=rec.get("output") or "missing",
                                         journal_input=rec.get("input")))
-    for e in res.get("bench", []):
-        for it in e.get("verify", []):
-            rec = journal.get(it["key"], {})
-            items.append(VerifyItem(case=it["case"], seed=it["seed"], key=it["key"], fingerprint=it["fingerprint"],
-                                    output_fingerprint=rec.get("output") or "missing",
-                                    journal_input=rec.get("input")))
+    for e in res.bench:
+        for it in e.verify:
+            rec = journal.get(it.key, {})
+            items.append(replace(it, output_fingerprint=rec.get("output") or "missing",
+                                 journal_input=rec.get("input")))
     return items
 
 
-def _merge_check(result: EvalResult, prob: Problem, res: dict[str, Any], ref: dict[str, Any] | None) -> None:
+def _merge_check(result: EvalResult, prob: Problem, res: WorkerResult, ref: WorkerResult | None) -> None:
     """Per-case results from the candidate's worker and the reference's verdicts; the guards' flags."""
-    verified: dict[tuple[str, int], dict[str, Any]] = {}
+    verified: dict[tuple[str, int], Verdict] = {}
     if ref is not None:
-        result.flags.extend(_flags(ref.get("flags", [])))
-        verified = {(r["case"], r["seed"]): r for r in ref["results"] if "|bench|" not in r.get("key", "")}
-        ref_ops = set(ref.get("reference_ops", []))
-        at_import = sorted(set(res.get("import_ops", [])) & ref_ops)
+        result.flags.extend(_flags(ref.flags))
+        verified = {(v.case, v.seed): v for v in ref.verdicts if not v.timed}
+        ref_ops = set(ref.reference_ops)
+        at_import = sorted(set(res.import_ops) & ref_ops)
         if at_import:
             result.flags.append(Flag("work-at-import", "the candidate runs the reference's computation when it "
                                      "is imported (answers can be precomputed there, outside every check and "
                                      "timer): " + ", ".join(at_import), "warning", {"ops": at_import}))
-        fallback = sorted(set(res.get("candidate_ops", [])) & ref_ops)
+        fallback = sorted(set(res.candidate_ops) & ref_ops)
         if fallback:
             result.flags.append(Flag("library-fallback", "the candidate runs the reference's own library op(s): "
                                      + ", ".join(fallback), "warning", {"ops": fallback}))
     params = {c.name: c.params for c in prob.cases}
-    for e in res.get("cases", []):
-        r = verified.get((e["case"], e["seed"]), {})
-        msg = e.get("error") or r.get("message", "")
-        ok = not e.get("error") and bool(r.get("ok"))
+    for e in res.cases:
+        v = verified.get((e.case, e.seed))
         result.cases.append(CaseResult(
-            case=e["case"], seed=e["seed"], ok=ok, message=msg, max_abs_err=r.get("max_abs_err"),
-            rel_err=r.get("rel_err"), hidden=e.get("hidden", False), low_signal=r.get("low_signal"),
-            worst=r.get("worst", []), params=params.get(e["case"], {}),
+            case=e.case, seed=e.seed, ok=not e.error and v is not None and v.ok,
+            message=e.error or (v.message if v else ""), max_abs_err=v.max_abs_err if v else None,
+            rel_err=v.rel_err if v else None, hidden=e.hidden, low_signal=v.low_signal if v else None,
+            worst=list(v.worst) if v else [], params=params.get(e.case, {}),
         ))
     hidden_failed = sorted({c.case for c in result.cases if c.hidden and not c.ok})
     if hidden_failed and all(c.ok for c in result.cases if not c.hidden):
@@ -222,27 +219,27 @@ def _merge_check(result: EvalResult, prob: Problem, res: dict[str, Any], ref: di
     result.correct = bool(result.cases) and all(c.ok for c in result.cases)
 
 
-def _merge_bench(result: EvalResult, prob: Problem, res: dict[str, Any], ref: dict[str, Any] | None) -> None:
+def _merge_bench(result: EvalResult, prob: Problem, res: WorkerResult, ref: WorkerResult | None) -> None:
     """Timings, re-checks of timed outputs, and the roofline floor per case."""
-    checks: dict[str, list[dict[str, Any]]] = {}
-    for r in (ref or {}).get("results", []):
-        if "|bench|" in r.get("key", ""):
-            checks.setdefault(r["case"], []).append(r)
+    checks: dict[str, list[Verdict]] = {}
+    for v in ref.verdicts if ref is not None else ():
+        if v.timed:
+            checks.setdefault(v.case, []).append(v)
     gpu = gpu_from_device_name(result.gpu)
     by_case = {c.name: c for c in prob.cases + prob.benchmark_cases}
-    for entry in res.get("bench", []):
-        name = entry["case"]
-        bc = BenchCase(case=name, params=by_case[name].params, timing=entry.get("timing"),
-                       graph_timing=entry.get("graph_timing"), message=entry.get("error", ""))
+    for entry in res.bench:
+        name = entry.case
+        bc = BenchCase(case=name, params=by_case[name].params, timing=entry.timing,
+                       graph_timing=entry.graph_timing, message=entry.error)
         verdicts = checks.get(name, [])
         bc.checked = len(verdicts)
-        bad = [v for v in verdicts if not v.get("ok")]
-        if entry.get("error"):
+        bad = [v for v in verdicts if not v.ok]
+        if entry.error:
             bc.check_ok = False
         if bad:
             bc.check_ok = False
             bc.message = bc.message or (f"{len(bad)} of {len(verdicts)} re-checked timed outputs were wrong: "
-                                        f"{bad[0].get('message', '')}")
+                                        f"{bad[0].message}")
             result.flags.append(Flag("timed-output-wrong", f"case {name}: outputs of timed calls were wrong "
                                      "(cached, replayed or batched results?)", "error", {"case": name}))
         try:
@@ -284,11 +281,11 @@ def _redacted(result: EvalResult) -> EvalResult:
     return result
 
 
-def _elapsed(result: EvalResult, label: str, res: dict[str, Any] | None) -> None:
+def _elapsed(result: EvalResult, label: str, res: WorkerResult | None) -> None:
     """A worker's wall time (from its job to its result) and its phases, into the result."""
-    if res and res.get("seconds") is not None:
-        result.elapsed_s[label] = res["seconds"]
-        for k, v in (res.get("phases_s") or {}).items():
+    if res is not None and res.seconds is not None:
+        result.elapsed_s[label] = res.seconds
+        for k, v in res.phases_s.items():
             result.elapsed_s[f"{label}.{k}"] = v
 
 
@@ -342,11 +339,11 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
         cand_dir = session.workers[-1].dir
         _elapsed(result, "candidate", res)
         _sandbox_note(result, res, opts)
-        if res.get("problem_error"):
-            raise KernelpilotError(f"the problem's own code failed: {res['fatal']}")
-        result.gpu = res.get("gpu")
-        result.flags.extend(_flags(res.get("flags", [])))
-        if res.get("fatal"):
+        if res.problem_error:
+            raise KernelpilotError(f"the problem's own code failed: {res.fatal}")
+        result.gpu = res.gpu
+        result.flags.extend(_flags(res.flags))
+        if res.fatal:
             result.error = f"the candidate could not be run: {_fatal_text(res)}"
             _check_seal(session, result)
             return result
@@ -358,12 +355,12 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
         ref = (_verify(session, prob, device, items, outputs, opts.timeout, ref_worker, serving=serving)
                if items else None)
         _elapsed(result, "reference", ref)
-        if ref and ref.get("cached"):
-            result.notes.append(f"the reference's outputs for {ref['cached']} of {len(items)} checked outputs were "
+        if ref is not None and ref.cached:
+            result.notes.append(f"the reference's outputs for {ref.cached} of {len(items)} checked outputs were "
                                 "kept from an earlier candidate on this problem (same secret seeds, this pool)")
         if do_check:
             _merge_check(result, prob, res, ref)
-        if res.get("bench") and (not do_check or result.passed):
+        if res.bench and (not do_check or result.passed):
             _merge_bench(result, prob, res, ref)
             for base in opts.baselines:
                 _add_baseline(session, prob, device, bench_names, opts, base, result, base_pool)
@@ -385,14 +382,14 @@ def _box(opts: EvalOptions) -> Confinement:
     return Confinement(memory_bytes=memory, writable=tuple(opts.writable), sandbox=opts.sandbox)
 
 
-def _sandbox_note(result: EvalResult, res: dict[str, Any], opts: EvalOptions) -> None:
+def _sandbox_note(result: EvalResult, res: WorkerResult, opts: EvalOptions) -> None:
     """Say where the candidate ran without a write sandbox, and flag processes it left running."""
-    box = res.get("sandbox") or {}
+    box = res.sandbox or {}
     if box and not box.get("landlock"):
         why = "turned off" if not opts.sandbox else box.get("error") or "no Landlock"
         result.notes.append(f"the candidate's process was not sandboxed ({why}): it could write outside its "
                             "folder; the problem's files were checked instead")
-    strays = res.get("strays") or []
+    strays = list(res.strays)
     if strays:
         result.flags.append(Flag("stray-processes", f"the candidate left {len(strays)} process(es) running after "
                                  "its job (daemons, background work outside every timer); they were killed: "
@@ -434,13 +431,11 @@ def evaluate(problem: str | Path | Problem, candidate: str | Path, opts: EvalOpt
 
 
 def _bench_one(session: _Session, prob: Problem, device: str, names: list[str], opts: EvalOptions,
-               pool: WorkerPool | None, *, candidate: str | None = None, baseline: str | None = None) -> dict[str, Any]:
+               pool: WorkerPool | None, *, candidate: str | None = None, baseline: str | None = None) -> WorkerResult:
     job = session.job(BenchJob, problem=prob, device=device, cases=tuple(names), timing=dict(opts.timing),
                       graphs=opts.graphs, verify=0, candidate=candidate, baseline=baseline)
-    res = session.ran(run_job(job, timeout=opts.timeout, pool=pool, work_dir=session.worker_dir(job.name),
-                              box=_box(opts)))
-    res["job"] = job.name
-    return res
+    return session.ran(run_job(job, timeout=opts.timeout, pool=pool, work_dir=session.worker_dir(job.name),
+                               box=_box(opts)))
 
 
 def _add_baseline(session: _Session, prob: Problem, device: str, names: list[str], opts: EvalOptions, base: str,
@@ -453,12 +448,12 @@ def _add_baseline(session: _Session, prob: Problem, device: str, names: list[str
                                                            sort_keys=True))
         cached = opts.pool.baselines.get(cache_key) if opts.pool is not None else None
         if cached is not None:
-            res = {**cached, "seconds": None, "phases_s": {}}
+            res = replace(cached, seconds=None, phases_s={})
             result.notes.append(f"baseline {label}: timed earlier in this pool, for an earlier candidate on this "
                                 "problem")
         else:
             res = _bench_one(session, prob, device, names, opts, pool, baseline=base)
-            if opts.pool is not None and not res.get("fatal"):
+            if opts.pool is not None and not res.fatal:
                 opts.pool.baselines[cache_key] = res
     else:
         path = Path(base)
@@ -467,10 +462,10 @@ def _add_baseline(session: _Session, prob: Problem, device: str, names: list[str
         res = _bench_one(session, prob, device, names, opts, pool, candidate=str(path.resolve()))
         label = path.name
     _elapsed(result, f"baseline {label}", res)
-    if res.get("fatal"):
-        result.notes.append(f"baseline {label} could not be timed: {res['fatal']}")
+    if res.fatal:
+        result.notes.append(f"baseline {label} could not be timed: {res.fatal}")
         return
-    times = {e["case"]: e.get("timing") for e in res["bench"]}
+    times = {e.case: e.timing for e in res.bench}
     for bc in result.bench:
         t = times.get(bc.case)
         if not t or not bc.timing:

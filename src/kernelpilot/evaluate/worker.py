@@ -442,7 +442,7 @@ class Worker:
                 for r in results:
                     if r["case"] == case_name:
                         r["low_signal"] = "the reference output is the same for every seed"
-        self.result["results"] = results
+        self.result["verdicts"] = results
         self.result["reference_ops"] = self.state.get("reference_ops", [])
         self.result["cached"] = sum(1 for it in items if self.state.get("hits", {}).get((it.case, it.seed)))
 
