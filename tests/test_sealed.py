@@ -146,41 +146,31 @@ def test_a_flooded_journal_ends_the_worker():
     assert time.perf_counter() - t0 < 60 and not res.passed
 
 
-_HANGS = '''
-import subprocess, sys, time, torch
-subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)  # kpilot-orphan-MARK"],
-                 start_new_session=True)
-def softmax(x):
-    time.sleep(600)
-'''
-
-
 def test_workers_die_with_a_killed_parent(tmp_path):
     require_module("torch")
-    mark = os.urandom(4).hex()
-    cand = tmp_path / "hangs.py"
-    cand.write_text(_HANGS.replace("MARK", mark))
+    mark = "kpilot-cheat-orphan"
+    assert not _processes_with(mark)
+    cand = ROW / "cheats" / "orphan_and_hang.py"
+    keep = tmp_path / "keep"
     code = ("from kernelpilot.evaluate.runner import check, EvalOptions; "
             f"check({str(ROW)!r}, {str(cand)!r}, EvalOptions(device='cpu', seeds=1, cases=[{SMALL!r}], "
-            f"timeout=600, keep=__import__('pathlib').Path({str(tmp_path / 'keep')!r})))")
+            f"timeout=600, keep=__import__('pathlib').Path({str(keep)!r})))")
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
     parent = subprocess.Popen([sys.executable, "-c", code], env=env)
     try:
         end = time.monotonic() + 120
-        while not _processes_with(f"kpilot-orphan-{mark}"):
+        while not _processes_with(mark):
             assert time.monotonic() < end and parent.poll() is None, "the candidate never started"
             time.sleep(0.2)
-        workers = _processes_with(str(tmp_path / "keep"))
-        assert workers
+        assert _processes_with(str(keep))          # the workers of that evaluation
     finally:
         parent.send_signal(signal.SIGKILL)
         parent.wait()
     end = time.monotonic() + 15
-    while (_processes_with(f"kpilot-orphan-{mark}") or _processes_with(str(tmp_path / "keep"))) and \
-            time.monotonic() < end:
+    while (_processes_with(mark) or _processes_with(str(keep))) and time.monotonic() < end:
         time.sleep(0.1)
-    assert not _processes_with(f"kpilot-orphan-{mark}")
-    assert not _processes_with(str(tmp_path / "keep"))
+    assert not _processes_with(mark)
+    assert not _processes_with(str(keep))
 
 
 # ---------------------------------------------------------------- the supervisor on its own (no torch)
