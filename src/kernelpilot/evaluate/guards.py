@@ -182,7 +182,9 @@ class TimerSnapshot:
 # those call into. A candidate that replaces any of their functions (or a function's code, or a method of one
 # of the harness's classes) could change a time or a verdict.
 HARNESS_MODULES = (
-    "kernelpilot.evaluate.worker", "kernelpilot.evaluate.timing", "kernelpilot.evaluate.guards",
+    "kernelpilot.evaluate.worker", "kernelpilot.evaluate.worker_base", "kernelpilot.evaluate.worker_check",
+    "kernelpilot.evaluate.worker_bench", "kernelpilot.evaluate.worker_verify", "kernelpilot.evaluate.jobs",
+    "kernelpilot.evaluate.timing", "kernelpilot.evaluate.guards",
     "kernelpilot.evaluate.compare", "kernelpilot.evaluate.outputs", "kernelpilot.evaluate.probe",
     "kernelpilot.evaluate.problem", "statistics", "json", "json.encoder", "json.decoder", "time", "os", "struct",
     "hashlib", "math", "builtins", "pickle", "threading",
