@@ -126,7 +126,6 @@ class WorkerProcess:
         self.error: str | None = None
         self.sandbox: dict[str, Any] | None = None
         self.exit: dict[str, Any] | None = None
-        self._reports = threading.Event()
         self._exited = threading.Event()
         # A journal the worker appends to as it goes (fingerprints of the outputs it keeps, then its result):
         # once written, a record cannot be taken back by code running later in that process.
@@ -173,10 +172,8 @@ class WorkerProcess:
                 continue
             if isinstance(rec.get("sandbox"), dict):
                 self.sandbox = rec["sandbox"]
-                self._reports.set()
             if isinstance(rec.get("exit"), dict):
                 self.exit = rec["exit"]
-        self._reports.set()
         self._exited.set()
 
     def alive(self) -> bool:
@@ -306,7 +303,6 @@ class WorkerProcess:
                 self.proc.send_signal(signal.SIGTERM)
             except (ProcessLookupError, OSError):
                 pass
-        if self.proc is not None:
             threading.Thread(target=_reap, args=(self.proc,), daemon=True).start()
 
     def wait_closed(self, timeout: float = 10.0) -> bool:
@@ -472,8 +468,8 @@ class WorkerPool:
 
 
 class _Drain:
-    """Read the journal pipe on a thread (so a full pipe never blocks the worker) into JSON records. ``ready``:
-    the worker has started up (its first record); ``result``: a result record arrived. Past
+    """Read the journal pipe on a thread (so a full pipe never blocks the worker) into JSON records, the result
+    records apart (``results``). ``ready``: the worker has started up (its first record). Past
     ``JOURNAL_LIMIT_BYTES`` it stops reading, marks ``flooded`` and calls ``on_flood`` (which ends the worker)."""
 
     def __init__(self, fd: int, *, on_flood=None) -> None:
@@ -483,7 +479,6 @@ class _Drain:
         self.ready = False
         self.flooded = False
         self.on_flood = on_flood
-        self.result = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -513,18 +508,15 @@ class _Drain:
                     if "result" in rec:
                         if isinstance(rec["result"], dict):
                             self.results.append(rec["result"])
-                        self.result.set()
                     else:
                         self.records.append(rec)
         finally:
             os.close(self.fd)    # here, not in finish(): a descriptor closed under a blocked read may be reused
-            self.result.set()
 
-    def finish(self, wait: float = 5.0) -> list[dict[str, Any]]:
-        """The records, once every writer has closed the pipe (the worker and whatever it started are ended)
-        or after ``wait`` seconds."""
+    def finish(self, wait: float = 5.0) -> None:
+        """Wait until every writer has closed the pipe (the worker and whatever it started are ended), at most
+        ``wait`` seconds."""
         self.thread.join(timeout=wait)
-        return list(self.records)
 
 
 def _record(line: bytes) -> dict[str, Any] | None:

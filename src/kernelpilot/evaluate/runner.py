@@ -77,7 +77,7 @@ class _Session:
     """One evaluation's private folder (removed afterwards unless kept), the workers it started, and the seal on
     the problem's files."""
 
-    def __init__(self, keep: Path | None, problem: Problem) -> None:
+    def __init__(self, keep: Path | None, problem: Problem, box: Confinement) -> None:
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
             self.dir = Path(tempfile.mkdtemp(prefix="eval-", dir=keep))
@@ -87,26 +87,24 @@ class _Session:
         self.keep = keep is not None
         self.n = 0
         self.workers: list[WorkerProcess] = []
+        self.box = box                  # how every worker of this evaluation is confined
         self.seal = Seal.take(problem_files(problem))
+        # What identifies the problem for what a pool keeps across candidates: its definition and its files.
+        text = json.dumps([problem.to_json(), self.seal.hashes], sort_keys=True, default=str)
+        self.problem_key = hashlib.sha256(text.encode()).hexdigest()[:20]
 
     def job(self, cls: type[Job], **kw) -> Job:
         """A job of this evaluation, named by its order and kind, with the seal on the problem's files."""
         self.n += 1
         return cls(name=f"{self.n:02d}_{cls.kind}", seal=self.seal.hashes, **kw)
 
-    def problem_key(self, problem: Problem) -> str:
-        """What identifies the problem for what a pool keeps across candidates: its definition and its files."""
-        text = json.dumps([problem.to_json(), self.seal.hashes], sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:20]
-
     def worker_dir(self, name: str) -> Path:
         return self.dir / name
 
-    def ran(self, done: tuple[WorkerResult, WorkerProcess]) -> WorkerResult:
-        """A worker's result, its process noted so that ``close`` waits for it."""
-        res, worker = done
-        self.workers.append(worker)
-        return res
+    def ran(self, done: tuple[WorkerResult, WorkerProcess]) -> tuple[WorkerResult, WorkerProcess]:
+        """A worker's result and process, the process noted so that ``close`` waits for it."""
+        self.workers.append(done[1])
+        return done
 
     def end_workers(self) -> None:
         """End every worker of this evaluation and wait until they and what they started are gone."""
@@ -170,21 +168,11 @@ def _items(res: WorkerResult, *, check: bool) -> list[VerifyItem]:
     for rec in res.journal:
         if isinstance(rec.get("key"), str):
             journal.setdefault(rec["key"], rec)
-    items = []
-    if check:
-        for e in res.cases:
-            if not e.error:
-                key = f"{e.case}|{e.seed}"
-                rec = journal.get(key, {})
-                items.append(VerifyItem(case=e.case, seed=e.seed, key=key, fingerprint=e.fingerprint,
-                                        output_fingerprint=rec.get("output") or "missing",
-                                        journal_input=rec.get("input")))
-    for e in res.bench:
-        for it in e.verify:
-            rec = journal.get(it.key, {})
-            items.append(replace(it, output_fingerprint=rec.get("output") or "missing",
-                                 journal_input=rec.get("input")))
-    return items
+    items = [VerifyItem(case=e.case, seed=e.seed, key=f"{e.case}|{e.seed}", fingerprint=e.fingerprint)
+             for e in (res.cases if check else ()) if not e.error]
+    items += [it for e in res.bench for it in e.verify]
+    return [replace(it, output_fingerprint=journal.get(it.key, {}).get("output") or "missing",
+                    journal_input=journal.get(it.key, {}).get("input")) for it in items]
 
 
 def _merge_check(result: EvalResult, prob: Problem, res: WorkerResult, ref: WorkerResult | None) -> None:
@@ -304,17 +292,17 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
     bench_names = _cases(prob, opts.cases, bench=True) if do_bench else []
     if do_bench and device == "cpu":
         result.notes.append("times are CPU wall-clock times, not GPU times")
-    _box(opts)          # its options checked before any process starts
-    session = _Session(opts.keep, prob)
+    box = _box(opts)          # its options checked before any process starts
+    session = _Session(opts.keep, prob, box)
     # Baselines' workers start now too, importing while the candidate runs (none left over afterwards).
     base_pool = opts.pool
     if base_pool is None and do_bench and opts.baselines:
-        base_pool = WorkerPool(spares=len(opts.baselines), refill=False, box=_box(opts))
+        base_pool = WorkerPool(spares=len(opts.baselines), refill=False, box=box)
         base_pool.prestart(device, warm=False, trusted=True)
     try:
         common = dict(problem=prob, candidate=str(cand), device=device, timing=dict(opts.timing),
                       graphs=opts.graphs, verify=opts.verify)
-        key = session.problem_key(prob)
+        key = session.problem_key
         if do_check:
             names = _cases(prob, opts.cases, bench=False)
             # In a pool, every candidate on the problem gets the same secret seeds, whose reference outputs the
@@ -331,12 +319,13 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
             ref_worker = opts.pool.reference(key, device, prob.to_json(), session.seal.hashes)
         else:
             ref_worker = WorkerProcess(session.worker_dir(f"{session.n + 1:02d}_reference_verify"), device,
-                                       warm=True, trusted=True, box=_box(opts))
+                                       warm=True, trusted=True, box=box)
             session.workers.append(ref_worker)
             ref_worker.load(prob.to_json(), session.seal.hashes)
-        res = session.ran(run_job(job, timeout=opts.timeout, pool=opts.pool,
-                                  work_dir=session.worker_dir(job.name), box=_box(opts)))
-        cand_dir = session.workers[-1].dir
+        # run_job returns once the candidate's supervisor has ended it and everything it started, so the
+        # reference reads what it left with none of its processes alive.
+        res, cand = session.ran(run_job(job, timeout=opts.timeout, pool=opts.pool,
+                                        work_dir=session.worker_dir(job.name), box=box))
         _elapsed(result, "candidate", res)
         _sandbox_note(result, res, opts)
         if res.problem_error:
@@ -348,10 +337,7 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
             _check_seal(session, result)
             return result
         items = _items(res, check=do_check)
-        outputs = [cand_dir / "candidate_outputs", cand_dir / "bench_outputs"]
-        # Every process of the candidate's ends before the reference reads what it left.
-        session.workers[-1].close()
-        session.workers[-1].wait_closed(15.0)
+        outputs = [cand.dir / "candidate_outputs", cand.dir / "bench_outputs"]
         ref = (_verify(session, prob, device, items, outputs, opts.timeout, ref_worker, serving=serving)
                if items else None)
         _elapsed(result, "reference", ref)
@@ -434,8 +420,9 @@ def _bench_one(session: _Session, prob: Problem, device: str, names: list[str], 
                pool: WorkerPool | None, *, candidate: str | None = None, baseline: str | None = None) -> WorkerResult:
     job = session.job(BenchJob, problem=prob, device=device, cases=tuple(names), timing=dict(opts.timing),
                       graphs=opts.graphs, verify=0, candidate=candidate, baseline=baseline)
-    return session.ran(run_job(job, timeout=opts.timeout, pool=pool, work_dir=session.worker_dir(job.name),
-                               box=_box(opts)))
+    res, _ = session.ran(run_job(job, timeout=opts.timeout, pool=pool, work_dir=session.worker_dir(job.name),
+                                 box=session.box))
+    return res
 
 
 def _add_baseline(session: _Session, prob: Problem, device: str, names: list[str], opts: EvalOptions, base: str,
@@ -444,7 +431,7 @@ def _add_baseline(session: _Session, prob: Problem, device: str, names: list[str
         label = base
         # The problem's own code times the same for every candidate: a pool times it once per problem, case
         # list and timing options, and later candidates are compared with that run (the result says so).
-        cache_key = (session.problem_key(prob), json.dumps([base, device, names, opts.timing, opts.graphs],
+        cache_key = (session.problem_key, json.dumps([base, device, names, opts.timing, opts.graphs],
                                                            sort_keys=True))
         cached = opts.pool.baselines.get(cache_key) if opts.pool is not None else None
         if cached is not None:

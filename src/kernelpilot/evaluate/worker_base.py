@@ -1,6 +1,6 @@
 """What every worker role shares: the journal to the parent (bound when the process starts, before any candidate
-code runs), copies between devices, and the ``Worker`` base class (the problem's runtime, the snapshots of the
-timers and of the harness's own functions, flags, phases). The roles: ``worker_check.CheckWorker``,
+code runs), copies between devices, and the ``Worker`` base class (the job, the problem's runtime, flags,
+phases). The roles: ``worker_check.CheckWorker``,
 ``worker_bench.BenchWorker``, ``worker_verify.VerifyWorker``; the process's entry point is ``worker.py``.
 
 Runs only in worker processes.
@@ -198,22 +198,6 @@ class Worker:
             self.rt = runtime if runtime is not None else runtime_for(self.problem)
         except Exception as e:
             raise ProblemError(str(e) if isinstance(e, KernelpilotError) else _err(e)) from None
-        # Timing and synchronisation functions as they are before any candidate code runs: timing uses these,
-        # and any replacement is reported.
-        import torch  # noqa: F401
-
-        from kernelpilot.evaluate.guards import HarnessSnapshot, TimerSnapshot
-
-        self.timers = TimerSnapshot()
-        self.clock = self.timers.functions()
-        self.harness = HarnessSnapshot(skip=set(self.clock))
-        # The timing functions as they are now: bench calls these, whatever the module holds later.
-        from kernelpilot.evaluate import timing
-
-        self.tools = {name: getattr(timing, name) for name in
-                      ("TimingOptions", "cpu_sampler", "gpu_sampler", "graph_sampler", "measure", "side_stream_level",
-                       "summarize")}
-        self.tool_code = {name: getattr(fn, "__code__", None) for name, fn in self.tools.items()}
 
     @contextmanager
     def phase(self, name: str):
@@ -232,18 +216,6 @@ class Worker:
 
     def cases(self, names: list[str]):
         return [self.problem.case(n) for n in names]
-
-    # -------------------------------------------------------------- candidate: check
-
-    def _check_timers(self) -> None:
-        changed = self.timers.changed()
-        if changed and not any(f["id"] == "patched-timer" for f in self.result["flags"]):
-            self.flag("patched-timer", "the candidate replaced timing or synchronisation functions: "
-                      + ", ".join(changed), functions=changed)
-        tampered = self.harness.changed()
-        if tampered and not any(f["id"] == "harness-tampered" for f in self.result["flags"]):
-            self.flag("harness-tampered", "the candidate replaced functions of the harness or of the modules it "
-                      "times and checks with: " + ", ".join(tampered[:8]), functions=tampered[:50])
 
     def _significant(self, ops) -> set[str]:
         from kernelpilot.evaluate.guards import significant_ops

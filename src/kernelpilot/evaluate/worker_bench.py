@@ -17,11 +17,37 @@ __all__ = ["TimingWorker", "BenchWorker"]
 
 
 class TimingWorker(Worker):
-    """A worker that times calls (a candidate's or a baseline's)."""
+    """A worker that times calls (a candidate's or a baseline's), or runs candidate code at all: it takes the
+    snapshots of the timers and of the harness's own functions before any candidate code runs."""
+
+    def __init__(self, job, work_dir: Path, *, runtime=None, state: dict | None = None) -> None:
+        super().__init__(job, work_dir, runtime=runtime, state=state)
+        import torch  # noqa: F401
+
+        from kernelpilot.evaluate import timing
+        from kernelpilot.evaluate.guards import HarnessSnapshot, TimerSnapshot
+
+        # Timing and synchronisation functions as they are now: timing uses these, and a replacement is reported.
+        self.timers = TimerSnapshot()
+        self.clock = self.timers.functions()
+        self.harness = HarnessSnapshot(skip=set(self.clock))
+        # The timing functions as they are now: bench calls these, whatever the module holds later.
+        self.tools = {name: getattr(timing, name) for name in
+                      ("TimingOptions", "cpu_sampler", "gpu_sampler", "graph_sampler", "measure", "side_stream_level",
+                       "summarize")}
+        self.tool_code = {name: getattr(fn, "__code__", None) for name, fn in self.tools.items()}
+
+    def _check_timers(self) -> None:
+        changed = self.timers.changed()
+        if changed and not any(f["id"] == "patched-timer" for f in self.result["flags"]):
+            self.flag("patched-timer", "the candidate replaced timing or synchronisation functions: "
+                      + ", ".join(changed), functions=changed)
+        tampered = self.harness.changed()
+        if tampered and not any(f["id"] == "harness-tampered" for f in self.result["flags"]):
+            self.flag("harness-tampered", "the candidate replaced functions of the harness or of the modules it "
+                      "times and checks with: " + ", ".join(tampered[:8]), functions=tampered[:50])
 
     def bench(self, cases: tuple[str, ...]) -> None:
-        import torch
-
         from kernelpilot.evaluate.guards import fingerprint
 
         TimingOptions, cpu_sampler, gpu_sampler, measure, side_stream_level = (

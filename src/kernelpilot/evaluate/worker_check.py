@@ -20,8 +20,6 @@ class CheckWorker(TimingWorker):
     """``CheckJob``: check the candidate, then time it where asked."""
 
     def candidate_check(self) -> None:
-        import torch
-
         from kernelpilot.evaluate.probe import live_threads, probe_call
 
         with self.phase("inputs"):
@@ -153,8 +151,6 @@ class CheckWorker(TimingWorker):
                           f"ran; it ran: {', '.join(probe.kernels[:5]) or 'no GPU kernels'}", "warning",
                           defined=own_kernels, ran=probe.kernels[:10])
         self.result["candidate_ops"] = sorted(self._significant(probe.ops))
-
-    # -------------------------------------------------------------- reference: verify outputs
 
     def run(self) -> None:
         job = self.job

@@ -22,7 +22,6 @@ class VerifyWorker(Worker):
 
         got_all: dict[str, Any] = {}
         unreadable = None
-        # reference_ops and the cache of expected outputs (see _expected)
         for f in self.job.outputs:
             if Path(f).exists():
                 try:
@@ -33,10 +32,12 @@ class VerifyWorker(Worker):
         items = self.job.items
         results = []
         ref_by_case: dict[str, list[str]] = {}
+        cached = 0
         for it in items:
             case = self.problem.case(it.case)
             res = {"case": case.name, "seed": it.seed, "key": it.key}
             results.append(res)
+            cached += (case.name, it.seed) in self.state.get("expected", {})
             fp, expected, expected_fp = self._expected(case, it.seed, keep=not it.timed)
             if fp != it.fingerprint:
                 res.update(ok=False, message="the candidate did not receive the inputs the reference used "
@@ -44,7 +45,6 @@ class VerifyWorker(Worker):
                 self.flag("input-mismatch", f"case {case.name}: inputs in the candidate's process differ from the "
                           "reference's (a patched generator, or a nondeterministic make_inputs)", case=case.name)
                 continue
-            # Compared where it was computed, in pieces (compare.py): no host copy of an output of many GB.
             ref_by_case.setdefault(case.name, []).append(expected_fp)
             if it.key not in got_all:
                 res.update(ok=False, message=unreadable or "no output")
@@ -70,6 +70,7 @@ class VerifyWorker(Worker):
                 ok, msg = own
                 res.update(ok=bool(ok), message=str(msg or ""))
             else:
+                # Compared where it was computed, in pieces (compare.py): no host copy of an output of many GB.
                 cmp = compare_outputs(got, expected, self.problem.tolerance_for)
                 res.update(cmp.to_json())
             low = _low_signal(expected, self.problem)
@@ -82,7 +83,7 @@ class VerifyWorker(Worker):
                         r["low_signal"] = "the reference output is the same for every seed"
         self.result["verdicts"] = results
         self.result["reference_ops"] = self.state.get("reference_ops", [])
-        self.result["cached"] = sum(1 for it in items if self.state.get("hits", {}).get((it.case, it.seed)))
+        self.result["cached"] = cached
 
     def _expected(self, case, seed: int, *, keep: bool) -> tuple[str, Any, str]:
         """(fingerprint of the inputs, the reference's output, its fingerprint) for ``case`` and ``seed``. A
@@ -92,11 +93,8 @@ class VerifyWorker(Worker):
         from kernelpilot.evaluate.probe import probe_call
 
         cache = self.state.setdefault("expected", {})
-        hits = self.state.setdefault("hits", {})
         if (case.name, seed) in cache:
-            hits[(case.name, seed)] = True
             return cache[(case.name, seed)]
-        hits.pop((case.name, seed), None)
         inputs = self.rt.make_inputs(case, seed, self.device)
         fp = fingerprint(inputs)
         ref_in = _to(inputs, self.device, copy=False)     # made for this call alone: no copy needed
@@ -113,8 +111,6 @@ class VerifyWorker(Worker):
             cache[(case.name, seed)] = entry
             self.state["cached_bytes"] = self.state.get("cached_bytes", 0) + size
         return entry
-
-    # -------------------------------------------------------------- timing
 
     def run(self) -> None:
         with self.phase("reference"):
