@@ -27,6 +27,8 @@ needs pydantic for one result class): where they are missing, a staging folder g
 
 Writes benchmarks/results/kernelbench_compare.json (and .jsonl). Needs a GPU; not used by any test.
 Run: python benchmarks/kernelbench_compare.py --kernelbench PATH/TO/KernelBench [--problem level1/23_Softmax ...]
+[--resume] (a long list can be measured over several runs: each measured candidate is appended to
+results/NAME.partial.jsonl as it finishes, and --resume measures only what is not there yet).
 """
 
 from __future__ import annotations
@@ -265,10 +267,14 @@ def main() -> None:
                     help="only these candidates (repeatable; default: all three)")
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--name", default="kernelbench_compare", help="results file name")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep what results/NAME.partial.jsonl already holds and measure only the rest; the "
+                         "results file then covers both")
     args = ap.parse_args()
     chosen = [(p, args.cheat or dict(DEFAULT).get(p, "zeros")) for p in args.problem] if args.problem else DEFAULT
     work = Path(tempfile.mkdtemp(prefix="kb-compare-"))
     staged = stage_kernelbench(args.kernelbench.resolve(), work / "staged")
+    done = measured(args.name) if args.resume else {}
     rows = []
     for name, cheat in chosen:
         problem = args.kernelbench / "KernelBench" / f"{name}.py"
@@ -276,8 +282,11 @@ def main() -> None:
             print(f"{name}: not found at {problem}", file=sys.stderr)
             continue
         cands = candidates(problem, cheat, work, args.candidate)
-        row = {"problem": name, "cheat": cheat, "candidates": {}}
+        row = done.pop(name, None) or {"problem": name, "cheat": cheat, "candidates": {}}
+        rows.append(row)
         for label, cand in cands.items():
+            if label in row["candidates"]:
+                continue
             entry = {}
             if "kpilot" not in args.skip:
                 entry["kpilot"] = run_kpilot_cold(problem, cand, args.timeout)
@@ -287,7 +296,7 @@ def main() -> None:
             line = {"problem": name, "candidate": label, **entry}
             print(json.dumps(line), flush=True)
             partial(args.name, line)
-        if "warm" not in args.skip and "compile" in cands:
+        if "warm" not in args.skip and "compile" in cands and "warm_second" not in row:
             # An agent's loop: the pool has served one candidate on the problem (here the compiled one, which
             # also warms torch.compile's caches); the second (the reference as ModelNew) is what is timed.
             row["warm_second"] = run_kpilot_warm(problem, cands["compile"], cands["ref"], args.timeout)
@@ -298,9 +307,27 @@ def main() -> None:
             kb = entry.get("kernelbench")
             if kb and kb.get("runtime_ms") and ref_rt and kb["runtime_ms"] > 0:
                 kb["speedup"] = round(ref_rt / kb["runtime_ms"], 3)
-        rows.append(row)
+    rows.extend(done.values())      # measured before, not asked for this time
     write_results(args.name, {"rows": rows, "summary": summarize(rows)})
     shutil.rmtree(work, ignore_errors=True)
+
+
+def measured(name: str) -> dict[str, dict]:
+    """Rows by problem from results/NAME.partial.jsonl (what earlier runs measured, a line at a time)."""
+    path = ROOT / "benchmarks" / "results" / f"{name}.partial.jsonl"
+    rows: dict[str, dict] = {}
+    if not path.exists():
+        return rows
+    for line in path.read_text().splitlines():
+        d = json.loads(line)
+        row = rows.setdefault(d["problem"], {"problem": d["problem"], "cheat": None, "candidates": {}})
+        if "warm_second" in d:
+            row["warm_second"] = d["warm_second"]
+            continue
+        if d["candidate"].startswith("cheat_"):
+            row["cheat"] = d["candidate"][6:]
+        row["candidates"][d["candidate"]] = {k: d[k] for k in ("kpilot", "kernelbench") if k in d}
+    return rows
 
 
 def summarize(rows: list[dict]) -> dict:

@@ -279,13 +279,53 @@ def test_plain_outputs_and_what_is_not():
     assert "OrderedDict" in plain_output(OrderedDict(a=t))
 
 
-def test_outputs_files_load_without_running_code(tmp_path):
+def test_outputs_folders_are_read_as_data(tmp_path):
     torch = require_module("torch")
-    from kernelpilot.evaluate.outputs import OutputsRejected, load_outputs, save_outputs
+    from kernelpilot.evaluate.outputs import OutputsRejected, Rejected, load_outputs, save_outputs
 
-    save_outputs({"k": (torch.arange(4), "x")}, tmp_path / "ok.pt")
-    got = load_outputs(tmp_path / "ok.pt")
-    assert torch.equal(got["k"][0], torch.arange(4)) and got["k"][1] == "x"
+    value = (torch.arange(6, dtype=torch.int16).reshape(2, 3).t(), "x", None, True, 2**70, -0.1, complex(1, -2),
+             {"a": torch.ones(0, 4), 3: [torch.tensor(1.5, dtype=torch.bfloat16)]}, torch.tensor([1 + 2j]).conj())
+    save_outputs({"k": value}, tmp_path / "one" / "00000")
+    save_outputs({"j": [1]}, tmp_path / "one" / "00001")
+    got = load_outputs(tmp_path / "one")
+    assert set(got) == {"k", "j"} and got["j"] == [1]
+    g = got["k"]
+    assert torch.equal(g[0], value[0]) and g[1:7] == value[1:7] and type(g[0]) is torch.Tensor
+    assert g[7]["a"].shape == (0, 4) and torch.equal(g[7][3][0], value[7][3][0])
+    assert torch.equal(g[8], value[8].resolve_conj())
+
+    # written and read a piece at a time on several threads
+    from kernelpilot.evaluate import outputs
+
+    big = torch.randn(3, 1000, dtype=torch.float64)
+    old_piece = outputs._PIECE_BYTES
+    outputs._PIECE_BYTES = 1000
+    try:
+        save_outputs({"big": big}, tmp_path / "pieces")
+        assert torch.equal(outputs.to_device(load_outputs(tmp_path / "pieces")["big"], "cpu"), big)
+    finally:
+        outputs._PIECE_BYTES = old_piece
+
+    # A folder the candidate's process could have rewritten: each malformed entry is rejected with its reason,
+    # nothing in it runs, and no file outside the folder is read.
+    bad = tmp_path / "bad"
+    save_outputs({"short": torch.zeros(8), "big": torch.zeros(2), "link": torch.zeros(2), "dtype": torch.zeros(2),
+                  "ok": torch.ones(2)}, bad)
+    index = json.loads((bad / "index.json").read_text())
+    outs = index["outputs"]
+    (bad / outs["short"]["file"]).write_bytes(b"\0" * 4)
+    outs["big"]["shape"] = [10**6]
+    (bad / outs["link"]["file"]).unlink()
+    (bad / outs["link"]["file"]).symlink_to(bad / outs["ok"]["file"])
+    outs["dtype"]["dtype"] = "Tensor"
+    outs["evil"] = {"t": "object", "v": "os.system"}
+    outs["path"] = {"t": "tensor", "dtype": "float32", "shape": [2], "file": "../one/00000/0.bin"}
+    (bad / "index.json").write_text(json.dumps(index))
+    got = load_outputs(bad)
+    assert torch.equal(got["ok"], torch.ones(2))
+    for key, why in [("short", "holds 4 bytes"), ("big", "not the 4000000 of"), ("link", "symbolic links"),
+                     ("dtype", "unknown dtype"), ("evil", "of type 'object'"), ("path", "not a name in the folder")]:
+        assert isinstance(got[key], Rejected) and why in got[key], (key, got[key])
 
     marker = tmp_path / "ran"
 
@@ -293,12 +333,15 @@ def test_outputs_files_load_without_running_code(tmp_path):
         def __reduce__(self):
             return (os.system, (f"touch {marker}",))
 
-    torch.save({"k": Evil()}, tmp_path / "evil.pt")
-    with pytest.raises(OutputsRejected, match="could not be loaded safely"):
-        load_outputs(tmp_path / "evil.pt")
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    torch.save({"k": Evil()}, pickled / "index.json")
+    with pytest.raises(OutputsRejected, match="not valid JSON"):
+        load_outputs(pickled)
     assert not marker.exists()
-    torch.save({"k": torch.nn.Parameter(torch.zeros(2))}, tmp_path / "param.pt")
-    assert "a tensor subclass" in load_outputs(tmp_path / "param.pt")["k"]
+    (tmp_path / "elsewhere").symlink_to(tmp_path / "one")
+    with pytest.raises(OutputsRejected, match="could not be opened"):
+        load_outputs(tmp_path / "elsewhere")
 
 
 # ---------------------------------------------------------------- the problem's seal

@@ -341,6 +341,10 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
         ref = (_verify(session, prob, device, items, outputs, opts.timeout, ref_worker, serving=serving)
                if items else None)
         _elapsed(result, "reference", ref)
+        if not session.keep:
+            # read: a pool's worker folders outlive the evaluation, outputs of many GB must not
+            for d in outputs:
+                shutil.rmtree(d, ignore_errors=True)
         if ref is not None and ref.cached:
             result.notes.append(f"the reference's outputs for {ref.cached} of {len(items)} checked outputs were "
                                 "kept from an earlier candidate on this problem (same secret seeds, this pool)")

@@ -89,12 +89,41 @@ def descendants(root: int) -> list[tuple[int, str]]:
     return out
 
 
-def tree_rss(root: int) -> int:
-    """Resident host memory, in bytes, of every process below ``root``."""
-    total = 0
-    for pid, state in descendants(root):
-        if state == "Z":
+def _children(pid: int) -> list[int] | None:
+    """The children of ``pid`` from its threads' ``children`` files, or None where the kernel has none."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                out.extend(int(x) for x in f.read().split())
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue        # the thread ended meanwhile
+            return None
+        except (OSError, ValueError):
             continue
+    return out
+
+
+def tree_rss(root: int) -> int:
+    """Resident host memory, in bytes, of every process below ``root``. Polled several times a second, so it
+    follows the tree through each process's list of children (a few small reads) rather than reading every
+    process's entry in /proc; without those lists (an old kernel), through every entry."""
+    pids: list[int] = []
+    todo = [root]
+    while todo:
+        kids = _children(todo.pop())
+        if kids is None:
+            pids = [pid for pid, state in descendants(root) if state != "Z"]
+            break
+        pids.extend(kids)
+        todo.extend(kids)
+    total = 0
+    for pid in pids:
         try:
             with open(f"/proc/{pid}/statm", "rb") as f:
                 total += int(f.read().split()[1]) * _PAGE

@@ -16,8 +16,8 @@ It imports torch and the harness, then reads the harness's messages (JSON lines 
   from os.urandom) for the reference to verify.
 
 The result goes to the parent as one record in the worker's journal (a pipe), after which the process ends with
-the job's exit token; a serving reference worker writes one result per job and waits for the next. Tensors
-travel in ``torch.save`` files in the worker's own folder, loaded with ``weights_only=True``.
+the job's exit token; a serving reference worker writes one result per job and waits for the next. Outputs
+travel as data (``outputs.py``: an index and raw tensor bytes) in the worker's own folder.
 """
 
 from __future__ import annotations

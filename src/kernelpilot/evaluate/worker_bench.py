@@ -15,6 +15,10 @@ from kernelpilot.evaluate.worker_base import (Worker, _copy_into, _cuda_broken, 
 
 __all__ = ["TimingWorker", "BenchWorker"]
 
+# Timed outputs kept for the reference to re-check, per case: up to the job's ``verify`` of them while they fit
+# in this many bytes, and always one.
+_KEEP_BYTES = 2 << 30
+
 
 class TimingWorker(Worker):
     """A worker that times calls (a candidate's or a baseline's), or runs candidate code at all: it takes the
@@ -105,12 +109,16 @@ class TimingWorker(Worker):
                     return      # nothing of a rejected candidate's is kept for re-checking
                 if i < 0 or keep_n <= 0:
                     return
+                if not seen[0]:
+                    # As many as fit in a budget (at least one): each is held on the device until the case ends
+                    # and re-checked by the reference.
+                    state["keep"] = min(keep_n, max(1, _KEEP_BYTES // max(_nbytes(out), 1)))
                 # Reservoir sampling with os.urandom, decided after the call returned: every timed call is
                 # equally likely to be re-checked, and nothing in this process tells which will be.
                 t = seen[0]
                 seen[0] += 1
-                j = t if t < keep_n else int.from_bytes(urandom(8), "little") % (t + 1)
-                if j >= keep_n:
+                j = t if t < state["keep"] else int.from_bytes(urandom(8), "little") % (t + 1)
+                if j >= state["keep"]:
                     return
                 # A private copy on the device, and fingerprints (computed on the device: no slow host work
                 # between timed calls) out of the process at once: an output edited later is caught.
@@ -160,11 +168,11 @@ class TimingWorker(Worker):
             self._check_timers()
             entry["verify"] = [item for item, _ in slots]
             for item, out in slots:
-                kept[item["key"]] = _to(out, "cpu")
+                kept[item["key"]] = out
             out_cases.append(entry)
             state.clear()
         if kept:
-            save_outputs(kept, self.out_dir / "bench_outputs" / "kept.pt")
+            save_outputs(kept, self.out_dir / "bench_outputs" / "kept")
         self.result["bench"] = out_cases
         self._check_timers()
 

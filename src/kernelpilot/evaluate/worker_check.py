@@ -97,7 +97,7 @@ class CheckWorker(TimingWorker):
                         break
                     prints.append(fingerprint(out))
                     if run == 0:
-                        save_outputs({key: _to(out, "cpu")}, self.out_dir / "candidate_outputs" / f"{n:05d}.pt")
+                        save_outputs({key: out}, self.out_dir / "candidate_outputs" / f"{n:05d}")
                         # out of the process at once: an output edited (or a file replaced) later is caught
                         _journal({"key": key, "input": fp, "output": prints[0]})
                     if not writable and fingerprint(dev) != fp and not entry.get("mutated_inputs"):

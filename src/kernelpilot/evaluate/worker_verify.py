@@ -7,8 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kernelpilot.evaluate.outputs import OutputsRejected, Rejected, load_outputs
-from kernelpilot.evaluate.worker_base import Worker, _cache_bytes, _low_signal, _nbytes, _sync, _to
+from kernelpilot.evaluate.outputs import OutputsRejected, Rejected, load_outputs, to_device
+from kernelpilot.evaluate.worker_base import (Worker, _cache_bytes, _low_signal, _nbytes, _resident_bytes, _sync,
+                                             _to)
 
 __all__ = ["VerifyWorker"]
 
@@ -54,6 +55,9 @@ class VerifyWorker(Worker):
                 res.update(ok=False, message=f"output rejected: {got}")
                 self.flag("outputs-rejected", f"an output read back from the candidate's file is not plain data: {got}")
                 continue
+            if _nbytes(got) <= _resident_bytes(self.device):
+                # Read from its file once, then fingerprinted and compared on the device.
+                got = to_device(got, self.device)
             if it.output_fingerprint and fingerprint(got) != it.output_fingerprint:
                 res.update(ok=False, message="the timed output was changed after it was taken for re-checking")
                 self.flag("timed-output-tampered", f"case {case.name}: a re-checked timed output was edited in the "
