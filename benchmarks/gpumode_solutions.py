@@ -47,13 +47,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repo", required=True, type=Path, help="a clone of gpu-mode/reference-kernels")
     ap.add_argument("--set", dest="sets", action="append", help="problem set (default: pmpp_v2 and pmpp)")
+    ap.add_argument("--problem", action="append", help="only these problems (e.g. sort_py; repeatable)")
     ap.add_argument("--timeout", type=float, default=600.0)
     args = ap.parse_args()
     rows = []
     for pset in args.sets or ["pmpp_v2", "pmpp"]:
         for problem in sorted((args.repo / "problems" / pset).iterdir()):
             sols = problem / "solutions"
-            if not sols.is_dir():
+            if not sols.is_dir() or (args.problem and problem.name not in args.problem):
                 continue
             for kind in ("correct", "wrong"):
                 for sol in sorted((sols / kind).glob("*.py")):

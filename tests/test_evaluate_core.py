@@ -232,3 +232,60 @@ def test_side_stream_levels(excess, median, level):
     assert side_stream_level(excess, median) == level
     tails = Tails(baseline=[5.0, 6.0, 7.0], samples=[5.0 + excess, 6.0 + excess, 7.0 + excess])
     assert tails.excess_us() == pytest.approx(excess)
+
+
+def _trace(*kernels, marker_stream=7):
+    """Kineto-style events: the marker annotation and its kernel on the timed stream, then ``kernels`` as
+    (name, stream, start_us, duration_us)."""
+    events = [{"name": "kpilot_stream_marker", "cat": "user_annotation", "tid": 1, "ts": 0, "dur": 5},
+              {"name": "marker_add", "cat": "kernel", "ts": 10, "dur": 2, "args": {"stream": marker_stream}}]
+    events += [{"name": n, "cat": "kernel", "ts": ts, "dur": dur, "args": {"stream": s}} for n, s, ts, dur in kernels]
+    return events
+
+
+def test_probe_tells_work_outside_the_timer_from_side_streams_the_timed_stream_waits_for():
+    from kernelpilot.evaluate.probe import analyze_trace
+
+    # the side-stream cheat: the work on another stream, nothing on the timed stream after the marker
+    p = analyze_trace(_trace(("softmax", 9, 20, 50)))
+    assert p.side_stream_kernels == ["softmax (stream 9)"] and not p.other_stream_kernels
+    # work on a helper stream that the timed stream's later kernel follows (CUDA graphs' capture, NCCL-like)
+    p = analyze_trace(_trace(("capture", 9, 20, 50), ("replay", 7, 80, 10)))
+    assert not p.side_stream_kernels and p.other_stream_kernels == ["capture (stream 9)"]
+    assert p.kernels == ["capture", "replay"]
+    # a late piece on the side stream that outlasts the timed stream's last kernel is outside the timer
+    p = analyze_trace(_trace(("capture", 9, 20, 50), ("replay", 7, 80, 10), ("tail", 9, 85, 40)))
+    assert p.side_stream_kernels == ["tail (stream 9)"] and p.other_stream_kernels == ["capture (stream 9)"]
+    # one stream only
+    p = analyze_trace(_trace(("k", 7, 20, 5)))
+    assert not p.side_stream_kernels and not p.other_stream_kernels and p.kernels == ["k"]
+
+
+def _wait(stream, on, record_corr, corr=None):
+    args = {"cuda_sync_kind": "Stream Wait Event", "stream": stream, "wait_on_stream": on,
+            "wait_on_cuda_event_record_corr_id": record_corr}
+    if corr is not None:
+        args["correlation"] = corr
+    return {"name": "Stream Wait Event", "cat": "cuda_sync", "ts": 0, "dur": 0, "args": args}
+
+
+def test_probe_follows_stream_waits():
+    from kernelpilot.evaluate.probe import analyze_trace
+
+    def kernel(name, stream, corr, ts=20):
+        return {"name": name, "cat": "kernel", "ts": ts, "dur": 50, "args": {"stream": stream, "correlation": corr}}
+
+    # CUDA graphs' warm-up: all of it on a stream of its own, which the caller's stream then waits for
+    ev = _trace() + [kernel("warm1", 9, 100), kernel("warm2", 9, 101), _wait(7, 9, 102)]
+    p = analyze_trace(ev)
+    assert not p.side_stream_kernels and p.other_stream_kernels == ["warm1 (stream 9)", "warm2 (stream 9)"]
+    # work launched after the recorded event is not waited for
+    p = analyze_trace(_trace() + [kernel("early", 9, 100), _wait(7, 9, 101), kernel("late", 9, 103)])
+    assert p.side_stream_kernels == ["late (stream 9)"] and p.other_stream_kernels == ["early (stream 9)"]
+    # a wait by some other stream covers nothing, unless the timed stream waited for that stream afterwards
+    p = analyze_trace(_trace() + [kernel("k", 9, 100), _wait(11, 9, 101, corr=102)])
+    assert p.side_stream_kernels == ["k (stream 9)"]
+    ev = _trace() + [kernel("k", 9, 100), _wait(11, 9, 101, corr=102), _wait(7, 11, 103)]
+    assert analyze_trace(ev).other_stream_kernels == ["k (stream 9)"]
+    ev = _trace() + [kernel("k", 9, 100), _wait(7, 11, 101), _wait(11, 9, 102, corr=103)]
+    assert analyze_trace(ev).side_stream_kernels == ["k (stream 9)"]     # stream 11 waited only after

@@ -14,20 +14,22 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["Probe", "probe_call"]
+__all__ = ["Probe", "probe_call", "analyze_trace"]
 
 
 @dataclass
 class Probe:
     ops: set[str] = field(default_factory=set)                  # aten::... run on the calling thread
     kernels: list[str] = field(default_factory=list)             # GPU kernel names, in launch order
-    side_stream_kernels: list[str] = field(default_factory=list)  # kernels not on the timed stream
+    side_stream_kernels: list[str] = field(default_factory=list)  # on another stream, ending after the timed one
+    other_stream_kernels: list[str] = field(default_factory=list)  # on another stream, ending before it
     other_thread_ops: list[str] = field(default_factory=list)     # ops or launches from other threads
     error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"ops": sorted(self.ops), "kernels": self.kernels[:50],
                 "side_stream_kernels": self.side_stream_kernels[:20],
+                "other_stream_kernels": self.other_stream_kernels[:20],
                 "other_thread_ops": self.other_thread_ops[:20], "error": self.error}
 
 
@@ -48,7 +50,7 @@ def probe_call(fn: Callable[[], Any], device: str, *, settle: Callable[[], None]
     failure: BaseException | None = None
     ran = False
     try:
-        with profile(use_cpu=True, use_device="cuda" if cuda else None, use_kineto=True) as prof:
+        with _profiler(profile, cuda) as prof:
             with torch.profiler.record_function(_MARKER):
                 marker.add_(1)            # a kernel on the timed stream, launched by this thread
             try:
@@ -75,8 +77,52 @@ def probe_call(fn: Callable[[], Any], device: str, *, settle: Callable[[], None]
             result = fn()
         return result, probe
     events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
+    return result, analyze_trace(events)
+
+
+def _profiler(profile, cuda: bool):
+    """The profiler, started: on a GPU recording stream waits too (which stream waited for which) where this
+    torch can; where it cannot, without them (the temporal rule of ``analyze_trace`` still applies)."""
+    kw = dict(use_cpu=True, use_device="cuda" if cuda else None, use_kineto=True)
+    if cuda:
+        try:
+            from torch._C._profiler import _ExperimentalConfig
+
+            prof = profile(**kw, experimental_config=_ExperimentalConfig(enable_cuda_sync_events=True))
+            prof.__enter__()
+            return _Started(prof)
+        except Exception:
+            pass
+    prof = profile(**kw)
+    prof.__enter__()
+    return _Started(prof)
+
+
+class _Started:
+    """A profiler already entered, for a ``with`` statement that stops it."""
+
+    def __init__(self, prof) -> None:
+        self.prof = prof
+
+    def __enter__(self):
+        return self.prof
+
+    def __exit__(self, *exc):
+        return self.prof.__exit__(*exc)
+
+
+def analyze_trace(events: list[dict[str, Any]]) -> Probe:
+    """What one profiled call ran, from its Chrome trace (Kineto's events), given that it began with the marker:
+    an annotated op on the calling thread whose kernel is the first on the timed stream.
+
+    A kernel on another stream is inside the timer when the timed stream waited for it (a stream-wait event on
+    the timed stream, on the kernel's stream, whose event was recorded after the kernel was launched; followed
+    through other streams' waits too: CUDA graphs' warm-up and capture, a library's helper streams), or when it
+    ended before the timed stream's last kernel did. Those are ``other_stream_kernels``, for a warning; the
+    others are ``side_stream_kernels`` (an error for the caller): a timer on the timed stream can stop before
+    them."""
+    probe = Probe()
     main_tid = None
-    timed_stream = None
     window = (0.0, -1.0)
     for ev in events:
         if ev.get("name") == _MARKER and ev.get("cat") in ("user_annotation", "cpu_op"):
@@ -84,20 +130,20 @@ def probe_call(fn: Callable[[], Any], device: str, *, settle: Callable[[], None]
             window = (float(ev.get("ts", 0)), float(ev.get("ts", 0)) + float(ev.get("dur", 0)))
             break
     # the first kernel after the marker annotation is the marker's add_
-    kernels = [ev for ev in events if ev.get("cat") == "kernel"]
-    kernels.sort(key=lambda e: e.get("ts", 0))
-    if kernels:
-        timed_stream = (kernels[0].get("args") or {}).get("stream")
-    seen_marker_kernel = False
-    for ev in kernels:
+    kernels = sorted((ev for ev in events if ev.get("cat") == "kernel"), key=lambda e: float(e.get("ts", 0)))
+    timed_stream = (kernels[0].get("args") or {}).get("stream") if kernels else None
+    timed_end = max((float(ev.get("ts", 0)) + float(ev.get("dur", 0)) for ev in kernels
+                     if (ev.get("args") or {}).get("stream") == timed_stream), default=0.0)
+    waited = _waited_for(events, timed_stream)
+    for ev in kernels[1:]:
         name = ev.get("name", "")
-        if not seen_marker_kernel:
-            seen_marker_kernel = True   # skip the marker's own kernel
-            continue
         probe.kernels.append(name)
-        stream = (ev.get("args") or {}).get("stream")
+        args = ev.get("args") or {}
+        stream = args.get("stream")
         if timed_stream is not None and stream is not None and stream != timed_stream:
-            probe.side_stream_kernels.append(f"{name} (stream {stream})")
+            end = float(ev.get("ts", 0)) + float(ev.get("dur", 0))
+            inside = end <= timed_end or _int(args.get("correlation"), 1 << 62) < waited.get(stream, -1)
+            (probe.other_stream_kernels if inside else probe.side_stream_kernels).append(f"{name} (stream {stream})")
     for ev in events:
         cat = ev.get("cat")
         name = ev.get("name", "")
@@ -110,7 +156,42 @@ def probe_call(fn: Callable[[], Any], device: str, *, settle: Callable[[], None]
                 probe.other_thread_ops.append(name)
         elif cat == "cuda_runtime" and "Launch" in name and main_tid is not None and ev.get("tid") != main_tid:
             probe.other_thread_ops.append(name)
-    return result, probe
+    return probe
+
+
+def _waited_for(events: list[dict[str, Any]], timed_stream: Any) -> dict[Any, int]:
+    """``{stream: correlation id}``: the timed stream waited for the work launched on ``stream`` before the
+    cudaEventRecord with that correlation id: directly, or through another stream whose wait (launched before
+    the point up to which that stream is waited for) it waited for in turn."""
+    waits = []      # (waiting stream, the wait's own correlation or None, awaited stream, record's correlation)
+    for ev in events:
+        args = ev.get("args") or {}
+        if args.get("cuda_sync_kind") == "Stream Wait Event" or ev.get("name") == "Stream Wait Event":
+            on, corr = args.get("wait_on_stream"), _int(args.get("wait_on_cuda_event_record_corr_id"), -1)
+            if on is not None and corr >= 0 and args.get("stream") is not None:
+                own = _int(args.get("correlation"), -1)
+                waits.append((args.get("stream"), own if own >= 0 else None, on, corr))
+    everything = 1 << 62
+    covered: dict[Any, int] = {timed_stream: everything}
+    changed = True
+    while changed:
+        changed = False
+        for waiter, own, on, corr in waits:
+            upto = covered.get(waiter)
+            if upto is None or (upto != everything and (own is None or own >= upto)):
+                continue
+            if covered.get(on, -1) < corr:
+                covered[on] = corr
+                changed = True
+    covered.pop(timed_stream, None)
+    return covered
+
+
+def _int(x: Any, default: int) -> int:
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return default
 
 
 def live_threads() -> set[str]:

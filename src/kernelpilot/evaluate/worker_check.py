@@ -139,8 +139,13 @@ class CheckWorker(TimingWorker):
 
     def _probe_flags(self, probe, own_kernels: list[str]) -> None:
         if probe.side_stream_kernels:
-            self.flag("side-stream", "kernels ran on a stream other than the timed one, outside the timer: "
-                      + ", ".join(probe.side_stream_kernels[:5]), kernels=probe.side_stream_kernels[:10])
+            self.flag("side-stream", "kernels ran on a stream other than the timed one and ended after its last "
+                      "kernel, outside the timer: " + ", ".join(probe.side_stream_kernels[:5]),
+                      kernels=probe.side_stream_kernels[:10])
+        elif probe.other_stream_kernels:
+            self.flag("other-streams", "kernels ran on other streams, each finished before the timed stream's last "
+                      "kernel (so inside the timer on this call): " + ", ".join(probe.other_stream_kernels[:5]),
+                      "warning", kernels=probe.other_stream_kernels[:10])
         if probe.other_thread_ops:
             self.flag("other-thread", "work was launched from another thread: " + ", ".join(probe.other_thread_ops[:5]),
                       ops=probe.other_thread_ops[:10])
