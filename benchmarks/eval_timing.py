@@ -103,18 +103,18 @@ def agreement() -> dict:
                                                   timing={**opts.timing, "flush_mode": "write"}))
     rows = []
     for a, b, w in zip(first.bench, second.bench, dirty.bench):
-        row = {"case": a.case, "params": a.params, "harness_median_us": a.timing["median_us"],
-               "harness_iqr_us": a.timing["iqr_us"], "n": a.timing["n"],
-               "repeat_median_us": b.timing["median_us"],
-               "repeat_diff_pct": round(100 * abs(a.timing["median_us"] - b.timing["median_us"]) / a.timing["median_us"], 3),
+        row = {"case": a.case, "params": a.params, "harness_median_us": a.timing.median_us,
+               "harness_iqr_us": a.timing.iqr_us, "n": a.timing.n,
+               "repeat_median_us": b.timing.median_us,
+               "repeat_diff_pct": round(100 * abs(a.timing.median_us - b.timing.median_us) / a.timing.median_us, 3),
                "floor_us": (a.roofline or {}).get("floor_us"), "timed_outputs_ok": a.check_ok and b.check_ok,
-               "prepare_s": a.timing.get("prepare_s"), "converged": a.timing.get("converged"),
-               "write_flush_median_us": (w.timing or {}).get("median_us"),
-               "host_median_us": a.timing.get("host_median_us"), "untimed_tail_us": a.timing.get("untimed_tail_us")}
+               "prepare_s": a.timing.prepare_s, "converged": a.timing.converged,
+               "write_flush_median_us": w.timing.median_us if w.timing else None,
+               "host_median_us": a.timing.host_median_us, "untimed_tail_us": a.timing.untimed_tail_us}
         try:
             t = cupti_times(a.case)
             row["cupti_median_us"] = round(statistics.median(t), 3)
-            row["diff_vs_cupti_pct"] = round(100 * (a.timing["median_us"] - row["cupti_median_us"]) / row["cupti_median_us"], 3)
+            row["diff_vs_cupti_pct"] = round(100 * (a.timing.median_us - row["cupti_median_us"]) / row["cupti_median_us"], 3)
         except Exception as e:  # record why, keep the rest
             row["cupti_error"] = str(e)[:500]
         if shutil.which("ncu"):
@@ -122,7 +122,7 @@ def agreement() -> dict:
                 t = ncu_times(a.case)
                 row["ncu_median_us"] = round(statistics.median(t), 3)
                 row["ncu_n"] = len(t)
-                row["diff_vs_ncu_pct"] = round(100 * (a.timing["median_us"] - row["ncu_median_us"]) / row["ncu_median_us"], 3)
+                row["diff_vs_ncu_pct"] = round(100 * (a.timing.median_us - row["ncu_median_us"]) / row["ncu_median_us"], 3)
                 if row["write_flush_median_us"]:
                     row["write_flush_diff_vs_ncu_pct"] = round(
                         100 * (row["write_flush_median_us"] - row["ncu_median_us"]) / row["ncu_median_us"], 3)

@@ -267,6 +267,8 @@ def main() -> None:
                     help="only these candidates (repeatable; default: all three)")
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--name", default="kernelbench_compare", help="results file name")
+    ap.add_argument("--stop-after", type=float, metavar="S",
+                    help="start no new problem after S seconds (with --resume, the next run goes on from there)")
     ap.add_argument("--resume", action="store_true",
                     help="keep what results/NAME.partial.jsonl already holds and measure only the rest; the "
                          "results file then covers both")
@@ -276,7 +278,13 @@ def main() -> None:
     staged = stage_kernelbench(args.kernelbench.resolve(), work / "staged")
     done = measured(args.name) if args.resume else {}
     rows = []
+    t_start = time.perf_counter()
     for name, cheat in chosen:
+        if args.stop_after is not None and time.perf_counter() - t_start > args.stop_after:
+            if name in done:
+                rows.append(done.pop(name))       # as measured before
+            print(f"{name}: nothing more measured (--stop-after {args.stop_after:g} s)", file=sys.stderr)
+            continue
         problem = args.kernelbench / "KernelBench" / f"{name}.py"
         if not problem.is_file():
             print(f"{name}: not found at {problem}", file=sys.stderr)

@@ -192,7 +192,7 @@ def _summary(res: EvalResult) -> str:
     if res.error:
         parts.append("error: " + res.error.splitlines()[0][:200])
     parts += [f"FAIL {c.case}: {c.message[:160]}" for c in failing(res)[:3]]
-    parts += [f"bench {b.case}: check_ok={b.check_ok} checked={b.checked} median_us={(b.timing or {}).get('median_us')}"
+    parts += [f"bench {b.case}: check_ok={b.check_ok} checked={b.checked} median_us={b.timing.median_us if b.timing else None}"
               for b in res.bench]
     return " | ".join(parts)
 
@@ -439,9 +439,9 @@ def test_bench_of_a_correct_candidate_rechecks_its_outputs(outcome, key):
     res = outcome(key)
     assert res.error is None and not [f for f in res.flags if f.level == "error"]
     (b,) = res.bench
-    assert b.check_ok and b.checked >= 1 and b.timing["n"] >= TINY_TIMING["min_n"]
-    assert b.timing["method"] == ("cuda-events" if key.startswith("gpu/") else "cpu-wall-clock")
-    assert b.timing["median_us"] > 0 and b.timing["min_us"] <= b.timing["median_us"]
+    assert b.check_ok and b.checked >= 1 and b.timing.n >= TINY_TIMING["min_n"]
+    assert b.timing.method == ("cuda-events" if key.startswith("gpu/") else "cpu-wall-clock")
+    assert b.timing.median_us > 0 and b.timing.min_us <= b.timing.median_us
 
 
 @pytest.mark.parametrize("key", keys("bench/row/cached_by_shape", "bench/kb/cached_by_shape",

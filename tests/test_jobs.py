@@ -50,22 +50,29 @@ def test_a_job_from_another_version_or_of_an_unknown_kind_is_refused():
         job_from_json({k: v for k, v in d.items() if k != "device"})
 
 
+TIMING = {"median_us": 2.0, "iqr_us": 0.1, "min_us": 1.9, "max_us": 2.5, "mean_us": 2.05, "n": 20,
+          "method": "cuda-events", "converged": True, "untimed_tail_us": 0.3, "host_median_us": 4.0, "prepare_s": 0.01}
+
+
 def test_a_worker_result_is_read_into_typed_parts():
     from kernelpilot.evaluate.jobs import WorkerResult
 
     raw = {"role": "candidate", "mode": "eval", "gpu": "NVIDIA H200", "unknown_key": 1,
            "flags": [{"id": "threads", "message": "m", "level": "warning", "evidence": {"threads": ["t"]}}],
            "cases": [{"case": "a", "seed": 3, "fingerprint": "f", "hidden": True, "error": None}],
-           "bench": [{"case": "a", "timing": {"median_us": 2.0}, "verify": [{"case": "a", "seed": 9,
-                                                                              "key": "a|bench|9", "fingerprint": "g"}]}],
+           "bench": [{"case": "a", "timing": TIMING, "graph_timing": {"error": "could not capture"},
+                      "verify": [{"case": "a", "seed": 9, "key": "a|bench|9", "fingerprint": "g"}]}],
            "verdicts": [{"case": "a", "seed": 9, "key": "a|bench|9", "ok": True, "worst": [{"index": [0]}]}],
            "phases_s": {"calls": 0.5}, "import_ops": ["aten::add"]}
     res = WorkerResult.from_json(json.loads(json.dumps(raw)))
     assert res.flags[0].evidence == {"threads": ["t"]} and res.cases[0].hidden and res.cases[0].seed == 3
-    assert res.bench[0].timing["median_us"] == 2.0 and res.bench[0].verify[0].timed
+    assert res.bench[0].timing.median_us == 2.0 and res.bench[0].verify[0].timed
+    assert res.bench[0].graph_timing is None and res.bench[0].graph_error == "could not capture"
     assert res.verdicts[0].timed and res.verdicts[0].ok and res.import_ops == ("aten::add",)
     assert WorkerResult.from_json(json.loads(json.dumps(res.to_json()))) == res
     with pytest.raises(JobFormatError, match="cannot read"):
         WorkerResult.from_json({"cases": [{"case": "a"}]})        # no seed, no fingerprint
+    with pytest.raises(JobFormatError, match="cannot read"):
+        WorkerResult.from_json({"bench": [{"case": "a", "timing": {"median_us": 2.0}}]})   # not a whole timing
     with pytest.raises(JobFormatError, match="JSON object"):
         WorkerResult.from_json(["not", "a", "result"])

@@ -696,7 +696,8 @@ def test_bench_times_again_a_case_whose_event_median_is_far_above_graph_replay()
     import bench
 
     def b(t, g):
-        return types.SimpleNamespace(timing={"median_us": t}, graph_timing={"median_us": g} if g else None)
+        return types.SimpleNamespace(timing=types.SimpleNamespace(median_us=t),
+                                     graph_timing=types.SimpleNamespace(median_us=g) if g else None)
 
     by_case = {"spike": b(17.2, 4.4), "close": b(8.0, 4.5), "small": b(4.0, 1.9), "slow graph": b(4.2, 26.4),
                "no graph": b(30.0, None)}

@@ -103,7 +103,7 @@ def test_replacing_the_harness_timing_function_is_rejected_and_the_time_is_true(
     assert f.level == "error" and "kernelpilot.evaluate.timing.measure" in f.evidence["functions"]
     assert res.rejected
     (b,) = res.bench
-    assert b.timing["median_us"] >= 20_000       # each call sleeps 20 ms; not the 0.5 us it reports
+    assert b.timing.median_us >= 20_000       # each call sleeps 20 ms; not the 0.5 us it reports
 
 
 def test_a_forged_result_fails_the_candidate():

@@ -77,7 +77,7 @@ def bench_variant(variant: str, dtype: str, budget: float, tokens: list[int] | N
             retimed = bench(prob, HERE / "kernels" / kernel, EvalOptions(
                 device="cuda", cases=again, graphs=True, timing={"budget_s": budget}))
             for b in retimed.bench:
-                first[kernel, b.case] = (per_kernel[kernel][b.case].timing or {}).get("median_us")
+                first[kernel, b.case] = _us(per_kernel[kernel][b.case].timing)
                 per_kernel[kernel][b.case] = b
         if i == 0:
             baselines = {b.case: b.baselines for b in res.bench}
@@ -92,8 +92,8 @@ def bench_variant(variant: str, dtype: str, budget: float, tokens: list[int] | N
         stream = (stream_floor_us(p["tokens"], p["experts"], p["k"], dtype, variant == "biased")
                   if p["tokens"] >= STREAM_FROM_TOKENS else None)
         base = baselines.get(case, {})
-        eager = (base.get("eager") or {}).get("median_us")
-        comp = (base.get("compile") or {}).get("median_us")
+        eager = _us(base["eager"].timing) if "eager" in base else None
+        comp = _us(base["compile"].timing) if "compile" in base else None
         floor = max(floors.get(case) or 0.0, floor_launch)
         row = {"variant": variant, "case": case, "params": prob.case(case).params, "eager_us": eager,
                "compile_us": comp, "floor_us": round(floor, 3), "stream_us": stream and stream["us"],
@@ -111,7 +111,11 @@ def bench_variant(variant: str, dtype: str, budget: float, tokens: list[int] | N
 
 def medians(b) -> tuple[float | None, float | None]:
     """A case's bench result: its event-timed median and its CUDA-graph replay median (us)."""
-    return (b.timing or {}).get("median_us"), (b.graph_timing or {}).get("median_us")
+    return _us(b.timing), _us(b.graph_timing)
+
+
+def _us(timing) -> float | None:
+    return timing.median_us if timing is not None else None
 
 
 def disturbed(by_case: dict) -> list[str]:

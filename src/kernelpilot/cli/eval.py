@@ -148,24 +148,26 @@ def render(r) -> str:
         names = sorted({n for b in r.bench for n in b.baselines})
         rows = []
         for b in r.bench:
-            t = b.timing or {}
+            t = b.timing
             roof = b.roofline or {}
-            row = [b.case, _num(t.get("median_us"), "{:.2f}"), _num(t.get("iqr_us"), "{:.2f}"),
-                   _num(t.get("min_us"), "{:.2f}"), t.get("n", "-"),
+            row = [b.case, _num(t and t.median_us, "{:.2f}"), _num(t and t.iqr_us, "{:.2f}"),
+                   _num(t and t.min_us, "{:.2f}"), t.n if t else "-",
                    _num(roof.get("floor_us"), "{:.2f}"), _num(roof.get("fraction"), "{:.0%}"),
                    "ok" if b.check_ok else "WRONG"]
-            if b.graph_timing:
-                row.append(_num(b.graph_timing.get("median_us"), "{:.2f}"))
+            if any(x.graph_timing or x.graph_error for x in r.bench):
+                row.append(_num(b.graph_timing.median_us, "{:.2f}") if b.graph_timing else
+                           ("not captured" if b.graph_error else "-"))
             for n in names:
                 bl = b.baselines.get(n)
-                row.append(f"{bl['median_us']:.2f} ({bl['speedup']:.3g}x)" if bl else "-")
+                row.append("-" if bl is None else f"{bl.timing.median_us:.2f}"
+                           + (f" ({bl.speedup:.3g}x)" if bl.speedup else ""))
             rows.append(row)
         headers = ["case", "median us", "IQR", "min", "n", "floor us", "of floor", "timed outputs"]
-        if any(b.graph_timing for b in r.bench):
+        if any(b.graph_timing or b.graph_error for b in r.bench):
             headers.append("graph us")
         headers += [f"{n} us (speedup)" for n in names]
         out.append(table(rows, headers))
-        method = (r.bench[0].timing or {}).get("method")
+        method = r.bench[0].timing.method if r.bench[0].timing else None
         if method == "cpu-wall-clock":
             out.append("timing: CPU wall-clock per call, new inputs before every call, median of n samples")
         elif method:

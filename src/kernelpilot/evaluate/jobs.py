@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Union
 
 from kernelpilot.evaluate.problem import Problem
+from kernelpilot.evaluate.timing import Timing
 
 __all__ = ["SCHEMA", "CheckJob", "BenchJob", "VerifyJob", "VerifyItem", "Job", "job_from_json", "JobFormatError",
            "WorkerResult", "CaseRun", "BenchRun", "Verdict", "FlagRecord"]
@@ -189,13 +190,23 @@ class CaseRun:
 
 @dataclass(frozen=True)
 class BenchRun:
-    """One timed case: its timing (``timing.Timing.to_json``), CUDA-graph timing, and the outputs kept."""
+    """One timed case: its timing, its CUDA-graph timing (or why the call could not be captured), and the
+    outputs kept for the reference."""
 
     case: str
-    timing: dict[str, Any] | None = None
-    graph_timing: dict[str, Any] | None = None
+    timing: Timing | None = None
+    graph_timing: Timing | None = None
+    graph_error: str = ""
     error: str = ""
     verify: tuple[VerifyItem, ...] = ()
+
+    @classmethod
+    def from_json(cls, b: dict[str, Any]) -> BenchRun:
+        graph = b.get("graph_timing") or None
+        return cls(case=b["case"], timing=Timing.from_json(b["timing"]) if b.get("timing") else None,
+                   graph_timing=Timing.from_json(graph) if graph and "error" not in graph else None,
+                   graph_error=str(graph["error"]) if graph and "error" in graph else b.get("graph_error", ""),
+                   error=b.get("error", ""), verify=tuple(VerifyItem(**v) for v in b.get("verify", ())))
 
 
 @dataclass(frozen=True)
@@ -263,13 +274,12 @@ class WorkerResult:
             kw = {f.name: d[f.name] for f in fields(cls) if f.name in d}
             kw["flags"] = tuple(FlagRecord(**f) for f in d.get("flags", ()))
             kw["cases"] = tuple(CaseRun(**c) for c in d.get("cases", ()))
-            kw["bench"] = tuple(BenchRun(**{**b, "verify": tuple(VerifyItem(**v) for v in b.get("verify", ()))})
-                                for b in d.get("bench", ()))
+            kw["bench"] = tuple(BenchRun.from_json(b) for b in d.get("bench", ()))
             kw["verdicts"] = tuple(Verdict(**{**v, "worst": tuple(v.get("worst", ()))}) for v in d.get("verdicts", ()))
             for name in ("notes", "import_ops", "import_kernels", "candidate_ops", "reference_ops", "journal",
                          "strays"):
                 if name in kw:
                     kw[name] = tuple(kw[name])
             return cls(**kw)
-        except TypeError as e:
+        except (TypeError, KeyError) as e:
             raise JobFormatError(f"a worker's result the harness cannot read: {e}") from None

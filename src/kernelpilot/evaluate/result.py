@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-__all__ = ["SCHEMA", "Flag", "CaseResult", "BenchCase", "EvalResult", "ratio"]
+from kernelpilot.evaluate.timing import Timing
+
+__all__ = ["SCHEMA", "Flag", "CaseResult", "Baseline", "BenchCase", "EvalResult", "ratio"]
 
 
 def ratio(a: float, b: float) -> float:
@@ -45,20 +47,37 @@ class CaseResult:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """A baseline's timing of one case, and the candidate's speedup over it."""
+
+    timing: Timing
+    speedup: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.timing.to_json(), "speedup": self.speedup}
+
+
 @dataclass
 class BenchCase:
     case: str
     params: dict[str, Any]
-    timing: dict[str, Any] | None
+    timing: Timing | None
     checked: int = 0                          # timed runs whose outputs were re-checked
     check_ok: bool = True
     message: str = ""
     roofline: dict[str, Any] | None = None    # bytes, flops, floor_us, fraction
-    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)   # name -> timing + speedup
-    graph_timing: dict[str, Any] | None = None
+    baselines: dict[str, Baseline] = field(default_factory=dict)
+    graph_timing: Timing | None = None
+    graph_error: str = ""                     # why the call could not be captured in a CUDA graph
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        graph = (self.graph_timing.to_json() if self.graph_timing is not None
+                 else {"error": self.graph_error} if self.graph_error else None)
+        return {"case": self.case, "params": dict(self.params),
+                "timing": self.timing.to_json() if self.timing is not None else None, "checked": self.checked,
+                "check_ok": self.check_ok, "message": self.message, "roofline": self.roofline,
+                "baselines": {n: b.to_json() for n, b in self.baselines.items()}, "graph_timing": graph}
 
 
 @dataclass
@@ -90,12 +109,12 @@ class EvalResult:
         if not ts:
             return None
         if len(ts) == 1:
-            return dict(ts[0])
+            return ts[0].to_json()
         import math
 
-        gm = math.exp(sum(math.log(t["median_us"]) for t in ts) / len(ts))
+        gm = math.exp(sum(math.log(t.median_us) for t in ts) / len(ts))
         return {"median_us": round(gm, 4), "aggregate": f"geometric mean of {len(ts)} cases' medians",
-                "n": sum(t["n"] for t in ts), "method": ts[0]["method"],
+                "n": sum(t.n for t in ts), "method": ts[0].method,
                 "iqr_us": None, "min_us": None}
 
     def baselines(self) -> dict[str, dict[str, Any]]:
@@ -104,15 +123,15 @@ class EvalResult:
         names = sorted({n for b in self.bench for n in b.baselines})
         out = {}
         for n in names:
-            sp = [b.baselines[n]["speedup"] for b in self.bench
-                  if n in b.baselines and b.baselines[n].get("speedup") is not None and b.baselines[n]["speedup"] > 0]
+            sp = [b.baselines[n].speedup for b in self.bench
+                  if n in b.baselines and b.baselines[n].speedup is not None and b.baselines[n].speedup > 0]
             if sp:
                 out[n] = {"speedup": float(f"{math.exp(sum(math.log(s) for s in sp) / len(sp)):.4g}"), "cases": len(sp),
                           "aggregate": "geometric mean" if len(sp) > 1 else "one case"}
             else:
                 out[n] = {"speedup": None, "cases": 0}
             if len(self.bench) == 1 and n in self.bench[0].baselines:
-                out[n].update({k: v for k, v in self.bench[0].baselines[n].items() if k != "speedup"})
+                out[n].update(self.bench[0].baselines[n].timing.to_json())
         return out
 
     def to_json(self) -> dict[str, Any]:

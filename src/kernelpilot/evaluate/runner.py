@@ -19,7 +19,7 @@ from kernelpilot.evaluate.jobs import BenchJob, CheckJob, Job, Verdict, VerifyIt
 from kernelpilot.evaluate.problem_files import Seal, problem_files
 from kernelpilot.evaluate.worker_env import redact, redact_json, secret_values
 from kernelpilot.evaluate.problem import Problem, load_problem
-from kernelpilot.evaluate.result import BenchCase, CaseResult, EvalResult, Flag, ratio
+from kernelpilot.evaluate.result import Baseline, BenchCase, CaseResult, EvalResult, Flag, ratio
 from kernelpilot.evaluate.roofline import floor, gpu_from_device_name
 
 __all__ = ["EvalOptions", "check", "bench", "evaluate", "default_device"]
@@ -218,7 +218,7 @@ def _merge_bench(result: EvalResult, prob: Problem, res: WorkerResult, ref: Work
     for entry in res.bench:
         name = entry.case
         bc = BenchCase(case=name, params=by_case[name].params, timing=entry.timing,
-                       graph_timing=entry.graph_timing, message=entry.error)
+                       graph_timing=entry.graph_timing, graph_error=entry.graph_error, message=entry.error)
         verdicts = checks.get(name, [])
         bc.checked = len(verdicts)
         bad = [v for v in verdicts if not v.ok]
@@ -236,11 +236,11 @@ def _merge_bench(result: EvalResult, prob: Problem, res: WorkerResult, ref: Work
             result.notes.append(str(e))
         if bc.roofline and bc.roofline.get("floor_us") and bc.timing:
             fl = bc.roofline["floor_us"]
-            bc.roofline["fraction"] = round(fl / bc.timing["median_us"], 4)
-            if bc.timing["median_us"] < fl and result.device.startswith("cuda"):
-                result.flags.append(Flag("impossible-time", f"case {name}: {bc.timing['median_us']:.2f} us is below "
+            bc.roofline["fraction"] = round(fl / bc.timing.median_us, 4)
+            if bc.timing.median_us < fl and result.device.startswith("cuda"):
+                result.flags.append(Flag("impossible-time", f"case {name}: {bc.timing.median_us:.2f} us is below "
                                          f"the hardware floor of {fl:.2f} us ({bc.roofline['bound']}-bound)", "error",
-                                         {"case": name, "median_us": bc.timing["median_us"], "floor_us": fl}))
+                                         {"case": name, "median_us": bc.timing.median_us, "floor_us": fl}))
         result.bench.append(bc)
 
 
@@ -461,4 +461,4 @@ def _add_baseline(session: _Session, prob: Problem, device: str, names: list[str
         t = times.get(bc.case)
         if not t or not bc.timing:
             continue
-        bc.baselines[label] = {**t, "speedup": ratio(t["median_us"], bc.timing["median_us"])}
+        bc.baselines[label] = Baseline(t, ratio(t.median_us, bc.timing.median_us))

@@ -7,14 +7,14 @@ next sample. Warm-up first; then samples in batches until the median is stable (
 ``rel_tol`` when a batch is added) or the time budget or ``max_n`` is reached. Work the candidate puts on
 other streams is not inside these events: the worker's guard call finds it (``side-stream`` flag).
 
-Runs only in worker processes (imports torch).
+The samplers run only in worker processes (they import torch); ``Timing`` is plain data on both sides.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable
 
 __all__ = ["TimingOptions", "Timing", "summarize", "measure", "gpu_sampler", "graph_sampler", "cpu_sampler",
@@ -60,6 +60,13 @@ class Timing:
         if not samples:
             d.pop("samples_us")
         return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Timing:
+        """A timing read back from ``to_json`` (another process's, or with a baseline's ``speedup`` beside it):
+        keys it does not have are dropped; a missing one raises TypeError."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
 
 
 def summarize(samples: list[float], method: str, converged: bool) -> Timing:

@@ -38,4 +38,4 @@ def median_us(res: EvalResult) -> float | None:
 
 
 def case_times(res: EvalResult) -> dict[str, Any]:
-    return {b.case: (b.timing or {}).get("median_us") for b in res.bench}
+    return {b.case: b.timing.median_us if b.timing else None for b in res.bench}

@@ -1,5 +1,5 @@
-"""Cheat: floods the harness's journal. It finds the pipes among its open file descriptors and writes megabytes of
-records into each, in an endless loop.
+"""Cheat: floods the harness's journal. It finds the pipes among its open file descriptors, makes them
+non-blocking, and writes megabytes of records into each, in an endless loop.
 
 How it harms a harness: the parent reads the journal as it comes; a worker writing without end keeps the parent
 busy reading (a whole core) until the job's timeout, and its records could crowd out the harness's own.
@@ -22,6 +22,7 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
         fd = int(name)
         try:
             if fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.set_blocking(fd, False)      # a pipe nobody reads fast (a library's helper) never stalls it
                 pipes.append(fd)
         except OSError:
             pass
