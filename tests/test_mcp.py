@@ -39,7 +39,7 @@ async def _exercise(session) -> dict:
     return out
 
 
-async def _long_call_reports_progress(session) -> tuple[list, dict]:
+async def _long_call_reports_progress(session) -> tuple[list, dict, dict]:
     seen = []
 
     async def progress(value, total, message):
@@ -48,7 +48,11 @@ async def _long_call_reports_progress(session) -> tuple[list, dict]:
     row = EXAMPLES / "problems" / "row_softmax"
     r = await session.call_tool("check", {"problem": str(row), "candidate": str(row / "candidates" / "triton_softmax.py"),
                                           "device": "cpu", "seeds": 1}, progress_callback=progress)
-    return seen, json.loads(r.content[0].text)
+    first = json.loads(r.content[0].text)
+    # a second candidate on the problem: the server's pool kept the reference's outputs for the secret seeds
+    r = await session.call_tool("check", {"problem": str(row), "candidate": str(row / "candidates" / "triton_softmax_tunable.py"),
+                                          "device": "cpu", "seeds": 1})
+    return seen, first, json.loads(r.content[0].text)
 
 
 def _check(out: dict) -> None:
@@ -76,10 +80,11 @@ def test_stdio(tmp_path):
             async with ClientSession(read, write) as session:
                 return await _exercise(session), await _long_call_reports_progress(session)
 
-    out, (progress, checked) = anyio.run(main)
+    out, (progress, checked, second) = anyio.run(main)
     _check(out)
     assert checked["correct"] is True and checked["schema"] == "kernelpilot.eval/1"
     assert progress and "check: running for" in progress[0][1]
+    assert second["correct"] is True and any("kept from an earlier candidate" in n for n in second["notes"]), second
 
 
 def test_streamable_http_on_loopback(tmp_path):

@@ -64,3 +64,20 @@ def test_default_device_asks_the_driver_without_torch():
             "print(default_device(), _nvidia_device_count(), 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout.split()
     assert out[0] == "cuda" and int(out[1]) >= 1 and out[2] == "False"
+
+
+def test_a_pool_serves_a_bounded_number_of_problems():
+    """Past ``problems``, the problem used longest ago is let go: its reference worker ends, its seeds and
+    baselines are forgotten, and coming back to it starts afresh with new secret seeds."""
+    relu = EXAMPLES / "problems" / "kernelbench_relu"
+    with WorkerPool(spares=1, problems=1) as pool:
+        opts = EvalOptions(device="cpu", cases=[SMALL], seeds=1, pool=pool)
+        first = check(ROW, ROW / "candidates" / "triton_softmax.py", opts)
+        ref_first = next(iter(pool.references.values()))
+        other = check(relu / "19_ReLU.py", relu / "candidates" / "relu_triton.py", EvalOptions(device="cpu", seeds=1, pool=pool))
+        assert first.correct and other.correct, (first.cases, other.cases)
+        assert len(pool.references) == 1 and ref_first not in pool.references.values()
+        assert ref_first.wait_closed(15.0)
+        assert {k for k, _ in pool.seeds} == {k for k, _ in pool.references}
+        back = check(ROW, ROW / "candidates" / "triton_softmax.py", opts)
+        assert back.correct and not any("kept from an earlier candidate" in n for n in back.notes)

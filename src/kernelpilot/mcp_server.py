@@ -27,15 +27,18 @@ INSTRUCTIONS = (
 PROGRESS_EVERY_S = 2.0
 
 
-def build_server(workspace: Path | None = None):
-    """The low-level MCP server over the registry; candidate files are confined to ``workspace``."""
+def build_server(workspace: Path | None = None, pool: Any = None):
+    """The low-level MCP server over the registry; candidate files are confined to ``workspace``. With ``pool``
+    (an ``evaluate.isolation.WorkerPool``), check, bench and eval take their workers from it, so an agent's
+    second candidate on a problem finds the workers started, the reference's outputs kept and the baselines
+    timed."""
     import anyio
     import mcp_types as types
     from mcp.server.lowlevel import Server
 
     from kernelpilot.tools import REGISTRY, ToolContext, call
 
-    ctx_tools = ToolContext(workspace=(workspace or Path.cwd()).resolve())
+    ctx_tools = ToolContext(workspace=(workspace or Path.cwd()).resolve(), pool=pool)
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[types.Tool(name=t.name, description=t.description,
@@ -80,21 +83,36 @@ def build_server(workspace: Path | None = None):
                   on_call_tool=call_tool)
 
 
+def _pool():
+    """The server's worker pool: workers start with the first evaluation, not before; two problems served at once."""
+    from kernelpilot.evaluate.isolation import WorkerPool
+
+    return WorkerPool(spares=1, problems=2)
+
+
 def serve_stdio(workspace: Path | None = None) -> None:
     import anyio
     from mcp.server.stdio import stdio_server
 
-    server = build_server(workspace)
+    pool = _pool()
+    server = build_server(workspace, pool)
 
     async def main() -> None:
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
 
-    anyio.run(main)
+    try:
+        anyio.run(main)
+    finally:
+        pool.close()
 
 
 def serve_http(port: int, host: str = "127.0.0.1", workspace: Path | None = None) -> None:
     import uvicorn
 
-    app = build_server(workspace).streamable_http_app(host=host)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    pool = _pool()
+    app = build_server(workspace, pool).streamable_http_app(host=host)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+    finally:
+        pool.close()

@@ -13,6 +13,7 @@ own failure raises the KernelpilotError it met. Neither is ever a crash of the c
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -28,10 +29,13 @@ class ToolArgumentError(UsageError):
 
 @dataclass
 class ToolContext:
-    """What a tool may touch: candidate files are read and written only under ``workspace``."""
+    """What a tool may touch: candidate files are read and written only under ``workspace``. ``evaluating`` is
+    held by every check, bench and eval: they run one at a time (timings on a shared GPU would disturb each
+    other, and a pool's reference worker serves one job at a time)."""
 
     workspace: Path = field(default_factory=Path.cwd)
     pool: Any = None                      # an evaluate.isolation.WorkerPool to take workers from
+    evaluating: Any = field(default_factory=threading.Lock)
 
 
 @dataclass(frozen=True)
@@ -281,7 +285,8 @@ def eval_options(a: dict[str, Any], ctx: ToolContext | None = None):
 def _check_tool(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     from kernelpilot.evaluate.runner import check
 
-    return check(a["problem"], a["candidate"], eval_options(a, ctx)).to_json()
+    with ctx.evaluating:
+        return check(a["problem"], a["candidate"], eval_options(a, ctx)).to_json()
 
 
 @_register("bench", """Time a candidate on the problem's benchmark cases as a careful engineer would (CUDA
@@ -292,7 +297,8 @@ def _check_tool(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
 def _bench_tool(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     from kernelpilot.evaluate.runner import bench
 
-    return bench(a["problem"], a["candidate"], eval_options(a, ctx)).to_json()
+    with ctx.evaluating:
+        return bench(a["problem"], a["candidate"], eval_options(a, ctx)).to_json()
 
 
 @_register("eval", """Check a candidate, then benchmark it when it is correct and no guard rejected it: the
@@ -302,7 +308,8 @@ def _bench_tool(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
 def _eval_tool(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     from kernelpilot.evaluate.runner import evaluate
 
-    return evaluate(a["problem"], a["candidate"], eval_options(a, ctx)).to_json()
+    with ctx.evaluating:
+        return evaluate(a["problem"], a["candidate"], eval_options(a, ctx)).to_json()
 
 
 # ------------------------------------------------------------------ the candidate file

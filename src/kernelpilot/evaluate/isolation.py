@@ -385,7 +385,8 @@ class WorkerPool:
     an agent's server) finds the interpreter, torch, the CUDA context and the profiler already up while
     every job still gets a process of its own. Use as a context manager, or call ``close``."""
 
-    def __init__(self, spares: int = 2, *, refill: bool = True, box: Confinement = Confinement()) -> None:
+    def __init__(self, spares: int = 2, *, refill: bool = True, box: Confinement = Confinement(),
+                 problems: int = 2) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="kpilot-workers-"))
         os.chmod(self.dir, 0o700)
         self.spares = max(1, spares)     # kept ready per kind (a check needs two: candidate and reference)
@@ -399,6 +400,9 @@ class WorkerPool:
         self.references: dict[tuple[str, str], WorkerProcess] = {}
         self.seeds: dict[tuple[str, str], list[int]] = {}
         self.baselines: dict[tuple[str, str], dict[str, Any]] = {}
+        # Problems served at once (each reference worker holds a GPU context and up to a quarter of the device's
+        # memory in kept outputs): past this, the one used longest ago is let go with all that is kept for it.
+        self.problems = max(1, problems)
 
     def _start(self, device: str, warm: bool, trusted: bool) -> WorkerProcess:
         self.n += 1
@@ -424,13 +428,26 @@ class WorkerPool:
     def reference(self, key: str, device: str, problem: dict[str, Any], seal: dict[str, str]) -> WorkerProcess:
         """The serving reference worker for the problem ``key`` on ``device``: the one already up, else a new one
         that imports the problem now."""
-        worker = self.references.get((key, device))
+        worker = self.references.pop((key, device), None)
         if worker is None or not worker.alive():
             self.n += 1
             worker = WorkerProcess(self.dir / f"r{self.n:04d}", device, warm=True, trusted=True, box=self.box)
             worker.load(problem, seal)
-            self.references[(key, device)] = worker
+        self.references[(key, device)] = worker          # the most recently used last
+        served = {k for k, _ in self.references}
+        while len(served) > self.problems:
+            self.forget(next(k for k, _ in self.references))
+            served = {k for k, _ in self.references}
         return worker
+
+    def forget(self, key: str) -> None:
+        """Let go of everything kept for problem ``key``: its reference workers, its seeds, its baselines."""
+        for k in [k for k in self.references if k[0] == key]:
+            self.references.pop(k).close()
+        for k in [k for k in self.seeds if k[0] == key]:
+            del self.seeds[k]
+        for k in [k for k in self.baselines if k[0] == key]:
+            del self.baselines[k]
 
     def seeds_for(self, key: str, case: str, n: int) -> list[int]:
         """The secret seeds of ``case`` for every candidate on problem ``key`` in this pool (drawn once, here in
