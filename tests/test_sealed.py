@@ -279,7 +279,7 @@ def test_plain_outputs_and_what_is_not():
     assert "OrderedDict" in plain_output(OrderedDict(a=t))
 
 
-def test_outputs_folders_are_read_as_data(tmp_path):
+def test_outputs_folders_are_read_as_data(tmp_path, monkeypatch):
     torch = require_module("torch")
     from kernelpilot.evaluate.outputs import OutputsRejected, Rejected, load_outputs, save_outputs
 
@@ -298,13 +298,9 @@ def test_outputs_folders_are_read_as_data(tmp_path):
     from kernelpilot.evaluate import outputs
 
     big = torch.randn(3, 1000, dtype=torch.float64)
-    old_piece = outputs._PIECE_BYTES
-    outputs._PIECE_BYTES = 1000
-    try:
-        save_outputs({"big": big}, tmp_path / "pieces")
-        assert torch.equal(outputs.to_device(load_outputs(tmp_path / "pieces")["big"], "cpu"), big)
-    finally:
-        outputs._PIECE_BYTES = old_piece
+    monkeypatch.setattr(outputs, "_PIECE_BYTES", 1000)
+    save_outputs({"big": big}, tmp_path / "pieces")
+    assert torch.equal(outputs.to_device(load_outputs(tmp_path / "pieces")["big"], "cpu"), big)
 
     # A folder the candidate's process could have rewritten: each malformed entry is rejected with its reason,
     # nothing in it runs, and no file outside the folder is read.

@@ -27,13 +27,23 @@ from kernelpilot.evaluate.problem import Problem
 from kernelpilot.evaluate.timing import Timing
 
 __all__ = ["SCHEMA", "CheckJob", "BenchJob", "VerifyJob", "VerifyItem", "Job", "job_from_json", "JobFormatError",
-           "WorkerResult", "CaseRun", "BenchRun", "Verdict", "FlagRecord"]
+           "WorkerResult", "CaseRun", "BenchRun", "Verdict", "FlagRecord", "output_key"]
 
 SCHEMA = "kernelpilot.job/1"
 
 
 class JobFormatError(ValueError):
     """A job that is not one this harness can run (another schema, an unknown kind, a missing field)."""
+
+
+def output_key(case: str, seed: int, *, timed: bool = False) -> str:
+    """The name an output travels under, from the worker that made it to the reference's verdict on it: one of
+    the check's, or (``timed``) a timed call's kept for re-checking."""
+    return f"{case}|bench|{seed}" if timed else f"{case}|{seed}"
+
+
+def _timed_key(key: str) -> bool:
+    return "|bench|" in key
 
 
 @dataclass(frozen=True)
@@ -52,7 +62,7 @@ class VerifyItem:
     @property
     def timed(self) -> bool:
         """A timed call's output, kept for re-checking (not one of the check's)."""
-        return "|bench|" in self.key
+        return _timed_key(self.key)
 
 
 @dataclass(frozen=True)
@@ -227,7 +237,7 @@ class Verdict:
 
     @property
     def timed(self) -> bool:
-        return "|bench|" in self.key
+        return _timed_key(self.key)
 
 
 @dataclass(frozen=True)

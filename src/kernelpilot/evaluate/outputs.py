@@ -22,7 +22,9 @@ import mmap
 import os
 import queue
 import stat
+import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -118,8 +120,10 @@ def save_outputs(outputs: dict[str, Any], folder: Path) -> None:
 def _write_tensor(path: Path, t: Any) -> None:
     """A tensor's bytes in row-major order, written a piece at a time on a few threads (from a GPU through
     pinned buffers)."""
+    import torch
+
     flat = t.detach().resolve_conj().resolve_neg().contiguous().reshape(-1)
-    data = flat.view(_uint8()) if flat.numel() else None
+    data = flat.view(torch.uint8) if flat.numel() else None
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         if data is None:
@@ -131,13 +135,9 @@ def _write_tensor(path: Path, t: Any) -> None:
             if on_host:
                 _pwrite_all(fd, memoryview(host[start:stop]), start)
                 return
-            buf = _buffers().get()
-            try:
-                b = buf[:stop - start]
+            with _pinned(stop - start) as b:
                 b.copy_(data[start:stop])
                 _pwrite_all(fd, memoryview(b.numpy()), start)
-            finally:
-                _buffers().put(buf)
 
         _in_pieces(data.numel(), piece)
     finally:
@@ -152,18 +152,14 @@ def to_device(value: Any, device: str) -> Any:
     if isinstance(value, torch.Tensor):
         if value.device.type != "cpu" or not str(device).startswith("cuda") or not value.numel():
             return value.to(device)
-        src = value.contiguous().reshape(-1).view(_uint8())
+        src = value.contiguous().reshape(-1).view(torch.uint8)
         out = torch.empty(value.shape, dtype=value.dtype, device=device)
-        dst = out.reshape(-1).view(_uint8())
+        dst = out.reshape(-1).view(torch.uint8)
 
         def piece(start: int, stop: int) -> None:
-            buf = _buffers().get()
-            try:
-                b = buf[:stop - start]
+            with _pinned(stop - start) as b:
                 b.copy_(src[start:stop])
                 dst[start:stop].copy_(b)
-            finally:
-                _buffers().put(buf)
 
         _in_pieces(src.numel(), piece)
         return out
@@ -178,18 +174,26 @@ def to_device(value: Any, device: str) -> Any:
 # its own): host copies and file I/O release the GIL, so several pieces move at once.
 _PIECE_BYTES = 32 << 20
 _THREADS = 4
-_pinned: list[queue.SimpleQueue] = []
+_buffers: list[queue.SimpleQueue] = []
+_making_buffers = threading.Lock()        # the first pieces arrive on several threads at once
 
 
-def _buffers() -> queue.SimpleQueue:
-    if not _pinned:
-        import torch
+@contextmanager
+def _pinned(n: int):
+    """``n`` bytes of one of the pinned buffers, this thread's until the block ends."""
+    with _making_buffers:
+        if not _buffers:
+            import torch
 
-        q: queue.SimpleQueue = queue.SimpleQueue()
-        for _ in range(_THREADS):
-            q.put(torch.empty(_PIECE_BYTES, dtype=torch.uint8, pin_memory=True))
-        _pinned.append(q)
-    return _pinned[0]
+            q: queue.SimpleQueue = queue.SimpleQueue()
+            for _ in range(_THREADS):
+                q.put(torch.empty(_PIECE_BYTES, dtype=torch.uint8, pin_memory=True))
+            _buffers.append(q)
+    buf = _buffers[0].get()
+    try:
+        yield buf[:n]
+    finally:
+        _buffers[0].put(buf)
 
 
 def _in_pieces(n: int, piece) -> None:
@@ -200,12 +204,6 @@ def _in_pieces(n: int, piece) -> None:
     with ThreadPoolExecutor(_THREADS) as ex:
         for _ in ex.map(lambda span: piece(*span), spans):
             pass
-
-
-def _uint8():
-    import torch
-
-    return torch.uint8
 
 
 def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:

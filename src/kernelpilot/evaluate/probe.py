@@ -132,8 +132,8 @@ def analyze_trace(events: list[dict[str, Any]]) -> Probe:
     # the first kernel after the marker annotation is the marker's add_
     kernels = sorted((ev for ev in events if ev.get("cat") == "kernel"), key=lambda e: float(e.get("ts", 0)))
     timed_stream = (kernels[0].get("args") or {}).get("stream") if kernels else None
-    timed_end = max((float(ev.get("ts", 0)) + float(ev.get("dur", 0)) for ev in kernels
-                     if (ev.get("args") or {}).get("stream") == timed_stream), default=0.0)
+    timed_end = max((_end(ev) for ev in kernels if (ev.get("args") or {}).get("stream") == timed_stream),
+                    default=0.0)
     waited = _waited_for(events, timed_stream)
     for ev in kernels[1:]:
         name = ev.get("name", "")
@@ -141,8 +141,7 @@ def analyze_trace(events: list[dict[str, Any]]) -> Probe:
         args = ev.get("args") or {}
         stream = args.get("stream")
         if timed_stream is not None and stream is not None and stream != timed_stream:
-            end = float(ev.get("ts", 0)) + float(ev.get("dur", 0))
-            inside = end <= timed_end or _int(args.get("correlation"), 1 << 62) < waited.get(stream, -1)
+            inside = _end(ev) <= timed_end or _int(args.get("correlation"), 1 << 62) < waited.get(stream, -1)
             (probe.other_stream_kernels if inside else probe.side_stream_kernels).append(f"{name} (stream {stream})")
     for ev in events:
         cat = ev.get("cat")
@@ -185,6 +184,10 @@ def _waited_for(events: list[dict[str, Any]], timed_stream: Any) -> dict[Any, in
                 changed = True
     covered.pop(timed_stream, None)
     return covered
+
+
+def _end(ev: dict[str, Any]) -> float:
+    return float(ev.get("ts", 0)) + float(ev.get("dur", 0))
 
 
 def _int(x: Any, default: int) -> int:

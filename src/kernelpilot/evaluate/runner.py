@@ -15,7 +15,8 @@ from typing import Any
 from kernelpilot.errors import KernelpilotError, UsageError
 from kernelpilot.evaluate.guards import scan_source
 from kernelpilot.evaluate.isolation import Confinement, WorkerPool, WorkerProcess, hide_own_memory, run_job
-from kernelpilot.evaluate.jobs import BenchJob, CheckJob, Job, Verdict, VerifyItem, VerifyJob, WorkerResult
+from kernelpilot.evaluate.jobs import (BenchJob, CheckJob, Job, Verdict, VerifyItem, VerifyJob, WorkerResult,
+                                      output_key)
 from kernelpilot.evaluate.problem_files import Seal, problem_files
 from kernelpilot.evaluate.worker_env import redact, redact_json, secret_values
 from kernelpilot.evaluate.problem import Problem, load_problem
@@ -168,7 +169,7 @@ def _items(res: WorkerResult, *, check: bool) -> list[VerifyItem]:
     for rec in res.journal:
         if isinstance(rec.get("key"), str):
             journal.setdefault(rec["key"], rec)
-    items = [VerifyItem(case=e.case, seed=e.seed, key=f"{e.case}|{e.seed}", fingerprint=e.fingerprint)
+    items = [VerifyItem(case=e.case, seed=e.seed, key=output_key(e.case, e.seed), fingerprint=e.fingerprint)
              for e in (res.cases if check else ()) if not e.error]
     items += [it for e in res.bench for it in e.verify]
     return [replace(it, output_fingerprint=journal.get(it.key, {}).get("output") or "missing",
@@ -342,7 +343,7 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
                if items else None)
         _elapsed(result, "reference", ref)
         if not session.keep:
-            # read: a pool's worker folders outlive the evaluation, outputs of many GB must not
+            # Verified: removed now, since a pool's worker folders outlive the evaluation and outputs can be GBs.
             for d in outputs:
                 shutil.rmtree(d, ignore_errors=True)
         if ref is not None and ref.cached:

@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from kernelpilot.evaluate.jobs import output_key
 from kernelpilot.evaluate.outputs import save_outputs
 from kernelpilot.evaluate.worker_base import (Worker, _copy_into, _cuda_broken, _err, _journal, _nbytes,
                                              _plain_output, _resident_bytes, _seed, _sync, _to)
@@ -122,7 +123,7 @@ class TimingWorker(Worker):
                     return
                 # A private copy on the device, and fingerprints (computed on the device: no slow host work
                 # between timed calls) out of the process at once: an output edited later is caught.
-                item = {"case": case.name, "seed": state["seed"], "key": f"{case.name}|bench|{state['seed']}",
+                item = {"case": case.name, "seed": state["seed"], "key": output_key(case.name, state["seed"], timed=True),
                         "fingerprint": state["fp"]}
                 kept_out = _to(out, self.device)
                 _journal({"key": item["key"], "input": item["fingerprint"], "output": fingerprint(kept_out)})

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from kernelpilot.evaluate.jobs import output_key
 from kernelpilot.evaluate.outputs import save_outputs
 from kernelpilot.evaluate.worker_base import (_cuda_broken, _err, _journal, _nbytes, _plain_output, _resident_bytes,
                                              _seed, _sync, _to)
@@ -60,7 +61,7 @@ class CheckWorker(TimingWorker):
         probe_done = False
         broken = None
         for n, (case, seed, inputs, fp) in enumerate(plan):
-            key = f"{case.name}|{seed}"
+            key = output_key(case.name, seed)
             entry = {"case": case.name, "seed": seed, "fingerprint": fp, "hidden": case.hidden}
             cases_out.append(entry)
             plan[n] = (case, seed, None, fp)      # the plan holds its inputs no longer
