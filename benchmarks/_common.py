@@ -38,9 +38,31 @@ def environment() -> dict:
         "python": platform.python_version(),
         "cpu": cpu,
         "cores": os.cpu_count(),
+        "gpus": _gpus(),
         "tools": tools,
         "git": _git_rev(),
     }
+
+
+def _gpus() -> list[str]:
+    """The NVIDIA GPUs' names and driver as nvidia-smi reports them (none where it is missing)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [ln.strip() for ln in out.splitlines() if ln.strip()]
+
+
+_STAMP: dict = {}
+
+
+def stamp() -> dict:
+    """Where and when a row was measured (commit, GPUs, date): kept with each row of a partial file, since a
+    results file rebuilt from one may join rows of several runs."""
+    if not _STAMP:
+        _STAMP.update(git=_git_rev(), gpus=_gpus())
+    return {**_STAMP, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 # What a measurement runs: the package, the benchmarks and the examples' kernels, their results files aside.
@@ -63,14 +85,21 @@ def _git_rev(root: Path | None = None) -> str | None:
     return (rev + ("+changes" if changed else "")) or None
 
 
-def write_results(name: str, payload: dict) -> Path:
-    """Write ``results/NAME.json`` (latest run) and append one line to ``results/NAME.jsonl`` (history)."""
+def write_results(name: str, payload: dict, *, rebuilt: bool = False) -> Path:
+    """Write ``results/NAME.json`` (latest run) and append one line to ``results/NAME.jsonl`` (history).
+
+    ``rebuilt``: the payload was put together from earlier runs' partial rows (each carrying its own ``measured``
+    stamp), not measured here: the file says so instead of describing this machine, and the history is left as
+    it is."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    payload = {"environment": environment(), **payload}
+    env = ({"rebuilt_from": f"{name}.partial.jsonl", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+           if rebuilt else environment())
+    payload = {"environment": env, **payload}
     latest = RESULTS / f"{name}.json"
     latest.write_text(json.dumps(payload, indent=2) + "\n")
-    with open(RESULTS / f"{name}.jsonl", "a") as f:
-        f.write(json.dumps(payload) + "\n")
+    if not rebuilt:
+        with open(RESULTS / f"{name}.jsonl", "a") as f:
+            f.write(json.dumps(payload) + "\n")
     return latest
 
 
@@ -79,7 +108,7 @@ def partial(name: str, row: dict) -> None:
     keeps what it measured."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     with open(RESULTS / f"{name}.partial.jsonl", "a") as f:
-        f.write(json.dumps(row) + "\n")
+        f.write(json.dumps({**row, "measured": stamp()}) + "\n")
 
 
 def best_of(fn, repeat: int = 5) -> tuple[float, object]:

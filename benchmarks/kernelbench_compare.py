@@ -28,7 +28,8 @@ needs pydantic for one result class): where they are missing, a staging folder g
 Writes benchmarks/results/kernelbench_compare.json (and .jsonl). Needs a GPU; not used by any test.
 Run: python benchmarks/kernelbench_compare.py --kernelbench PATH/TO/KernelBench [--problem level1/23_Softmax ...]
 [--resume] (a long list can be measured over several runs: each measured candidate is appended to
-results/NAME.partial.jsonl as it finishes, and --resume measures only what is not there yet).
+results/NAME.partial.jsonl as it finishes, with the commit and GPU it was measured at, and --resume measures only
+what is not there yet; --summarize rebuilds the results file from that file alone).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import partial, write_results  # noqa: E402
+from _common import partial, stamp, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -259,7 +260,7 @@ def run_kernelbench(staged: Path, problem: Path, cand: Path, timeout: float) -> 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--kernelbench", required=True, type=Path, help="a KernelBench clone (KernelBench/, src/)")
+    ap.add_argument("--kernelbench", type=Path, help="a KernelBench clone (KernelBench/, src/)")
     ap.add_argument("--problem", action="append", help="level1/23_Softmax (repeatable; default: the built-in list)")
     ap.add_argument("--cheat", choices=sorted(CHEATS), help="the cheat for every --problem (default: by problem)")
     ap.add_argument("--skip", action="append", default=[], choices=["kpilot", "warm", "kernelbench"])
@@ -272,7 +273,19 @@ def main() -> None:
     ap.add_argument("--resume", action="store_true",
                     help="keep what results/NAME.partial.jsonl already holds and measure only the rest; the "
                          "results file then covers both")
+    ap.add_argument("--summarize", action="store_true",
+                    help="measure nothing: write the results file from what results/NAME.partial.jsonl holds")
     args = ap.parse_args()
+    if args.summarize:
+        rows = list(measured(args.name).values())
+        order = [p for p, _ in DEFAULT]
+        rows.sort(key=lambda r: order.index(r["problem"]) if r["problem"] in order else len(order))
+        for row in rows:
+            kernelbench_speedups(row)
+        write_results(args.name, {"rows": rows, "summary": summarize(rows)}, rebuilt=True)
+        return
+    if args.kernelbench is None:
+        ap.error("--kernelbench is required (except with --summarize)")
     chosen = [(p, args.cheat or dict(DEFAULT).get(p, "zeros")) for p in args.problem] if args.problem else DEFAULT
     work = Path(tempfile.mkdtemp(prefix="kb-compare-"))
     staged = stage_kernelbench(args.kernelbench.resolve(), work / "staged")
@@ -300,24 +313,34 @@ def main() -> None:
                 entry["kpilot"] = run_kpilot_cold(problem, cand, args.timeout)
             if "kernelbench" not in args.skip:
                 entry["kernelbench"] = run_kernelbench(staged, problem, cand, args.timeout)
+            entry["measured"] = stamp()
             row["candidates"][label] = entry
             line = {"problem": name, "candidate": label, **entry}
             print(json.dumps(line), flush=True)
-            partial(args.name, line)
+            partial(args.name, {k: v for k, v in line.items() if k != "measured"})
         if "warm" not in args.skip and "compile" in cands and "warm_second" not in row:
             # An agent's loop: the pool has served one candidate on the problem (here the compiled one, which
             # also warms torch.compile's caches); the second (the reference as ModelNew) is what is timed.
-            row["warm_second"] = run_kpilot_warm(problem, cands["compile"], cands["ref"], args.timeout)
+            row["warm_second"] = {**run_kpilot_warm(problem, cands["compile"], cands["ref"], args.timeout),
+                                  "measured": stamp()}
             print(json.dumps({"problem": name, "warm_second": row["warm_second"]}), flush=True)
-            partial(args.name, {"problem": name, "warm_second": row["warm_second"]})
-        ref_rt = ((row["candidates"].get("ref") or {}).get("kernelbench") or {}).get("runtime_ms")
-        for label, entry in row["candidates"].items():
-            kb = entry.get("kernelbench")
-            if kb and kb.get("runtime_ms") and ref_rt and kb["runtime_ms"] > 0:
-                kb["speedup"] = round(ref_rt / kb["runtime_ms"], 3)
+            partial(args.name, {"problem": name, "warm_second": {k: v for k, v in row["warm_second"].items()
+                                                                 if k != "measured"}})
     rows.extend(done.values())      # measured before, not asked for this time
+    for row in rows:
+        kernelbench_speedups(row)
     write_results(args.name, {"rows": rows, "summary": summarize(rows)})
     shutil.rmtree(work, ignore_errors=True)
+
+
+def kernelbench_speedups(row: dict) -> None:
+    """KernelBench's speedup of each candidate of a row: the `ref` candidate's runtime over its own (both as
+    KernelBench measured them, in milliseconds)."""
+    ref_rt = ((row["candidates"].get("ref") or {}).get("kernelbench") or {}).get("runtime_ms")
+    for entry in row["candidates"].values():
+        kb = entry.get("kernelbench")
+        if kb and kb.get("runtime_ms") and ref_rt and kb["runtime_ms"] > 0:
+            kb["speedup"] = round(ref_rt / kb["runtime_ms"], 3)
 
 
 def measured(name: str) -> dict[str, dict]:
@@ -330,17 +353,18 @@ def measured(name: str) -> dict[str, dict]:
         d = json.loads(line)
         row = rows.setdefault(d["problem"], {"problem": d["problem"], "cheat": None, "candidates": {}})
         if "warm_second" in d:
-            row["warm_second"] = d["warm_second"]
+            row["warm_second"] = {**d["warm_second"], "measured": d.get("measured")}
             continue
         if d["candidate"].startswith("cheat_"):
             row["cheat"] = d["candidate"][6:]
-        row["candidates"][d["candidate"]] = {k: d[k] for k in ("kpilot", "kernelbench") if k in d}
+        row["candidates"][d["candidate"]] = {k: d.get(k) for k in ("kpilot", "kernelbench", "measured") if k in d}
     return rows
 
 
 def summarize(rows: list[dict]) -> dict:
     """Wall-time ratios (kpilot / KernelBench) over honest candidates, speedup agreement, and the cheats' verdicts."""
-    cold, warm, agree, cheats = [], [], [], []
+    cold, warm, cheats = [], [], []
+    agree: dict[str, list[float]] = {}
     for row in rows:
         for label, e in row["candidates"].items():
             kp, kb = e.get("kpilot"), e.get("kernelbench")
@@ -352,14 +376,31 @@ def summarize(rows: list[dict]) -> dict:
                 continue
             cold.append(kp["wall_s"] / kb["wall_s"])
             if kp.get("speedup") and kb.get("speedup"):
-                agree.append(abs(kp["speedup"] / kb["speedup"] - 1))
+                agree.setdefault(label, []).append(abs(kp["speedup"] / kb["speedup"] - 1))
         kb_ref = ((row["candidates"].get("ref") or {}).get("kernelbench") or {}).get("wall_s")
         if row.get("warm_second") and kb_ref:
             warm.append(row["warm_second"]["wall_s"] / kb_ref)
     med = lambda xs: round(statistics.median(xs), 3) if xs else None  # noqa: E731
     return {"cold_wall_ratio_median": med(cold), "cold_wall_ratio_worst": round(max(cold), 3) if cold else None,
             "warm_second_ratio_median": med(warm), "warm_second_ratio_worst": round(max(warm), 3) if warm else None,
-            "speedup_rel_diff_median": med(agree), "cheats": cheats}
+            "problems": len(rows), "speedup_rel_diff_median": med([x for xs in agree.values() for x in xs]),
+            # `ref` is 1.0x for KernelBench by construction; `compile` is where the two timers can disagree
+            "speedup_rel_diff_median_by_candidate": {k: med(v) for k, v in agree.items()},
+            "speedup_rel_diff_worst_by_candidate": {k: round(max(v), 3) for k, v in agree.items()},
+            "cheats": cheats, "measured_at": _measured_at(rows)}
+
+
+def _measured_at(rows: list[dict]) -> list[dict]:
+    """The distinct (commit, GPUs) the rows were measured at, with how many measurements each."""
+    seen: dict[str, dict] = {}
+    for row in rows:
+        for e in [*row["candidates"].values(), row.get("warm_second") or {}]:
+            m = e.get("measured")
+            if m:
+                key = json.dumps([m.get("git"), m.get("gpus")])
+                seen.setdefault(key, {"git": m.get("git"), "gpus": m.get("gpus"), "measurements": 0})
+                seen[key]["measurements"] += 1
+    return list(seen.values())
 
 
 if __name__ == "__main__":
