@@ -48,7 +48,7 @@ def check(problem: Path, solution: Path, timeout: float) -> dict:
     message = d.get("error") or (f"{failing[0]['case']}: {failing[0]['message']}" if failing else "")
     flags = [f"{f['id']} ({f['level']})" for f in d.get("flags", []) if f.get("level") in ("error", "warning")]
     return {"passed": bool(d.get("passed")), "wall_s": wall, "cases": len(d.get("cases", [])),
-            "failed_cases": len(failing), "message": message[:300], "flags": flags}
+            "failed_cases": len(failing), "message": message[:300], "flags": flags, "elapsed_s": d.get("elapsed_s")}
 
 
 def own_eval(problem: Path, solution: Path, timeout: float) -> dict:
