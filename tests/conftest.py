@@ -14,7 +14,9 @@ from kernelpilot.toolchain.find import find_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-SHARED = ROOT.parent / "shared"
+FIXTURES = ROOT / "tests" / "fixtures"
+# Nsight Compute on an H200: one vector add launched with a tiny grid and a full one (see its README).
+NCU_VECTORADD = FIXTURES / "ncu_vectoradd"
 
 
 def in_ci() -> bool:
@@ -59,12 +61,3 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
-
-
-@pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    if not SHARED.is_dir():
-        if in_ci():
-            pytest.fail(f"CI must have ../shared beside the checkout ({SHARED})")
-        pytest.skip("../shared not present")
-    return SHARED

@@ -1,7 +1,7 @@
 """Tests for kernelpilot.arch: the facts file, the registry, the occupancy calculators and `kpilot arch`.
 
 Occupancy is checked against real tool output, not against itself:
-- Nsight Compute on an H200 (../shared/fixtures/ncu-h200: the Occupancy section and its graphs);
+- Nsight Compute on an H200 (tests/fixtures/ncu_vectoradd: the Occupancy section and its graphs);
 - the CUDA runtime's own cudaOccupancyMaxActiveBlocksPerMultiprocessor on an H200 (6,300 launches, below);
 - four more Nsight Compute launches on the same H200 (below);
 - the LLVM AMDGPU backend's own test of its `; Occupancy:` comment (llvm/test/CodeGen/AMDGPU/occupancy-levels.ll).
@@ -38,6 +38,7 @@ from kernelpilot.arch.registry import (
     resolve,
 )
 from kernelpilot.errors import UnknownArchError, UsageError
+from conftest import NCU_VECTORADD
 
 PRODUCTS = ["a100", "l40s", "h100", "h200", "b200", "mi250x", "mi300x", "mi355x"]
 ARCHS = ["sm_80", "sm_89", "sm_90", "sm_100", "gfx90a", "gfx942", "gfx950"]
@@ -92,11 +93,11 @@ def test_key_facts_have_the_documented_values():
     assert get_arch("gfx90a").vgprs_per_simd_lane == 512
 
 
-def test_h200_facts_match_the_device_ncu_read(shared_dir):
+def test_h200_facts_match_the_device_ncu_read():
     """The sm_90 facts cite the ncu fixture's device attributes: check they say what we claim."""
     import csv
 
-    rows = list(csv.reader((shared_dir / "fixtures/ncu-h200/ncu_raw.csv").open()))
+    rows = list(csv.reader((NCU_VECTORADD / "ncu_raw.csv").open()))
     attrs = {h: v.replace(",", "") for h, v in zip(rows[0], rows[2]) if h.startswith("device__attribute_")}
     sm90, h200 = get_arch("sm_90"), get_gpu("h200")
     assert int(attrs["device__attribute_multiprocessor_count"]) == h200.sm_count
@@ -213,8 +214,8 @@ def _ncu_series(text: str, name: str) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def ncu_text(shared_dir) -> str:
-    return (shared_dir / "fixtures/ncu-h200/ncu_details.txt").read_text()
+def ncu_text() -> str:
+    return (NCU_VECTORADD / "ncu_details.txt").read_text()
 
 
 def test_reproduces_every_ncu_occupancy_number(ncu_text):

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, require_module
+from conftest import NCU_VECTORADD, ROOT, require_module
 
 from kernelpilot.docs.index import DocsIndex
 from kernelpilot.errors import InputFormatError, KernelpilotError, UsageError
@@ -154,10 +154,10 @@ def test_every_finding_and_diagnosis_cites_a_passage_that_exists(index):
             assert index.show(c)["text"]
 
 
-def test_profile_diagnoses_carry_their_citations(shared_dir, tmp_path):
+def test_profile_diagnoses_carry_their_citations(tmp_path):
     from kernelpilot.profile.load import load_profile
 
-    fx = shared_dir / "fixtures" / "ncu-h200"
+    fx = NCU_VECTORADD
     small, full = load_profile(fx / "ncu_raw.csv").kernels
     assert small.diagnoses[0].docs == ["builtin/nvidia.md#waves-per-sm"]
     assert small.bound_evidence["docs"] == ["builtin/playbook.md#launch-bound"]

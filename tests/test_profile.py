@@ -1,4 +1,4 @@
-"""`kpilot profile` on real Nsight Compute output from an H200 (../shared/fixtures/ncu-h200: one vector add
+"""`kpilot profile` on real Nsight Compute output from an H200 (tests/fixtures/ncu_vectoradd: one vector add
 launched with 64 blocks, then with 65,536), and its errors."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, require_module
+from conftest import NCU_VECTORADD, ROOT, require_module
 
 from kernelpilot.arch.registry import get_arch
 from kernelpilot.errors import InputFormatError
@@ -23,8 +23,8 @@ from kernelpilot.profile.ncu_metrics import short_name
 
 
 @pytest.fixture(scope="module")
-def fx(shared_dir):
-    return shared_dir / "fixtures" / "ncu-h200"
+def fx():
+    return NCU_VECTORADD
 
 
 @pytest.fixture(scope="module")

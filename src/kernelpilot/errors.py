@@ -77,11 +77,14 @@ class UnknownArchError(KernelpilotError):
 class ToolNotFoundError(KernelpilotError):
     """A compiler or disassembler is not installed; ``package`` says what provides it."""
 
-    def __init__(self, tool: str, package: str, *, searched: list[str] | None = None) -> None:
-        super().__init__(f"{tool} not found; install {package}.")
+    def __init__(self, tool: str, package: str, *, searched: list[str] | None = None,
+                 rejected: list[str] | None = None) -> None:
+        found = f" Found, but not usable: {'; '.join(rejected)}." if rejected else ""
+        super().__init__(f"{tool} not found; install {package}.{found}")
         self.tool = tool
         self.package = package
         self.searched = list(searched or [])
+        self.rejected = list(rejected or [])
 
 
 class ToolError(KernelpilotError):

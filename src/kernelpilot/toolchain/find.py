@@ -2,13 +2,17 @@
 
 An environment variable ``KPILOT_<TOOL>`` (upper case, ``+`` as ``X``, ``-`` as ``_``: ``KPILOT_CLANGXX``,
 ``KPILOT_LLVM_OBJDUMP``) names a binary to use instead of searching.
+
+The LLVM tools read and build AMD GPU code, so a binary found is used only if its LLVM is new enough for the
+GPUs kernelpilot targets (gfx942 needs LLVM 17) and it has the AMDGPU target registered: an older system LLVM
+first on PATH is passed over for a newer one elsewhere, and named in the error when none is usable.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import shutil
+import re
 import subprocess
 import sys
 import sysconfig
@@ -26,6 +30,8 @@ class ToolSpec:
     names: tuple[str, ...]          # executable names to try, in order
     package: str                    # what to install, for the error message
     extra_dirs: tuple[str, ...] = ()  # keys of _dir_sources to search besides PATH
+    min_llvm: int | None = None     # an LLVM tool: the oldest LLVM major version that serves, and ...
+    llvm_target: str | None = None  # ... the target it must have registered
 
 
 def cuda_home() -> Path | None:
@@ -76,6 +82,7 @@ _NV_DISASM_PKG = (
     "or PyPI's nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm"
 )
 _LLVM_VERSIONS = ("21", "20", "19", "18", "17")
+_MIN_LLVM = 17      # gfx942 (MI300) first appears in LLVM 17
 
 TOOLS: dict[str, ToolSpec] = {
     "nvcc": ToolSpec("nvcc", ("nvcc",), _CUDA_PKG + " or PyPI's nvidia-cuda-nvcc", ("cuda", "pypi-nvidia")),
@@ -86,13 +93,13 @@ TOOLS: dict[str, ToolSpec] = {
         "clang++",
         tuple(f"clang++-{v}" for v in _LLVM_VERSIONS) + ("clang++",),
         "clang 17 or newer with HIP headers: on Debian `apt-get install clang-19 libamdhip64-dev`, or ROCm",
-        ("rocm",),
+        ("rocm",), _MIN_LLVM, "amdgcn",
     ),
     "llvm-objdump": ToolSpec(
         "llvm-objdump",
         tuple(f"llvm-objdump-{v}" for v in _LLVM_VERSIONS) + ("llvm-objdump",),
         "LLVM 17 or newer: on Debian `apt-get install llvm-19`, or ROCm",
-        ("rocm",),
+        ("rocm",), _MIN_LLVM, "amdgcn",
     ),
     "ncu": ToolSpec("ncu", ("ncu",), "Nsight Compute (in the CUDA toolkit, or NVIDIA's nsight-compute package)",
                     ("cuda",)),
@@ -101,7 +108,7 @@ TOOLS: dict[str, ToolSpec] = {
         "llvm-readelf",
         tuple(f"llvm-readelf-{v}" for v in _LLVM_VERSIONS) + ("llvm-readelf",),
         "LLVM 17 or newer: on Debian `apt-get install llvm-19`, or ROCm",
-        ("rocm",),
+        ("rocm",), _MIN_LLVM, "amdgcn",
     ),
 }
 
@@ -126,11 +133,12 @@ def _candidates(spec: ToolSpec, names: tuple[str, ...]) -> tuple[list[Path], lis
             for exe in names:
                 searched.append(str(d / exe))
                 add(d / exe)
+    # Every directory of PATH, not only the first hit: the first may be too old (see _unusable).
+    path_dirs = [Path(d) for d in os.environ.get("PATH", os.defpath).split(os.pathsep) if d]
     for exe in names:
         searched.append(f"PATH:{exe}")
-        hit = shutil.which(exe)
-        if hit:
-            add(Path(hit))
+        for d in path_dirs:
+            add(d / exe)
     for src in [s for s in spec.extra_dirs if s != "cuda"]:
         for d in _dirs(src):
             for exe in names:
@@ -157,16 +165,55 @@ def _override(name: str) -> Path | None:
 
 
 @functools.lru_cache(maxsize=None)
+def _llvm_info(path: Path) -> tuple[int | None, frozenset[str]]:
+    """An LLVM tool's major version and registered targets, from ``--version`` (and clang's ``-print-targets``)."""
+    text = ""
+    for args in (["--version"], ["-print-targets"] if "clang" in path.name else []):
+        if not args:
+            continue
+        try:
+            out = subprocess.run([str(path), *args], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        text += out.stdout + out.stderr
+    m = re.search(r"(?:LLVM|clang) version (\d+)", text)
+    targets = frozenset(re.findall(r"^\s+(\S+)\s+- ", text, re.M))
+    return (int(m.group(1)) if m else None), targets
+
+
+def _unusable(spec: ToolSpec, path: Path) -> str | None:
+    """Why ``path`` cannot serve as ``spec`` (None where it can)."""
+    if spec.min_llvm is None:
+        return None
+    major, targets = _llvm_info(path)
+    if major is None:
+        return f"{path} (no LLVM version in its --version output)"
+    if major < spec.min_llvm:
+        return f"{path} (LLVM {major}; {spec.min_llvm} or newer is needed)"
+    if spec.llvm_target and targets and spec.llvm_target not in targets:
+        return f"{path} (LLVM {major} without the {spec.llvm_target} target)"
+    return None
+
+
+def _usable(name: str, spec: ToolSpec, names: tuple[str, ...]) -> list[Path]:
+    found, searched = _candidates(spec, names)
+    usable, rejected = [], []
+    for p in found:
+        why = _unusable(spec, p)
+        (rejected.append(why) if why else usable.append(p))
+    if not usable:
+        raise ToolNotFoundError(name, spec.package, searched=searched, rejected=rejected)
+    return usable
+
+
+@functools.lru_cache(maxsize=None)
 def find_tool(name: str) -> Path:
     """Return the path of tool ``name`` (a key of ``TOOLS``) or raise ``ToolNotFoundError``."""
     spec = _spec(name)
     p = _override(name)
     if p is not None:
         return p
-    found, searched = _candidates(spec, spec.names)
-    if not found:
-        raise ToolNotFoundError(name, spec.package, searched=searched)
-    return found[0]
+    return _usable(name, spec, spec.names)[0]
 
 
 @functools.lru_cache(maxsize=None)
@@ -177,10 +224,7 @@ def find_tools(name: str, *, extra_names: tuple[str, ...] = ()) -> tuple[Path, .
     p = _override(name)
     if p is not None:
         return (p,)
-    found, searched = _candidates(spec, spec.names + extra_names)
-    if not found:
-        raise ToolNotFoundError(name, spec.package, searched=searched)
-    return tuple(found)
+    return tuple(_usable(name, spec, spec.names + extra_names))
 
 
 def _first_version_line(path: Path) -> str:

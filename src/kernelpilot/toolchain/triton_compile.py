@@ -621,7 +621,7 @@ def compile_triton(
         constexprs=r.consts, symbol=symbol, binary_arch=str(target_arch), source=spec, workdir=out,
         binary_path=paths[binary_key], asm_path=paths[asm_key], paths=paths, variant=variant_name,
         triton_version=triton.__version__, compile_seconds=seconds, notes=r.notes,
-        warnings=[f"{w.category.__name__}: {w.message}" for w in caught] + log,
+        warnings=[f"{w.category.__name__}: {w.message}" for w in caught if not _notice(str(w.message))] + log,
     )
     if vendor == "nvidia":
         _ptxas_report(build, backend, target_arch)
@@ -1031,6 +1031,15 @@ def _triton_ptxas(backend: Any, capability: int) -> str | None:
         with contextlib.suppress(Exception):
             return str(binpath("ptxas")[0])
     return None
+
+
+# Warnings Triton gives on every compile that say nothing about the kernel: Triton 3.9's notice that the default
+# of TRITON_DEFAULT_FP_FUSION will change (whether fusion was on is in the build's metadata, enable_fp_fusion).
+_NOTICES = ("TRITON_DEFAULT_FP_FUSION is unset",)
+
+
+def _notice(message: str) -> bool:
+    return any(n in message for n in _NOTICES)
 
 
 def _ptxas_options(backend: Any, meta: dict[str, Any]) -> list[str]:
