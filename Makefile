@@ -1,5 +1,8 @@
-# make demo: create .venv, install kernelpilot, analyze the example kernels for sm_90 and gfx942.
-# make test: install what the tests need into .venv and run them.
+# make setup: create .venv with kernelpilot and everything its tests use (NVIDIA's compilers from PyPI included),
+#             and install the system compilers for AMD code (apt-get, as root on Debian or Ubuntu).
+# make demo: make setup, then analyze the example kernels for sm_90 and gfx942 (skipping, and naming, any
+#            example whose compiler could not be installed).
+# make test: the default suite (kernelpilot itself). make test-all: every suite, as CI runs it.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -7,7 +10,7 @@ STAMP  := $(VENV)/.installed
 # The CPU build of this release lies on the project's machines; pinning it keeps pip from pulling a CUDA build.
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: demo test bench clean
+.PHONY: setup compilers demo test test-all bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,19 +19,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-demo: $(STAMP)
-	@echo "== Triton kernel for an NVIDIA H100/H200 (sm_90) =="
-	$(BIN)/kpilot isa analyze examples/kernels/softmax_triton.py:softmax_kernel --arch sm_90
-	@echo
-	@echo "== The same Triton kernel for an AMD MI300X (gfx942) =="
-	$(BIN)/kpilot isa analyze examples/kernels/softmax_triton.py:softmax_kernel --arch gfx942
-	@echo
-	@echo "== HIP wave argmax: shuffles through LDS (ds_bpermute) vs DPP =="
-	$(BIN)/kpilot isa analyze examples/kernels/wave_argmax_bpermute.hip --arch gfx942
-	@echo
-	$(BIN)/kpilot isa diff examples/kernels/wave_argmax_bpermute.hip examples/kernels/wave_argmax_dpp.hip --arch gfx942
+setup: $(STAMP) compilers
+
+compilers:
+	@bash scripts/install-compilers.sh
+
+demo: setup
+	@bash scripts/demo.sh $(BIN)/kpilot
 
 test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-all: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

@@ -4,6 +4,7 @@ binaries: a Debian LLVM 14 (the system LLVM of Debian 12) and LLVM 17 or newer."
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -84,3 +85,28 @@ def test_a_gfx942_kernel_is_analyzed_with_an_old_llvm_first_on_path(path_of):
                        capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "gfx942" in r.stdout and "instructions" in r.stdout
+
+
+def test_cuda_sources_are_analyzed_with_pypis_nvidia_tools_alone(tmp_path):
+    """No CUDA toolkit (CUDA_HOME names nothing, PATH only the system's folders): nvcc, ptxas and the
+    disassemblers come from PyPI's NVIDIA wheels (the `cuda` extra), and a .cu is compiled and read."""
+    env = {**os.environ, "CUDA_HOME": str(tmp_path / "no-cuda"), "PATH": "/usr/bin:/bin",
+           "PYTHONPATH": str(ROOT / "src")}
+    for name in ("KPILOT_NVCC", "KPILOT_PTXAS", "KPILOT_CUOBJDUMP", "KPILOT_NVDISASM"):
+        env.pop(name, None)
+    where = subprocess.run([sys.executable, "-c", "from kernelpilot.toolchain.find import find_tool as f\n"
+                            "for t in ('nvcc', 'cuobjdump', 'nvdisasm'):\n"
+                            "    try: print(t, f(t))\n"
+                            "    except Exception as e: print(t, 'missing', e)"],
+                           capture_output=True, text=True, env=env, timeout=120).stdout
+    found = dict(line.split(" ", 1) for line in where.splitlines())
+    if not found.get("nvcc", "").endswith("/nvidia/cu13/bin/nvcc"):
+        if in_ci():
+            pytest.fail(f"CI must have PyPI's nvidia-cuda-nvcc (the cuda extra): {where}")
+        pytest.skip(f"PyPI's nvidia-cuda-nvcc is not installed: {where}")
+    assert "/nvidia/cu13/bin/" in found["cuobjdump"] and "/nvidia/cu13/bin/" in found["nvdisasm"], where
+    r = subprocess.run([sys.executable, "-m", "kernelpilot", "isa", "analyze", str(EXAMPLES / "kernels" / "vector_add.cu"),
+                        "--arch", "sm_90", "--json"], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    kernel = json.loads(r.stdout)["kernels"][0]
+    assert kernel["name"] == "vector_add" and kernel["instruction_count"] > 10

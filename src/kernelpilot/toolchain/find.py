@@ -76,19 +76,21 @@ def _dirs(source: str) -> list[Path]:
     raise ValueError(f"unknown tool directory source {source!r}")
 
 
-_CUDA_PKG = "the CUDA toolkit (NVIDIA's cuda-toolkit packages)"
+_CUDA_PKG = "NVIDIA's compiler from PyPI (`pip install 'kernelpilot[cuda]'`) or the CUDA toolkit"
 _NV_DISASM_PKG = (
-    "the CUDA toolkit, or Triton (`pip install triton` carries cuobjdump and nvdisasm), "
-    "or PyPI's nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm"
+    "NVIDIA's disassemblers from PyPI (`pip install 'kernelpilot[cuda]'`), Triton (`pip install triton` carries "
+    "cuobjdump and nvdisasm), or the CUDA toolkit"
 )
 _LLVM_VERSIONS = ("21", "20", "19", "18", "17")
 _MIN_LLVM = 17      # gfx942 (MI300) first appears in LLVM 17
 
 TOOLS: dict[str, ToolSpec] = {
-    "nvcc": ToolSpec("nvcc", ("nvcc",), _CUDA_PKG + " or PyPI's nvidia-cuda-nvcc", ("cuda", "pypi-nvidia")),
-    "ptxas": ToolSpec("ptxas", ("ptxas",), _CUDA_PKG + ", or Triton (`pip install triton`)", ("cuda", "triton", "pypi-nvidia")),
-    "cuobjdump": ToolSpec("cuobjdump", ("cuobjdump",), _NV_DISASM_PKG, ("cuda", "triton", "pypi-nvidia")),
-    "nvdisasm": ToolSpec("nvdisasm", ("nvdisasm",), _NV_DISASM_PKG, ("cuda", "triton", "pypi-nvidia")),
+    "nvcc": ToolSpec("nvcc", ("nvcc",), _CUDA_PKG, ("cuda", "pypi-nvidia")),
+    # PyPI's NVIDIA wheels before Triton's copies: they come with PyPI's nvcc, whose newer cubins Triton's older
+    # cuobjdump cannot read (Triton's own compiles use Triton's own ptxas, found through Triton).
+    "ptxas": ToolSpec("ptxas", ("ptxas",), _CUDA_PKG + ", or Triton (`pip install triton`)", ("cuda", "pypi-nvidia", "triton")),
+    "cuobjdump": ToolSpec("cuobjdump", ("cuobjdump",), _NV_DISASM_PKG, ("cuda", "pypi-nvidia", "triton")),
+    "nvdisasm": ToolSpec("nvdisasm", ("nvdisasm",), _NV_DISASM_PKG, ("cuda", "pypi-nvidia", "triton")),
     "clang++": ToolSpec(
         "clang++",
         tuple(f"clang++-{v}" for v in _LLVM_VERSIONS) + ("clang++",),

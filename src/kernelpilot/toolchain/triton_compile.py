@@ -71,6 +71,7 @@ __all__ = [
     "parse_constexprs",
     "parse_arch",
     "list_jit_kernels",
+    "amd_linker_env",
 ]
 
 SPECS_NAME = "KPILOT_SPECS"
@@ -567,7 +568,7 @@ def compile_triton(
                 compile_opts["num_warps"] = r.num_warps
             if r.num_stages is not None:
                 compile_opts["num_stages"] = r.num_stages
-            env = dict(_amd_linker(backend) or {}) if vendor == "amd" else {}
+            env = dict(amd_linker_env(type(backend)) or {}) if vendor == "amd" else {}
             # Every stage must be kept (TRITON_STORE_BINARY_ONLY=1 would keep only the binary).
             env["TRITON_STORE_BINARY_ONLY"] = "0"
             command = _repro_command(spec, arch, _sig_text(r.types, r.params), r.consts, r.num_warps,
@@ -829,11 +830,15 @@ def _make_source(triton: Any, fn: Any, params: list[Any], types: dict[str, tuple
     return ASTSource(fn=fn, signature=signature, constexprs=dict(consts), attrs=attrs)
 
 
-def _amd_linker(backend: Any) -> dict[str, str] | None:
-    """Triton up to 3.4 links the AMD code object with an external ld.lld (ROCm's or LLVM's), found only
+def amd_linker_env(backend_cls: Any) -> dict[str, str] | None:
+    """What Triton's AMD backend (``backend_cls``) needs in the environment to link a code object: None
+    when it links in-process or finds its own ld.lld, else ``TRITON_HIP_LLD_PATH`` naming one found here.
+
+    Triton up to 3.4 links the AMD code object with an external ld.lld (ROCm's or LLVM's), found only
     at TRITON_HIP_LLD_PATH, in the wheel, /opt/rocm or /usr/bin/ld.lld; later versions link in-process.
-    Where Triton would not find one, point it at a versioned LLVM lld (Debian's lld-19: ld.lld-19)."""
-    finder = getattr(type(backend), "path_to_rocm_lld", None)
+    Where Triton would not find one, point it at a versioned LLVM lld (Debian's lld-19: ld.lld-19).
+    Raises ``ToolNotFoundError`` when there is none; `kpilot doctor` asks the same question."""
+    finder = getattr(backend_cls, "path_to_rocm_lld", None)
     if finder is None:
         return None
     try:
