@@ -27,11 +27,15 @@ compilers:
 demo: setup
 	@bash scripts/demo.sh $(BIN)/kpilot
 
+# CPU tests run on every core (pytest-xdist); GPU tests one at a time, since they time kernels on the one GPU
+# (skipped where there is none).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not example and not gpu"
+	$(BIN)/python -m pytest -q -m "gpu and not example"
 
 test-all: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not gpu"
+	$(BIN)/python -m pytest -q -m gpu
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/isa_speed.py

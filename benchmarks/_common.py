@@ -85,20 +85,20 @@ def _git_rev(root: Path | None = None) -> str | None:
     return (rev + ("+changes" if changed else "")) or None
 
 
-def write_results(name: str, payload: dict, *, rebuilt: bool = False) -> Path:
+def write_results(name: str, payload: dict, *, rebuilt: bool = False, folder: Path = RESULTS) -> Path:
     """Write ``results/NAME.json`` (latest run) and append one line to ``results/NAME.jsonl`` (history).
 
     ``rebuilt``: the payload was put together from earlier runs' partial rows (each carrying its own ``measured``
     stamp), not measured here: the file says so instead of describing this machine, and the history is left as
-    it is."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    it is. ``folder``: another results folder (an example's benchmarks keep their results with the example)."""
+    folder.mkdir(parents=True, exist_ok=True)
     env = ({"rebuilt_from": f"{name}.partial.jsonl", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
            if rebuilt else environment())
     payload = {"environment": env, **payload}
-    latest = RESULTS / f"{name}.json"
+    latest = folder / f"{name}.json"
     latest.write_text(json.dumps(payload, indent=2) + "\n")
     if not rebuilt:
-        with open(RESULTS / f"{name}.jsonl", "a") as f:
+        with open(folder / f"{name}.jsonl", "a") as f:
             f.write(json.dumps(payload) + "\n")
     return latest
 

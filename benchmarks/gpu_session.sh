@@ -24,13 +24,13 @@
 #   moe-bench-plain, moe-bench-biased    bench.py on every bfloat16 case of one variant (the report merges both)
 #   moe-bench-dtypes-plain, moe-bench-dtypes-biased    bench.py of dispatch.py on every float16 and float32 case
 #                     (MOE_DTYPES: these dtypes instead, e.g. float32)
-#   pytest-moe        python -m pytest -m gpu tests/test_moe_problem.py (the MoE kernels alone)
-#   moe-large         benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
+#   pytest-moe        python -m pytest -m gpu examples/moe_topk_sigmoid/tests/test_moe_problem.py (the MoE kernels alone)
+#   moe-large         $MOE/benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
 #                     their stream floors; quick, between full bench.py runs)
-#   moe-sort          benchmarks/moe_sort.py (the sorting-network kernel at each experts per thread against the packed-key
+#   moe-sort          $MOE/benchmarks/moe_sort.py (the sorting-network kernel at each experts per thread against the packed-key
 #                     and first kernels, plain fp16/bf16, edge inputs checked first; $MOE_SORT_ARGS: more options,
 #                     e.g. --tokens 8192 --sorts sort32 prune32)
-#   moe-variants      benchmarks/moe_variants.py: the tree and each folder of $MOE_VARIANTS (files replacing MoE kernel
+#   moe-variants      $MOE/benchmarks/moe_variants.py: the tree and each folder of $MOE_VARIANTS (files replacing MoE kernel
 #                     files) built at once, GPU tests of edge cases on each, then moe_large.py timing every case on
 #                     each in turn in one process, times against the tree's
 #                     ($MOE_VARIANTS_ARGS: more options, e.g. --dtype float32 --set sort:1,16 --problem-variant biased)
@@ -54,7 +54,7 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
   local name=$1 dir=$2
   case $name in
     pytest-gpu) python3 -m pytest -q -m gpu -p no:cacheprovider tests ;;
-    pytest-moe) python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_moe_problem.py ;;
+    pytest-moe) python3 -m pytest -q -m gpu -p no:cacheprovider "$MOE/tests/test_moe_problem.py" ;;
     timing) python3 benchmarks/eval_timing.py && cp benchmarks/results/eval_timing.json "$dir/" ;;
     speed)   # SPEED_RUNS times (default 1); every run is appended to eval_timing.jsonl
       for _ in $(seq "${SPEED_RUNS:-1}"); do python3 benchmarks/eval_timing.py --only speed || return 1; done
@@ -119,9 +119,9 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
           --case experts=256,tokens=65536,k=8,dtype=bfloat16 --case experts=128,tokens=65536,k=8,dtype=bfloat16 \
           --case experts=256,tokens=8192,k=8,dtype=bfloat16 --store "$dir/runs.db" --json > "$dir/events.jsonl"
       report "$dir" ;;
-    moe-large) python3 benchmarks/moe_large.py ${MOE_LARGE_ARGS:-} && cp benchmarks/results/moe_large.json "$dir/" ;;
-    moe-sort) python3 benchmarks/moe_sort.py "$dir" ${MOE_SORT_ARGS:-} ;;
-    moe-variants) python3 benchmarks/moe_variants.py "$dir" ${MOE_VARIANTS:?moe-variants needs MOE_VARIANTS} ${MOE_VARIANTS_ARGS:-} ;;
+    moe-large) python3 "$MOE/benchmarks/moe_large.py" ${MOE_LARGE_ARGS:-} && cp "$MOE/results/moe_large.json" "$dir/" ;;
+    moe-sort) python3 "$MOE/benchmarks/moe_sort.py" "$dir" ${MOE_SORT_ARGS:-} ;;
+    moe-variants) python3 "$MOE/benchmarks/moe_variants.py" "$dir" ${MOE_VARIANTS:?moe-variants needs MOE_VARIANTS} ${MOE_VARIANTS_ARGS:-} ;;
     moe-bench-large) python3 "$MOE/bench.py" --dtype bfloat16 --tokens 8192 --tokens 65536 && cp -r "$MOE"/results/* "$dir/" ;;
     moe-bench-plain|moe-bench-biased)
       python3 "$MOE/bench.py" --dtype bfloat16 --variant "${name#moe-bench-}" ${MOE_BUDGET:+--budget $MOE_BUDGET} \

@@ -1,29 +1,18 @@
-"""The MoE routing kernel for the GPU it runs on: the CUDA C++ kernels on NVIDIA sm_80 and newer,
-the HIP DPP kernel on AMD GFX9 (gfx90a, gfx942, gfx950: not run here, there being no AMD GPU), and the
-portable Triton kernel otherwise (other shapes, other GPUs, and the CPU through Triton's interpreter).
+"""The MoE routing kernel for the GPU it runs on: the CUDA C++ kernels on NVIDIA sm_80 and newer, the HIP DPP
+kernel on AMD GFX9 (gfx90a, gfx942, gfx950: written for them and checked at the ISA level, not run, there being no
+AMD GPU here), and the portable Triton kernel otherwise (other shapes, other GPUs, and the CPU through Triton's
+interpreter).
 
-On NVIDIA the CUDA kernel is the one measured fastest on the H200 for the case's tokens, experts, k, logit size
-and bias (benchmarks/results/moe_sort*.json: each case's algorithms timed in turn, two rounds): the
-sorting-network kernel topk_sigmoid_cuda.sort_algo gives (its experts per thread, pruned to the K chunks of
-largest maxima or not), but where another kernel was faster (OTHER): with a bias at 64 experts, k 4, up to 1,024
-tokens, the first kernel (one warp per token), by 2% to 7% at 16 and 1,024 tokens on all three dtypes.
-
-The packed-key kernel on a persistent grid served fp32 logits without a bias at 8,192 tokens: 256 experts with k 8
-and 128 experts with k 8 (by 0.3% to 13%) until the sorting-network kernel's second selection, for warps whose
-24-bit keys tie, ran on 32-bit keys rather than 64-bit ones (39d1c1f: at 128 experts, k 8, 6.11 us against 6.81,
-benchmarks/results/moe_variants_refine.json), and 256 experts with k 4 until the pruned sorting-network kernel took
-0.973x of its time there at fa03e56 (6.90 us against 7.09, moe_sort_float32_t8192_t65536_sort8_sort16_sort32_
-prune16_prune32_fa03e56.json).
-
-The packed-key kernel (one pass) was also picked for fp32 logits with a bias at 256 experts, k 8, 65,536 tokens (by
-1%) until the sorting-network kernel took 0.923x of its time there at f527e90 (benchmarks/results/
-moe_sort_biased_t8192_t65536_sort16_sort32_sort64_prune16_prune32_prune64_f527e90.json).
-
-Measured at 8,192 and 65,536 tokens on all three dtypes, both variants (moe_sort_t8192_t65536_sort16_sort32_sort64_
-prune16_prune32_prune64.json and its _biased twin), the kernel picked took 0.72x to 1.00x of the packed-key
-kernel's time; the pruned kernel took 0.83x of the fastest unpruned one's at 256 experts, k 8, 65,536 tokens
-without a bias (bf16, fp16 and fp32 alike), 0.93x to 1.00x on the other plain cases it serves, and 0.96x to 0.97x
-with a bias (256 experts, k 8, 65,536 tokens, fp16 and bf16)."""
+On NVIDIA no one CUDA kernel is fastest on every case, since what a case costs depends on
+- its tokens: whether the grid fills the GPU, or a launch's fixed cost and a few warps' latency decide;
+- its experts and k: the compare-exchanges and registers of each thread's selection, and how many lanes share it;
+- its logit size: the bytes read, and whether a 32-bit key holds the logit exactly (16-bit logits) or not (fp32);
+- its bias: the score is no longer the logit, so the weights need the logits again and the keys more work.
+So cuda_algo looks the case up in a table of the kernel measured fastest for it on an H200: the sorting-network
+kernel that topk_sigmoid_cuda.sort_algo names (its experts per thread, and whether pruned to the K chunks of
+largest maxima), or, where another kernel was faster than that one, the other kernel (OTHER). The measurements
+are results/moe_sort*.json (each case's kernels timed in turn over two rounds, outputs checked). On another
+GPU every entry is still correct, only perhaps not the fastest there."""
 
 import sys
 from pathlib import Path
@@ -45,8 +34,10 @@ def pick(logits: torch.Tensor, k: int) -> str:
     return "triton"
 
 
-# Where another CUDA kernel was faster than the sorting-network one: (logit size in bytes, bias, tokens tier
-# (topk_sigmoid_cuda.tokens_tier), experts, k) -> the algorithm.
+# Where another CUDA kernel was faster than the sorting-network kernel sort_algo names: (logit size in bytes, bias,
+# tokens tier (topk_sigmoid_cuda.tokens_tier), experts, k) -> the algorithm. With a bias at 64 experts, k 4, up to
+# 1,024 tokens, the one-warp-per-token kernel (results/moe_sort_biased_float16_float32_t8192_t1024_t16.json and
+# results/moe_sort_biased_bfloat16_float32_t1024_sort16_sort32_prune16_prune32_prune64.json).
 OTHER = {(size, True, 1024, 64, 4): "warp" for size in (2, 4)}
 
 

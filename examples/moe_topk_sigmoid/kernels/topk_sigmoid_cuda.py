@@ -6,14 +6,12 @@ runs in parallel.
   for 64 and 128 experts at k 4 with 16-bit logits and no bias), a grid that covers the tokens once.
 - ``keys_persistent``: the same kernel on a grid of at most ``blocks_per_sm`` blocks per SM (12 by default,
   never more than fit at once), each warp taking token after token.
-- ``warp`` (topk_sigmoid_warp.cu, the first version): one warp per token, a REDUX and a ballot per round.
+- ``warp`` (topk_sigmoid_warp.cu, the simplest): one warp per token, a REDUX and a ballot per round.
 - ``sort`` (topk_sigmoid_sort.cu): sorting networks in each thread, EXPERTS/PT threads per token, PT experts per
   thread; ``sort8``, ``sort16``, ``sort32`` and ``sort64`` name a PT, ``sort`` the fastest for the case
-  (sort_algo: a pruned one or not, by shape, tokens, logit size and bias). ``sort8`` is its choice only for fp32
-  logits without a bias up to 1,024 tokens at 64 experts (k 4 and 8) and 128 experts k 8, where it took 0.93x to
-  0.96x of sort16's time at 1,024 tokens and 0.97x to 1.00x at 16 and 128. Elsewhere it took 0.93x to 1.09x of
-  sort16's time up to 1,024 tokens (0.99x to 1.01x by geometric mean per tier and variant) and 1.00x to 1.28x at
-  8,192 (benchmarks/results/moe_sort*_sort8_sort16.json).
+  (sort_algo: a pruned one or not, by shape, tokens, logit size and bias). A larger PT means fewer threads per
+  token, so fewer merges of lists across lanes, but longer sorts and more registers in each thread (fewer warps
+  resident to hide the loads' latency); a smaller one the reverse.
 - ``prune16``, ``prune32``, ``prune64``: the sorting-network kernel that first takes the maximum of each chunk of
   8 experts and then selects within the K chunks of the token's K largest maxima alone (the only ones that can
   hold its best K): the logits read again from L1 without a bias, the keys kept in shared memory with one.
@@ -31,22 +29,15 @@ KS = (4, 8)
 ALGOS = {"warp": 0, "keys": 1, "keys_persistent": 2, "sort16": 3, "sort32": 4, "sort64": 5, "prune16": 6,
          "prune32": 7, "prune64": 8, "sort8": 9}
 SHAPES = ((64, 4), (64, 8), (128, 4), (128, 8), (256, 4), (256, 8))   # (experts, k)
-# The sorting-network kernel measured fastest on the H200 (of sort8, sort16, sort32, sort64, prune16, prune32 and
-# prune64) by logit size in bytes and bias, then by tokens (up to 1,024; up to 8,192; 65,536), then for each of SHAPES
-# (benchmarks/results/moe_sort*.json: each case's algorithms timed in turn, two rounds; fp16 and bf16 alike; a
-# pruned kernel where it was 2% or more faster, which it never was at 128 and 1,024 tokens). Between 8,192 and
-# 65,536 tokens, the smaller one's choice. Timed again at 8,192 and 65,536 tokens at f527e90 (the *_f527e90.json
-# files), a choice changed where another kernel was 2% or more faster: with a bias at 256 experts, k 8, 8,192 tokens,
-# sort64 for 16-bit logits (0.944x of sort32's time on bf16, 0.926x on fp16) and sort32 for fp32 (0.908x of sort16's).
-# Plain fp32 at 8,192 tokens, timed again at 6f91256 (the second selection on ties on 32-bit keys;
-# moe_sort_float32_t8192_t65536_sort8_sort16_sort32_prune16_prune32_6f91256.json): prune32 at 128 experts, k 4 (0.971x
-# of sort16's time) and at 256 experts, k 8 (0.972x of sort32's, 0.978x of the persistent packed-key kernel's); at 256
-# experts, k 4, sort32 took 0.983x of sort16's time and 0.993x of the packed-key kernel's, which dispatch.py kept.
-# Timed again at fa03e56 (exact 32-bit keys in the unpruned kernel;
-# moe_sort_float32_t8192_t65536_sort8_sort16_sort32_prune16_prune32_fa03e56.json): at 8,192 tokens sort32 at 128
-# experts, k 8 (5.79 us against sort16's 5.95, 0.973x) and prune32 at 256 experts, k 4 (6.90 us against the
-# persistent packed-key kernel's 7.09, 0.973x); the other picks held (sort32 took 0.982x of prune32's time at 256
-# experts, k 8, under the 2%).
+# The sorting-network kernel to run: by logit size in bytes and bias, then by token tier (tokens_tier), then for each
+# of SHAPES, the fastest on an H200 of sort8, sort16, sort32, sort64, prune16, prune32 and prune64
+# (results/moe_sort*.json: each case's kernels timed in turn over two rounds, outputs checked; fp16 and bf16 chose
+# alike, so 16-bit logits share a table). A pruned kernel is named only where it was 2% or more faster than the
+# best unpruned one, a margin for the timing's noise. What the table settles: the PT trade-off above (its larger
+# PTs are at more experts and more tokens), and pruning, which skips the compare-exchanges of all but K chunks of 8
+# experts at the cost of a pass over the chunks' maxima and of the chosen chunks' logits read again (from L1) or,
+# with a bias, their keys kept in shared memory: it is picked only at 8,192 tokens or more with 128 or 256 experts
+# (with a bias, only for 16-bit logits at 256 experts, k 8, 65,536 tokens).
 SORT_ALGO = {
     (2, False): {1024: ("sort16",) * 6,
                  8192: ("sort16", "sort16", "prune32", "sort32", "prune64", "prune64"),

@@ -1,4 +1,4 @@
-"""The first CUDA C++ kernel (topk_sigmoid_warp.cu: one warp per token, a REDUX and a ballot per round),
+"""The simplest CUDA C++ kernel (topk_sigmoid_warp.cu: one warp per token, a REDUX and a ballot per round),
 kept as a candidate to compare the packed-key kernel against."""
 
 import sys

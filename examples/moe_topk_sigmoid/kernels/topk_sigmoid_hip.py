@@ -1,6 +1,6 @@
 """The HIP DPP kernel (topk_sigmoid_dpp.hip) for PyTorch on ROCm, through hipModuleLoad of a code object
 built with hipcc for the GPU's arch on first use. Written for gfx90a/gfx942/gfx950; untested: no AMD GPU
-was available, so only its ISA is checked (tests/test_moe_problem.py)."""
+was available, so only its ISA is checked (tests/test_moe_problem.py here)."""
 
 import ctypes
 import subprocess

@@ -77,7 +77,8 @@ __device__ inline std::enable_if_t<sizeof(Key) == 4, Key> group_max(Key v) {
     return __reduce_max_sync(FULL, v);
   } else if constexpr (G == 16) {   // two REDUX, each half's keys alone (0 for the other's: keys of 0 or less are none)
     // The halves' masks and the pick are products with 0 or 1 (IMAD, the FMA pipe) where selects would load the
-    // ALU pipe, which the rounds' compares and selects already fill (0.95x to 0.99x of the time, 65,536 tokens).
+    // ALU pipe, which the rounds' compares and selects already fill (variant imad16 of
+    // results/moe_variants_p16_imad16.json).
     const unsigned up = half_flag(), low = 1u - up;
     const Key lo = __reduce_max_sync(FULL, (Key)mul_u32(low, (unsigned)v));
     const Key hi = __reduce_max_sync(FULL, (Key)mul_u32(up, (unsigned)v));
@@ -420,9 +421,9 @@ __device__ inline void past_the_end(int lane_in_group, uint4 (&raw)[V]) {
 }
 
 // Experts per lane: 16 for 64 and 128 experts at k 4 with 16-bit logits and no bias (groups of 4 or 8 lanes: a
-// round's shuffles serve twice the tokens; 0.87x of the time for 128 experts at 65,536 tokens, 0.95x for 64), 8
-// otherwise. At k 8 a lane of 16 experts more often holds several of the top k, and the 64 registers its rows
-// take cost the occupancy the rounds save (0.99x for 128 experts); with a bias the shifts spill (1.26x to 1.42x).
+// round's shuffles serve twice the tokens), 8 otherwise. At k 8 a lane of 16 experts more often holds several of
+// the top k, and the 64 registers its rows take cost the occupancy the rounds save; with a bias the shifts spill.
+// (Variants p16 and p16b of results/moe_variants_p16_imad16.json.)
 template <typename T, int EXPERTS, int K, bool HAS_BIAS>
 __host__ __device__ constexpr int experts_per_lane() {
   return (EXPERTS == 64 || EXPERTS == 128) && K == 4 && sizeof(T) == 2 && !HAS_BIAS ? 16 : 8;

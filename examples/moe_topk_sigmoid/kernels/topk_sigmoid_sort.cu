@@ -460,10 +460,9 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
     }
   }
   // The lanes that write a token's weights: min(TPT, K), the first lane's MUFU work for K sigmoids divided among
-  // them; but one with a bias where TPT > K (there, on the H200 at 8,192 tokens, sharing took 1.03x to 1.07x of
-  // the first lane's time, and 0.94x to 1.02x elsewhere; benchmarks/results/moe_variants_tail.json), and at most
-  // four in the pruned kernel with fp32 logits (at its 64 registers eight spill 16 bytes: 256 experts, k 8, 32
-  // experts per thread).
+  // them; but one with a bias where TPT > K (there sharing the work was no faster than leaving it to the first
+  // lane, and slower at 8,192 tokens: results/moe_variants_tail.json), and at most four in the pruned kernel with
+  // fp32 logits (at its 64 registers eight spill 16 bytes: 256 experts, k 8, 32 experts per thread).
   constexpr int FIT = TPT < K ? TPT : K;
   constexpr int CAP = PRUNE && sizeof(T) == 4 ? 4 : K;
   constexpr int TAIL_LANES = HAS_BIAS && TPT > K ? 1 : FIT < CAP ? FIT : CAP;

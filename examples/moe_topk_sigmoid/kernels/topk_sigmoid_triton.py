@@ -2,10 +2,11 @@
 [ROWS, experts] tile, selects the k largest scores one after another (the maximum, its lowest index among
 equals, then masked out), and writes weights and ids; with a bias, the weights are renormalised.
 
-ROWS is TILE // experts (rounded up to a power of two): a tile of TILE logits per program. On the H200, TILE
-1024 with 4 warps came to 1.02x of the fastest of eight settings per case by geometric mean (at most 1.11x),
-where 16 rows for every shape came to 1.18x (at most 2.00x at 256 experts), on the 36 bf16 cases of both
-variants from 1,024 tokens (benchmarks/results/moe_triton_configs.json).
+ROWS is TILE // experts (rounded up to a power of two): a tile of TILE logits per program, so that a program's
+work and registers stay alike at 64, 128 and 256 experts, where a fixed number of rows would make the 256-expert
+programs four times the 64-expert ones. Of eight settings of rows and warps timed on the H200 (the bf16 cases of
+both variants from 1,024 tokens: results/moe_triton_configs.json), TILE 1024 with 4 warps (16, 8 and 4 rows) was
+close to each case's fastest, where 16 rows at every shape fell well behind at 256 experts.
 
 On 64-lane waves (AMD GFX9: gfx90a, gfx942, gfx950) the rows are chosen so that no reduction crosses between
 the two 32-lane halves of a wave, which gfx942 can only do through ds_bpermute (the LDS crossbar): a token held

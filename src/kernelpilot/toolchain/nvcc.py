@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from kernelpilot.errors import CompileError, UsageError
+from kernelpilot.errors import CompileError, ToolNotFoundError, UsageError
 from kernelpilot.toolchain.find import find_tool, find_tools
 from kernelpilot.toolchain.run import ensure_file, run_tool
 
@@ -109,14 +109,22 @@ def compile_cuda(
     return _build(cmd, "nvcc", src, arch, out, out_dir, owns, timeout)
 
 
+_NO_HOST_COMPILER = re.compile(r"Failed to preprocess host compiler properties|^(gcc|g\+\+|cc1plus): No such file",
+                               re.M)
+
+
 def _build(cmd: list[str], tool: str, src: Path, arch: str, out: Path, out_dir: Path, owns: bool,
            timeout: float) -> CudaBuild:
     """Run one compile whose resource report (``-v``) is what the tool prints; clean up a failed temp dir."""
     try:
         res = run_tool(cmd, tool=tool, compile_of=str(src), timeout=timeout)
-    except BaseException:
+    except BaseException as e:
         if owns:
             shutil.rmtree(out_dir, ignore_errors=True)
+        if isinstance(e, CompileError) and _NO_HOST_COMPILER.search(e.stderr or ""):
+            # nvcc hands the host code to gcc/g++ and stops before compiling anything when there is none
+            raise ToolNotFoundError("g++ (nvcc's host compiler)", "g++ (on Debian or Ubuntu: `apt-get install g++`)",
+                                    searched=["PATH:g++", "PATH:gcc"]) from None
         raise
     return CudaBuild(
         cubin_path=out, ptxas_report=res.stdout + res.stderr, command=res.command, stderr=res.stderr,

@@ -1,10 +1,10 @@
 """How far 0.5 + 0.5 * tanh.approx.f32(x / 2) is from the sigmoid on the GPU: every bf16 and every fp16 value, and
 fp32 values (16.8 million evenly spaced over [-64, 64], 16.8 million drawn from N(0, 4^2)), against torch.sigmoid in
 float64. A bound on that distance is what lets a kernel rule chunks of experts out on approximate scores. Prints the
-largest error per dtype and where it is; writes benchmarks/results/approx_sigmoid_error.json (and a line of its
-.jsonl history).
+largest error per dtype and where it is; writes examples/moe_topk_sigmoid/results/approx_sigmoid_error.json (and a
+line of its .jsonl history).
 
-    python benchmarks/approx_sigmoid_error.py
+    python examples/moe_topk_sigmoid/benchmarks/approx_sigmoid_error.py
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
+RESULTS = ROOT / "examples" / "moe_topk_sigmoid" / "results"
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "benchmarks")]
 
 import triton  # noqa: E402
@@ -54,7 +55,7 @@ def main() -> None:
     }
     for dtype, r in out.items():
         print(f"{dtype:9} {r['values']:9} values: largest error {r['max_abs_error']:.3e} at x = {r['at']:.7g}")
-    print(write_results("approx_sigmoid_error", {"gpu": torch.cuda.get_device_name(), **out}))
+    print(write_results("approx_sigmoid_error", {"gpu": torch.cuda.get_device_name(), **out}, folder=RESULTS))
 
 
 if __name__ == "__main__":

@@ -3,16 +3,16 @@
 interleaved over --rounds rounds (L2 flushed, the GPU kept busy while the host launches, CUDA events; median
 of --calls):
 
-- one: the same inputs every call (as benchmarks/moe_large.py and stream_floor.py time);
+- one: the same inputs every call (as moe_large.py and stream_floor.py time);
 - fresh: as `kpilot bench` times a candidate: inputs made a batch of 10 at a time before the batch, every
   call a new one, the previous batch freed first (so the allocator hands its blocks out again);
 - rotate: 10 inputs made once, the calls taking them in turn (new addresses, no new data).
 
 The inputs are the problem's own (reference.make_inputs and make_inputs_biased).
 
-Writes benchmarks/results/moe_fresh_inputs.json (and a line of its .jsonl history).
+Writes examples/moe_topk_sigmoid/results/moe_fresh_inputs.json (and a line of its .jsonl history).
 
-    python benchmarks/moe_fresh_inputs.py [--rounds 3] [--calls 200]
+    python examples/moe_topk_sigmoid/benchmarks/moe_fresh_inputs.py [--rounds 3] [--calls 200]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 MOE = ROOT / "examples" / "moe_topk_sigmoid"
 sys.path[:0] = [str(ROOT / "src"), str(MOE), str(MOE / "kernels"), str(ROOT / "benchmarks")]
 
@@ -115,7 +115,7 @@ def main() -> None:
         print(json.dumps({key: v for key, v in row.items() if not key.endswith("rounds_us")}), flush=True)
 
     out = write_results("moe_fresh_inputs", {"gpu": torch.cuda.get_device_name(), "rounds": args.rounds,
-                                             "calls": args.calls, "rows": rows})
+                                             "calls": args.calls, "rows": rows}, folder=MOE / "results")
     print(f"wrote {out}")
 
 

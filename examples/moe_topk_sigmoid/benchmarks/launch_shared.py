@@ -3,9 +3,9 @@ the GPU kept busy while the host launches, CUDA events around the call; median o
 kernels that do nothing but hold 0, 2, 8, 36 or 48 KB of shared memory a block, and the 2 KB one again with
 each preferred carveout (cudaFuncAttributePreferredSharedMemoryCarveout: 0, the most L1; 100, the most shared
 memory), on the grid of the MoE kernels at 8,192 tokens (256 blocks of 128 threads) and on one block.
-Writes benchmarks/results/launch_shared.json.
+Writes examples/moe_topk_sigmoid/results/launch_shared.json.
 
-    python benchmarks/launch_shared.py [--rounds 3] [--calls 200]
+    python examples/moe_topk_sigmoid/benchmarks/launch_shared.py [--rounds 3] [--calls 200]
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "src"), str(ROOT / "examples" / "moe_topk_sigmoid"), str(ROOT / "benchmarks")]
+ROOT = Path(__file__).resolve().parents[3]
+MOE = ROOT / "examples" / "moe_topk_sigmoid"
+sys.path[:0] = [str(ROOT / "src"), str(MOE), str(ROOT / "benchmarks")]
 
-from _common import RESULTS, environment  # noqa: E402
+from _common import environment  # noqa: E402
 
 # name -> (static shared memory in bytes a block, preferred carveout or -1 for the driver's choice)
 KERNELS = {"none": (0, -1), "2k": (2048, -1), "8k": (8192, -1), "36k": (36864, -1), "48k": (49152, -1),
@@ -92,7 +93,7 @@ def main() -> None:
                    "us": round(statistics.median(times[name]), 3)}
             rows.append(row)
             print(json.dumps(row), flush=True)
-    out = RESULTS / "launch_shared.json"
+    out = MOE / "results" / "launch_shared.json"
     out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "environment": environment(),
                                "rows": rows}, indent=1) + "\n")
     print("wrote", out)

@@ -4,7 +4,7 @@ up: each case's settings timed in turn (L2 flushed, events, median of 200, as `k
 rounds with the order reversed in the second, every output checked. Writes OUT/moe_triton_configs.json; prints
 each case's fastest setting and the kernel's own setting's time against it (where it is among those timed).
 
-    python benchmarks/moe_triton_configs.py OUT [--tokens 8192 ...] [--config 16x4 ...]
+    python examples/moe_topk_sigmoid/benchmarks/moe_triton_configs.py OUT [--tokens 8192 ...] [--config 16x4 ...]
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 MOE = ROOT / "examples" / "moe_topk_sigmoid"
 sys.path[:0] = [str(ROOT / "src"), str(MOE), str(MOE / "kernels"), str(ROOT / "benchmarks")]
 

@@ -4,7 +4,7 @@ nvcc -c and the flags of PyTorch's extension build, as the GPU machine's first c
 compiler crash shows here, before a device call is spent on it. The binding module (module.cpp, host C++ only)
 is not compiled.
 
-    python benchmarks/moe_build_check.py [VARIANT_DIR ...] [--dtype bf16 ...] [--jobs 2] [--arch sm_90]
+    python examples/moe_topk_sigmoid/benchmarks/moe_build_check.py [VARIANT_DIR ...] [--dtype bf16 ...] [--jobs 2] [--arch sm_90]
 
 With no folder, the tree's kernels; otherwise each folder (files replacing files of
 examples/moe_topk_sigmoid/kernels/, as for moe_variants.py) laid over a copy of them. Exits 1 naming each
@@ -23,9 +23,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+ROOT = Path(__file__).resolve().parents[3]
+sys.path[:0] = [str(ROOT / "src"), str(Path(__file__).resolve().parent)]
 
 from kernelpilot.errors import KernelpilotError  # noqa: E402
 from moe_large import load_kernels  # noqa: E402

@@ -1,9 +1,9 @@
 """A quick look at the MoE CUDA kernel on the large cases (65,536 tokens by default): each algorithm's time (timed
 as `kpilot bench` times a candidate: L2 flushed, events, median of 200), whether its outputs pass the problem's
 check, and the stream floor of the case (examples/moe_topk_sigmoid/stream_floor.py). For iterating on the
-kernel between full runs of bench.py; writes benchmarks/results/moe_large.json.
+kernel between full runs of bench.py; writes examples/moe_topk_sigmoid/results/moe_large.json.
 
-    python benchmarks/moe_large.py [--dtype bfloat16 ...] [--tokens 65536 ...] [--algo keys ...]
+    python examples/moe_topk_sigmoid/benchmarks/moe_large.py [--dtype bfloat16 ...] [--tokens 65536 ...] [--algo keys ...]
 
 With --kernels NAME=FOLDER (twice or more: folders holding a topk_sigmoid_cuda.py and its kernel files, already
 built or built here), every case is timed on each folder's kernels in turn, in one process on the same inputs,
@@ -20,11 +20,13 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 MOE = ROOT / "examples" / "moe_topk_sigmoid"
 sys.path[:0] = [str(ROOT / "src"), str(MOE), str(MOE / "kernels"), str(ROOT / "benchmarks")]
 
 from _common import environment  # noqa: E402
+
+RESULTS = MOE / "results"   # moe_variants.py reads the file back from here
 
 
 def kernels_arg(text: str) -> tuple[str, Path]:
@@ -136,7 +138,7 @@ def main() -> None:
                             row["stream"] = stream_floor_us(tokens, experts, k, dtype, bias is not None)
                         rows.append(row)
                         print(json.dumps(row), flush=True)
-    out = ROOT / "benchmarks" / "results" / "moe_large.json"
+    out = RESULTS / "moe_large.json"
     out.parent.mkdir(exist_ok=True)
     meta = {"kernels": {n: str(f) for n, f in args.kernels}, "rounds": args.rounds} if args.kernels else {}
     out.write_text(json.dumps({"environment": environment(), **meta, "rows": rows}, indent=1))

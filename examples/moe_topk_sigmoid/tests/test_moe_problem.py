@@ -9,13 +9,13 @@ import os
 import sys
 
 import pytest
-from conftest import EXAMPLES, require_module
+from kpilot_testing import MOE, require_module, require_tool
 
 from kernelpilot.evaluate.problem import load_problem
 from kernelpilot.evaluate.runner import EvalOptions, check
 
+pytestmark = pytest.mark.example
 torch = require_module("torch")
-MOE = EXAMPLES / "moe_topk_sigmoid"
 sys.path.insert(0, str(MOE))
 import reference as ref  # noqa: E402
 
@@ -139,8 +139,6 @@ def test_a_kernel_that_breaks_ties_the_other_way_fails(tmp_path):
 def test_hip_kernel_selects_with_dpp_not_lds(arch, has_bias):
     """The HIP kernel for AMD, compiled (not run: there is no AMD GPU here): the cross-lane selection is DPP,
     with no LDS traffic and one readlane per round (plus one for the bias's renormalising sum)."""
-    from conftest import require_tool
-
     require_tool("clang++")
     from kernelpilot.isa import analyze
 
@@ -204,8 +202,6 @@ def test_triton_kernel_for_gfx942_on_half_waves_goes_through_lds():
 @pytest.mark.parametrize("has_bias", [0, 1])
 def test_cuda_kernel_uses_redux_and_vector_loads(has_bias):
     """The CUDA warp kernel for sm_90, compiled: one REDUX (warp max) per round, 16-byte loads, no spills."""
-    from conftest import require_tool
-
     require_tool("nvcc")
     from kernelpilot.isa import analyze
 
@@ -228,8 +224,6 @@ def test_keys_kernel_takes_one_group_max_per_round(experts, k, redux, shuffles, 
     per row, 8 blocks per SM: 50%), otherwise 8 (one, 12 blocks: 75%). The row is loaded a pass ahead; round keys
     kept in shared memory and written by one tail (two global stores); no spills. With two REDUX per round the
     halves' masks and the pick are IMAD, not selects."""
-    from conftest import require_tool
-
     require_tool("nvcc")
     from kernelpilot.isa import analyze
 
@@ -251,8 +245,6 @@ def test_keys_kernel_takes_one_group_max_per_round(experts, k, redux, shuffles, 
 def sort_kernel_sass(experts: int, k: int, pt: int, dtype: str, bias: int = 0, prune: int = 0):
     """The sorting-network kernel (pruned with `prune`) compiled for sm_90 and analyzed: (the kernel,
     count(opcode prefix))."""
-    from conftest import require_tool
-
     require_tool("nvcc")
     from kernelpilot.isa import analyze
 
@@ -339,8 +331,8 @@ def test_sort_kernel_takes_a_bias(dtype):
 def test_sort_kernel_with_a_bias_at_64_experts_a_thread_spills_one_register_at_most(dtype, prune):
     """With a bias and 16-bit logits at 256 experts, k 8, 64 experts per thread (what dispatch.py runs there:
     sort64 at 8,192 tokens, prune64 at 65,536), the kernel holds 64 registers (its launch bounds' cap) and spills
-    4 bytes, one register. (Compiled for sm_90 at 637f0e6, none of the other sorting-network kernels that
-    dispatch.py runs spilled.)"""
+    4 bytes, one register. (Compiled for sm_90 by nvcc 13, none of the other sorting-network kernels that
+    dispatch.py runs spills.)"""
     kern, _ = sort_kernel_sass(256, 8, 64, dtype, bias=1, prune=prune)
     assert kern.resources.registers == 64
     assert kern.resources.spill_store_bytes <= 4
@@ -395,8 +387,6 @@ def test_keys_kernel_selects_fp32_logits_on_32_bit_keys():
     the (k + 1)-th logit is not positive; 64-bit keys, two REDUX per round, only in the selection again on
     exact keys where two of the k + 1 are alike in their top 24 bits (fast and with refills): 2 * (9 + 9) + 16
     + 16 REDUX. Two 128-bit loads per row, the row loaded a pass ahead; no spills."""
-    from conftest import require_tool
-
     require_tool("nvcc")
     from kernelpilot.isa import analyze
 

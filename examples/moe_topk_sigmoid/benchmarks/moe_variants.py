@@ -1,14 +1,14 @@
 """Variants of the MoE kernels side by side, before and after in one run: each variant is a folder of files that
 replace files of examples/moe_topk_sigmoid/kernels/ (say a changed topk_sigmoid_keys.cu). The tree as it is
 runs as "base". Each variant gets a copy of the tree; all are built at once (one PyTorch extension each),
-then each runs the GPU tests of edge cases, and benchmarks/moe_large.py times them all in one process, case by
+then each runs the GPU tests of edge cases, and moe_large.py times them all in one process, case by
 case, each case on every variant in turn over --rounds rounds (outputs checked), so that the GPU's drift over
 the run falls on all alike. The times are printed against the base's. Writes OUT/variants.json.
 
-    python benchmarks/moe_variants.py OUT VARIANT_DIR [VARIANT_DIR ...] [--dtype float32 ...] [--tests EXPR]
+    python examples/moe_topk_sigmoid/benchmarks/moe_variants.py OUT VARIANT_DIR [VARIANT_DIR ...] [--dtype float32 ...] [--tests EXPR]
         [--problem-variant biased] [--rounds 2]
 
-Before spending a GPU call, benchmarks/moe_build_check.py VARIANT_DIR ... compiles each variant's extension for
+Before spending a GPU call, moe_build_check.py VARIANT_DIR ... compiles each variant's extension for
 sm_90 on this machine, no GPU needed: a variant that fails to build on the GPU machine stops the whole run.
 
 Timing sets (--set, repeatable; default: the one-pass grid at 65,536 tokens and the persistent grid at 8,192):
@@ -27,8 +27,9 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-KERNELS = Path("examples") / "moe_topk_sigmoid" / "kernels"
+ROOT = Path(__file__).resolve().parents[3]
+MOE = Path("examples") / "moe_topk_sigmoid"   # the case study, relative to the tree
+KERNELS = MOE / "kernels"
 COPIED = ("src", "examples", "benchmarks", "tests", "pyproject.toml")
 EDGE_TESTS = "not_positive or outside_the_grid"   # tokens whose top k is not positive; 1 to 20,001 tokens
 DEFAULT_SETS = ("keys:65536", "keys_persistent:8192")
@@ -54,7 +55,7 @@ def make_tree(name: str, overlay: Path | None, into: Path) -> Path:
             shutil.copytree(src, tree / part, ignore=shutil.ignore_patterns("__pycache__", "results"))
         elif src.exists():
             shutil.copy2(src, tree / part)
-    (tree / "benchmarks" / "results").mkdir(parents=True, exist_ok=True)
+    (tree / MOE / "results").mkdir(parents=True, exist_ok=True)   # where moe_large.py writes
     if overlay is not None:
         lay_over(overlay, tree / KERNELS)
     return tree
@@ -71,7 +72,7 @@ def lay_over(overlay: Path, kernels: Path) -> None:
 def large_command(algo: str, tokens: list[int], dtypes: list[str], variants: list[str], kernels: dict[str, Path],
                   rounds: int) -> list[str]:
     """The moe_large.py run that times one timing set on every tree in turn."""
-    return [sys.executable, "benchmarks/moe_large.py", *[a for d in dtypes for a in ("--dtype", d)],
+    return [sys.executable, str(MOE / "benchmarks" / "moe_large.py"), *[a for d in dtypes for a in ("--dtype", d)],
             *[a for v in variants for a in ("--variant", v)], "--algo", algo, "--no-stream",
             *[a for n, t in kernels.items() for a in ("--kernels", f"{n}={t / KERNELS}")],
             "--rounds", str(rounds), *[a for t in tokens for a in ("--tokens", str(t))]]
@@ -147,7 +148,7 @@ def main() -> None:
             if args.tests:
                 log = args.out / f"pytest_{name}.log"
                 code = run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
-                            "tests/test_moe_problem.py", "-k", args.tests], tree, log)
+                            str(MOE / "tests" / "test_moe_problem.py"), "-k", args.tests], tree, log)
                 tests[name] = {"exit": code, "summary": log.read_text().strip().splitlines()[-1:]}
                 print(f"{name}: GPU tests exit {code} {tests[name]['summary']}", flush=True)
         results = {name: [] for name in trees}
@@ -157,7 +158,7 @@ def main() -> None:
                                 args.rounds)
             if run(cmd, base, args.out / f"large_{algo}.log"):
                 sys.exit(f"moe_large.py failed (see {args.out}/large_{algo}.log)")
-            got = json.loads((base / "benchmarks" / "results" / "moe_large.json").read_text())["rows"]
+            got = json.loads((base / MOE / "results" / "moe_large.json").read_text())["rows"]
             for name in trees:
                 results[name] += per_variant(got, algo, name)
     lines = compare(results)

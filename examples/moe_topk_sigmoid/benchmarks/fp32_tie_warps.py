@@ -4,11 +4,11 @@ positive), the test the kernel makes on its 24-bit keys. On the problem's logits
 shape at the kernel's experts per thread (16, and 32 for 256 experts, k 8: a warp holds 32 / (experts / pt)
 tokens): the share of tokens and of warps, and the warps of the first 8,192 tokens. Also how many tokens exact
 32-bit keys (the bits above the token's largest logit's less 2^S - 1, S = 32 - log2(experts), then the expert;
-benchmarks/results/moe_variants_exact1.json) could not order, which send their warp to 64-bit keys. No GPU needed: the
+results/moe_variants_exact1.json) could not order, which send their warp to 64-bit keys. No GPU needed: the
 inputs are made on the CPU, so the counts are of the problem's distribution, not of the very logits a GPU run gets.
-Writes benchmarks/results/fp32_tie_warps.json (and a line of its .jsonl history).
+Writes examples/moe_topk_sigmoid/results/fp32_tie_warps.json (and a line of its .jsonl history).
 
-    python benchmarks/fp32_tie_warps.py [--tokens 65536] [--seed 0]
+    python examples/moe_topk_sigmoid/benchmarks/fp32_tie_warps.py [--tokens 65536] [--seed 0]
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "examples" / "moe_topk_sigmoid")]
+ROOT = Path(__file__).resolve().parents[3]
+MOE = ROOT / "examples" / "moe_topk_sigmoid"
+sys.path[:0] = [str(ROOT / "benchmarks"), str(MOE)]
 
 from _common import write_results  # noqa: E402
 
@@ -76,7 +77,7 @@ def main() -> None:
         print(f"{experts:3d} experts k {k} pt {pt:2d}: tokens {100 * r['token_share']:.3f}%, warps "
               f"{100 * r['warp_share']:.3f}%, {r['warps_of_8192_tokens']} of the {r['of']} warps of 8,192 tokens; "
               f"exact keys fall back on {fall_back} of {args.tokens} tokens")
-    write_results("fp32_tie_warps", {"tokens": args.tokens, "seed": args.seed, "rows": rows})
+    write_results("fp32_tie_warps", {"tokens": args.tokens, "seed": args.seed, "rows": rows}, folder=MOE / "results")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ check. Each case's algorithms are timed in turn (L2 flushed, events, median of 2
 over two rounds with the order reversed in the second; a time is the median of its rounds. Writes
 OUT/moe_sort.json (OUT/moe_sort_biased.json with --biased; either with _<dtype> for each --dtype).
 
-    python benchmarks/moe_sort.py OUT [--biased] [--no-time | --no-check] [--dtype float32 ...] [--tokens 16 ...]
-                                      [--sorts sort32 prune32 ...]
+    python examples/moe_topk_sigmoid/benchmarks/moe_sort.py OUT [--biased] [--no-time | --no-check]
+        [--dtype float32 ...] [--tokens 16 ...] [--sorts sort32 prune32 ...]
 
 bf16, fp16 and fp32 (--dtype: some of them). Timed without a bias: bf16 at 1 to 65,536 tokens, fp16 and fp32 at
 8,192 and 65,536; with --biased: bf16 at 16 to 65,536 tokens, fp16 at 65,536, fp32 at 8,192 and 65,536. --tokens
@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 MOE = ROOT / "examples" / "moe_topk_sigmoid"
 sys.path[:0] = [str(ROOT / "src"), str(MOE), str(MOE / "kernels"), str(ROOT / "benchmarks")]
 

@@ -1,19 +1,20 @@
-"""benchmarks/moe_variants.py, moe_large.py, moe_build_check.py, approx_sigmoid_error.py and fp32_tie_warps.py without
-a GPU: the timing sets, the trees variants are laid over, the kernels of several trees loaded side by side in one
-process and timed in turn, the comparison; the extension's kernels and the approximate sigmoid compiled for sm_90;
-the test on fp32 ties that sends a warp of the sorting-network kernel to a second selection."""
+"""The case study's benchmarks (moe_variants.py, moe_large.py, moe_build_check.py, launch_shared.py,
+moe_fresh_inputs.py, approx_sigmoid_error.py and fp32_tie_warps.py) without a GPU: the timing sets, the trees
+variants are laid over, the kernels of several trees loaded side by side in one process and timed in turn, the
+comparison; the extension's kernels and the approximate sigmoid compiled for sm_90; the test on fp32 ties that
+sends a warp of the sorting-network kernel to a second selection."""
 
 import argparse
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from kpilot_testing import MOE, ROOT, require_tool
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+pytestmark = pytest.mark.example
+BENCHMARKS = MOE / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
 
-import _common  # noqa: E402
 import moe_large  # noqa: E402
 import moe_variants  # noqa: E402
 
@@ -83,7 +84,7 @@ def test_rounds_reverse_the_order_every_other_time_and_rows_split_per_variant():
 def test_the_timing_command_names_each_tree_and_only_the_variants_asked_for(tmp_path):
     trees = {n: moe_variants.make_tree(n, None, tmp_path / "trees") for n in ("base", "v")}
     cmd = moe_variants.large_command("sort", [8192, 65536], ["bfloat16", "float32"], ["biased"], trees, 3)
-    assert cmd[:2] == [sys.executable, "benchmarks/moe_large.py"]
+    assert cmd[:2] == [sys.executable, "examples/moe_topk_sigmoid/benchmarks/moe_large.py"]
     args = moe_large.parse_args(cmd[2:])   # what moe_large.py makes of it
     assert args.dtype == ["bfloat16", "float32"] and args.variant == ["biased"] and args.algo == ["sort"]
     assert args.tokens == [8192, 65536] and args.rounds == 3 and args.no_stream
@@ -97,8 +98,6 @@ def test_the_timing_command_names_each_tree_and_only_the_variants_asked_for(tmp_
 def test_build_check_compiles_the_extensions_kernels_for_sm_90(tmp_path):
     """The extension's bf16 translation unit (its launch code and every kernel it binds) compiles with nvcc for
     sm_90 and PyTorch's extension flags, without a GPU."""
-    from conftest import require_tool
-
     require_tool("nvcc")
     import moe_build_check
 
@@ -107,8 +106,6 @@ def test_build_check_compiles_the_extensions_kernels_for_sm_90(tmp_path):
 
 
 def test_build_check_names_a_variant_that_does_not_compile(tmp_path):
-    from conftest import require_tool
-
     require_tool("nvcc")
     overlay = tmp_path / "broken"
     overlay.mkdir()
@@ -116,7 +113,7 @@ def test_build_check_names_a_variant_that_does_not_compile(tmp_path):
     assert source.count('static_assert(K == 4 || K == 8, "K must be 4 or 8");') == 1
     (overlay / "topk_sigmoid_sort.cu").write_text(
         source.replace('static_assert(K == 4 || K == 8, "K must be 4 or 8");', "static_assert(K == 4) oops;"))
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "moe_build_check.py"), str(overlay),
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "moe_build_check.py"), str(overlay),
                            "--dtype", "f32"], capture_output=True, text=True)
     assert proc.returncode == 1
     assert f"{overlay} f32: FAILED" in proc.stdout and "topk_sigmoid_sort.cu" in proc.stdout
@@ -125,10 +122,8 @@ def test_build_check_names_a_variant_that_does_not_compile(tmp_path):
 
 
 def test_launch_shared_kernels_compile_for_sm_90_and_every_name_launches_one(tmp_path):
-    """benchmarks/launch_shared.py's extension (the kernels holding shared memory and their launcher) compiles
+    """launch_shared.py's extension (the kernels holding shared memory and their launcher) compiles
     with nvcc for sm_90 and PyTorch's extension flags, and each kernel name it times has its branch."""
-    from conftest import require_tool
-
     require_tool("nvcc")
     import launch_shared
     import moe_build_check
@@ -167,33 +162,6 @@ def test_fresh_inputs_are_new_each_call_in_batches_rotated_ones_repeat_every_ten
         moe_fresh_inputs.picker(make, "stale")(0)
 
 
-def test_the_measured_commit_names_changes_to_kernels_but_not_to_results(tmp_path, monkeypatch):
-    """A results file's "git": the commit, "+changes" where the package, the benchmarks or an example's kernels
-    differ from it (a tree copied beside an older history), not where only results files do."""
-    monkeypatch.delenv("KPILOT_GIT_REV", raising=False)
-    kernels, results = tmp_path / "examples" / "moe" / "kernels", tmp_path / "examples" / "moe" / "results"
-    for folder in (kernels, results, tmp_path / "src", tmp_path / "benchmarks" / "results"):
-        folder.mkdir(parents=True)
-        (folder / "f.txt").write_text("one\n")
-
-    def git(*args):
-        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
-                       capture_output=True)
-
-    git("init", "-q")
-    git("add", "-A")
-    git("commit", "-qm", "first")
-    rev = _common._git_rev(tmp_path)
-    assert rev and not rev.endswith("+changes")
-    for f in (results / "f.txt", tmp_path / "benchmarks" / "results" / "f.txt"):
-        f.write_text("two\n")
-    assert _common._git_rev(tmp_path) == rev
-    (kernels / "f.txt").write_text("two\n")
-    assert _common._git_rev(tmp_path) == rev + "+changes"
-    monkeypatch.setenv("KPILOT_GIT_REV", "abc1234")
-    assert _common._git_rev(tmp_path) == "abc1234"
-
-
 def test_the_approximate_sigmoid_compiles_to_tanh_approx_for_sm_90():
     """approx_sigmoid_error.py's kernel, compiled by Triton for sm_90 without a GPU: one tanh.approx.f32 a value, the
     instruction whose distance from the sigmoid the script measures."""
@@ -209,7 +177,7 @@ def test_the_approximate_sigmoid_compiles_to_tanh_approx_for_sm_90():
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the message for a machine without a GPU")
 def test_the_approximate_sigmoid_script_says_it_needs_a_gpu():
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "approx_sigmoid_error.py")], capture_output=True,
+    run = subprocess.run([sys.executable, str(BENCHMARKS / "approx_sigmoid_error.py")], capture_output=True,
                          text=True)
     assert run.returncode == 1 and "needs an NVIDIA GPU" in run.stderr
 
