@@ -105,8 +105,9 @@ def test_cuda_sources_are_analyzed_with_pypis_nvidia_tools_alone(tmp_path):
             pytest.fail(f"CI must have PyPI's nvidia-cuda-nvcc (the cuda extra): {where}")
         pytest.skip(f"PyPI's nvidia-cuda-nvcc is not installed: {where}")
     assert "/nvidia/cu13/bin/" in found["cuobjdump"] and "/nvidia/cu13/bin/" in found["nvdisasm"], where
-    r = subprocess.run([sys.executable, "-m", "kernelpilot", "isa", "analyze", str(EXAMPLES / "kernels" / "vector_add.cu"),
+    # the tensor-core example includes cuda_fp16.h and mma.h, which need CCCL's headers (nvidia-cuda-cccl)
+    r = subprocess.run([sys.executable, "-m", "kernelpilot", "isa", "analyze", str(EXAMPLES / "kernels" / "hmma_wmma.cu"),
                         "--arch", "sm_90", "--json"], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr
     kernel = json.loads(r.stdout)["kernels"][0]
-    assert kernel["name"] == "vector_add" and kernel["instruction_count"] > 10
+    assert kernel["instruction_count"] > 10 and any(op.startswith("HMMA") for op in kernel["opcodes"]), kernel["opcodes"]
