@@ -103,12 +103,14 @@ def write_results(name: str, payload: dict, *, rebuilt: bool = False, folder: Pa
     return latest
 
 
-def partial(name: str, row: dict) -> None:
+def partial(name: str, row: dict) -> dict:
     """Append one row to ``results/NAME.partial.jsonl`` as it is measured, so that a run cut short (a time limit)
-    keeps what it measured."""
+    keeps what it measured. The row is stamped (``measured``: commit, GPUs, date); returns that stamp."""
     RESULTS.mkdir(parents=True, exist_ok=True)
+    measured = stamp()
     with open(RESULTS / f"{name}.partial.jsonl", "a") as f:
-        f.write(json.dumps({**row, "measured": stamp()}) + "\n")
+        f.write(json.dumps({**row, "measured": measured}) + "\n")
+    return measured
 
 
 def best_of(fn, repeat: int = 5) -> tuple[float, object]:

@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import partial, stamp, write_results  # noqa: E402
+from _common import partial, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -313,19 +313,16 @@ def main() -> None:
                 entry["kpilot"] = run_kpilot_cold(problem, cand, args.timeout)
             if "kernelbench" not in args.skip:
                 entry["kernelbench"] = run_kernelbench(staged, problem, cand, args.timeout)
-            entry["measured"] = stamp()
-            row["candidates"][label] = entry
             line = {"problem": name, "candidate": label, **entry}
             print(json.dumps(line), flush=True)
-            partial(args.name, {k: v for k, v in line.items() if k != "measured"})
+            entry["measured"] = partial(args.name, line)
+            row["candidates"][label] = entry
         if "warm" not in args.skip and "compile" in cands and "warm_second" not in row:
             # An agent's loop: the pool has served one candidate on the problem (here the compiled one, which
             # also warms torch.compile's caches); the second (the reference as ModelNew) is what is timed.
-            row["warm_second"] = {**run_kpilot_warm(problem, cands["compile"], cands["ref"], args.timeout),
-                                  "measured": stamp()}
-            print(json.dumps({"problem": name, "warm_second": row["warm_second"]}), flush=True)
-            partial(args.name, {"problem": name, "warm_second": {k: v for k, v in row["warm_second"].items()
-                                                                 if k != "measured"}})
+            warm = run_kpilot_warm(problem, cands["compile"], cands["ref"], args.timeout)
+            print(json.dumps({"problem": name, "warm_second": warm}), flush=True)
+            row["warm_second"] = {**warm, "measured": partial(args.name, {"problem": name, "warm_second": warm})}
     rows.extend(done.values())      # measured before, not asked for this time
     for row in rows:
         kernelbench_speedups(row)

@@ -18,6 +18,7 @@ import sys
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kernelpilot.errors import ToolNotFoundError
 
@@ -170,9 +171,7 @@ def _override(name: str) -> Path | None:
 def _llvm_info(path: Path) -> tuple[int | None, frozenset[str]]:
     """An LLVM tool's major version and registered targets, from ``--version`` (and clang's ``-print-targets``)."""
     text = ""
-    for args in (["--version"], ["-print-targets"] if "clang" in path.name else []):
-        if not args:
-            continue
+    for args in [["--version"]] + ([["-print-targets"]] if "clang" in path.name else []):
         try:
             out = subprocess.run([str(path), *args], capture_output=True, text=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired):
@@ -242,14 +241,15 @@ def _first_version_line(path: Path) -> str:
     return lines[0] if lines else "unknown"
 
 
-def tool_versions() -> dict[str, dict[str, str | None]]:
-    """Where each known tool is and its version line (None where missing). For `kpilot doctor`-style output."""
-    out: dict[str, dict[str, str | None]] = {}
+def tool_versions() -> dict[str, dict[str, Any]]:
+    """Where each known tool is and its version line (None where missing), what installs a missing one, and the
+    binaries found but not usable (``rejected``). For `kpilot doctor` and the benchmarks' environment record."""
+    out: dict[str, dict[str, Any]] = {}
     for name in TOOLS:
         try:
             p = find_tool(name)
         except ToolNotFoundError as e:
-            out[name] = {"path": None, "version": None, "install": e.package}
+            out[name] = {"path": None, "version": None, "install": e.package, "rejected": e.rejected}
             continue
-        out[name] = {"path": str(p), "version": _first_version_line(p), "install": None}
+        out[name] = {"path": str(p), "version": _first_version_line(p), "install": None, "rejected": []}
     return out

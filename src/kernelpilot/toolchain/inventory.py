@@ -257,19 +257,10 @@ def counter_access(admin_only: bool | None, *, euid: int | None, cap_eff: int | 
 
 
 def _tools() -> dict[str, ToolFound]:
-    from kernelpilot.errors import ToolNotFoundError
-    from kernelpilot.toolchain.find import find_tool, tool_versions
+    from kernelpilot.toolchain.find import tool_versions
 
-    out = {}
-    for name, v in tool_versions().items():
-        rejected: tuple[str, ...] = ()
-        if v["path"] is None:
-            try:
-                find_tool(name)
-            except ToolNotFoundError as e:
-                rejected = tuple(e.rejected)
-        out[name] = ToolFound(name, v["path"], v["version"], v["install"], rejected)
-    return out
+    return {name: ToolFound(name, v["path"], v["version"], v["install"], tuple(v["rejected"]))
+            for name, v in tool_versions().items()}
 
 
 def _first_line(e: BaseException) -> str:
