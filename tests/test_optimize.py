@@ -182,7 +182,7 @@ def test_killed_run_resumes_from_its_last_step(tmp_path):
     require_module("triton")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     cmd = [sys.executable, "-m", "kernelpilot", "optimize", str(SCALE), "-c", str(TUNABLE), "--device", "cpu",
-           "--budget", "7", "--bench-budget", "0.05", "--json"]
+           "--budget", "5", "--bench-budget", "0.05", "--json"]
     p = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     seen = []
@@ -200,11 +200,11 @@ def test_killed_run_resumes_from_its_last_step(tmp_path):
     r = kp("optimize", "--resume", "1", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     events = [json.loads(line) for line in r.stdout.splitlines()]
-    assert events[-1]["status"] == "done" and "budget of 7" in events[-1]["reason"]
+    assert events[-1]["status"] == "done" and "budget of 5" in events[-1]["reason"]
     assert events[0]["event"] == "run" and events[1]["n"] == len(before)   # carried on from the next step
     with RunStore(tmp_path / ".kpilot" / "runs.db", create=False) as s:
         after = s.steps(1)
-    assert [x.n for x in after] == list(range(7))
+    assert [x.n for x in after] == list(range(5))
     assert [(x.n, x.params, x.median_us) for x in after[:len(before)]] == [(x.n, x.params, x.median_us) for x in before]
     keys = [(config_key({k: v for k, v in x.params.items() if k != "round"}), x.params.get("round")) for x in after[1:]]
     assert len(keys) == len(set(keys))          # nothing run twice
