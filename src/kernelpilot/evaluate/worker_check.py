@@ -16,9 +16,6 @@ from kernelpilot.evaluate.worker_bench import TimingWorker
 
 __all__ = ["CheckWorker"]
 
-# Calls timed to tell hidden work on another stream from work the calling stream waited for.
-_TAIL_CALLS = 7
-
 
 class CheckWorker(TimingWorker):
     """``CheckJob``: check the candidate, then time it where asked."""
@@ -62,7 +59,6 @@ class CheckWorker(TimingWorker):
         writable = bool(self.problem.options.get("writable_inputs"))
         cases_out: list[dict[str, Any]] = []
         probe_done = False
-        probed = None
         broken = None
         for n, (case, seed, inputs, fp) in enumerate(plan):
             key = output_key(case.name, seed)
@@ -91,7 +87,7 @@ class CheckWorker(TimingWorker):
                         out, probe = probe_call(lambda: fn(*dev), self.device)
                         probe_done = True
                         self.result["probe"] = probe.to_json()
-                        probed = (probe, defined_kernels(path), case, seed)
+                        self._probe_flags(probe, defined_kernels(path))
                     else:
                         out = fn(*dev)
                     _sync(self.device)
@@ -119,10 +115,6 @@ class CheckWorker(TimingWorker):
                 inputs = None
             if len(prints) == 2 and prints[0] != prints[1]:
                 entry["nondeterministic"] = True
-        if probed is not None:
-            # After every case: calls made to time a tail must not touch an output not yet saved.
-            probe, own, case, seed = probed
-            self._probe_flags(probe, own, lambda: self._untimed_tail(fn, case, seed) if not broken else None)
         return cases_out
 
     def _plan(self, cases, n_seeds: int, by_case: dict[str, list[int]]) -> list[tuple[Any, int, Any, str]]:
@@ -146,49 +138,15 @@ class CheckWorker(TimingWorker):
         _sync(self.device)
         return plan
 
-    def _untimed_tail(self, fn, case, seed: int) -> tuple[float, float] | None:
-        """``(excess_us, median_us)``: how long the device stayed busy past the end of the calling stream's work
-        (``timing.Tails``), and the calls' own time, over ``_TAIL_CALLS`` calls on the inputs of ``case`` for
-        ``seed`` (made again); None where it cannot be measured (the CPU, or a call that fails)."""
-        if not self.device.startswith("cuda"):
-            return None
-        import statistics
-
-        try:
-            inputs = _to(self.rt.make_inputs(case, seed, self.device), self.device)
-            sampler = self.tools["gpu_sampler"](lambda: fn(*inputs), flush_l2=False, device=self.device,
-                                                clock=self.clock)
-            sampler(-1)                                   # its lead-in learns the host's launch time
-            times = [sampler(i) for i in range(_TAIL_CALLS)]
-        except Exception:
-            return None
-        excess = sampler.tails.excess_us()
-        return None if excess is None else (excess, statistics.median(times))
-
-    def _probe_flags(self, probe, own_kernels: list[str], tail=None) -> None:
-        """Flags from the profiled call. Kernels on another stream that ended after the calling stream's last
-        kernel are hidden from a timer on that stream unless the calling stream waited for them (as torch.compile's
-        CUDA-graph warm-up does: it runs on a stream of its own and the calling stream then waits), which the
-        profile cannot show: ``tail()`` (a few more calls, timed as bench times them) says whether the device
-        stayed busy past the calling stream's end."""
+    def _probe_flags(self, probe, own_kernels: list[str]) -> None:
         if probe.side_stream_kernels:
-            measured = tail() if tail is not None else None
-            level = "error" if measured is None else self.tools["side_stream_level"](*measured)
-            names = ", ".join(probe.side_stream_kernels[:5])
-            if level:
-                self.flag("side-stream", "kernels ran on a stream other than the timed one and ended after its last "
-                          "kernel, outside the timer: " + names
-                          + ("" if measured is None else f" (the device stayed busy {measured[0]:.1f} us after the "
-                             f"calling stream's end, median of {_TAIL_CALLS} calls of {measured[1]:.1f} us)"),
-                          level=level, kernels=probe.side_stream_kernels[:10])
-            else:
-                self.flag("other-streams", "kernels ran on other streams and ended after the timed stream's last "
-                          f"kernel, but the timed stream waited for them (the device was idle {measured[0]:.1f} us "
-                          f"after its end, median of {_TAIL_CALLS} calls): " + names, "warning",
-                          kernels=probe.side_stream_kernels[:10])
+            self.flag("side-stream", "kernels ran on a stream other than the timed one and ended after its last "
+                      "kernel, outside the timer: " + ", ".join(probe.side_stream_kernels[:5]),
+                      kernels=probe.side_stream_kernels[:10])
         elif probe.other_stream_kernels:
-            self.flag("other-streams", "kernels ran on other streams, each finished before the timed stream's last "
-                      "kernel (so inside the timer on this call): " + ", ".join(probe.other_stream_kernels[:5]),
+            self.flag("other-streams", "kernels ran on other streams, each one the timed stream waited for or that "
+                      "finished before its last kernel (so inside the timer on this call): "
+                      + ", ".join(probe.other_stream_kernels[:5]),
                       "warning", kernels=probe.other_stream_kernels[:10])
         if probe.other_thread_ops:
             self.flag("other-thread", "work was launched from another thread: " + ", ".join(probe.other_thread_ops[:5]),

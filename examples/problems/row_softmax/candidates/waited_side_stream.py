@@ -1,7 +1,8 @@
 """A correct candidate (GPU) that works on a stream of its own and makes the caller's stream wait for it, as
 torch.compile's CUDA-graph warm-up does (``mode="reduce-overhead"``). Its kernels end after the caller's stream's
-last kernel, but a timer on the caller's stream includes them: the harness says so with the warning
-``other-streams``, not the error ``side-stream`` (compare ``cheats/side_stream.py``, which never waits back)."""
+last kernel, but a timer on the caller's stream includes them: the profile records the caller's stream waiting
+for them, and the harness says so with the warning ``other-streams``, not the error ``side-stream`` (compare
+``cheats/side_stream.py``, which never waits back)."""
 
 import torch
 
