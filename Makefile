@@ -28,10 +28,11 @@ demo: setup
 	@bash scripts/demo.sh $(BIN)/kpilot
 
 # CPU tests run on every core (pytest-xdist); GPU tests one at a time, since they time kernels on the one GPU
-# (skipped where there is none).
+# (skipped where there is none). test-all adds the case study (marker example) and the compiled-kernel checks
+# repeated on further archs (marker golden).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not example and not gpu"
-	$(BIN)/python -m pytest -q -m "gpu and not example"
+	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not example and not golden and not gpu"
+	$(BIN)/python -m pytest -q -m "gpu and not example and not golden"
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not gpu"

@@ -1,6 +1,7 @@
 """A local HTTP server on 127.0.0.1 that speaks Anthropic's Messages API (POST /v1/messages) and OpenAI's Chat
 Completions (POST /v1/chat/completions) wire formats, answering with scripted replies in order and keeping
-every request it received. The official SDKs talk to it through their base URL.
+every request it received, and lists models (GET .../models: refused while the next scripted reply is a
+rejected key). The official SDKs talk to it through their base URL.
 
 A scripted reply is {"text": str, "tool_calls": [(name, arguments), ...]} or {"status": 401|429|500,
 "retry_after": seconds} for an error response.
@@ -18,6 +19,7 @@ class ScriptedLLM:
     def __init__(self, script: list[dict[str, Any]]) -> None:
         self.script = list(script)
         self.requests: list[dict[str, Any]] = []
+        self.gets: list[str] = []
         self.lock = threading.Lock()
         outer = self
 
@@ -60,6 +62,20 @@ class ScriptedLLM:
                                             "usage": {"prompt_tokens": 1000 + n, "completion_tokens": 100 + n,
                                                       "total_tokens": 1100 + 2 * n}})
                 return self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+            def do_GET(self):
+                # The list of models (a client's first, cheap request): refused as the next scripted answer
+                # would be when that is a rejected key, else an empty list; not an answer taken from the script.
+                with outer.lock:
+                    outer.gets.append(self.path)
+                    refused = bool(outer.script) and outer.script[0].get("status") in (401, 403)
+                if not self.path.split("?")[0].endswith("/models"):
+                    return self._send(404, {"error": {"message": f"no route {self.path}"}})
+                if refused:
+                    return self._send(outer.script[0]["status"], {"type": "error", "error": {
+                        "type": "authentication_error", "message": "scripted rejected key"}})
+                return self._send(200, {"data": [], "has_more": False, "first_id": None, "last_id": None,
+                                        "object": "list"})
 
             def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None):
                 data = json.dumps(payload).encode()

@@ -3,6 +3,8 @@ occupancy is limited by different resources: VGPRs, LDS, workgroup size, and non
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from conftest import require_tool
 
@@ -48,14 +50,26 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("arch", ["gfx942", "gfx90a"])
-@pytest.mark.parametrize("bound,live,lds", CASES)
-def test_occupancy_agrees_with_compiler(tmp_path, arch, bound, live, lds):
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """``report(arch, bound, live, lds)``: the analysis of TEMPLATE built so, each built once in the module."""
     require_tool("clang++")
-    src = tmp_path / "occ.hip"
+    src = tmp_path_factory.mktemp("occ") / "occ.hip"
     src.write_text(TEMPLATE)
+
+    @functools.cache
+    def build(arch: str, bound: int, live: int, lds: int):
+        (rep,) = analyze(src, arch=arch, defines={"BOUND": str(bound), "LIVE": str(live), "LDS_FLOATS": str(lds)})
+        return rep
+
+    return build
+
+
+@pytest.mark.parametrize("arch", ["gfx942", pytest.param("gfx90a", marks=pytest.mark.golden)])
+@pytest.mark.parametrize("bound,live,lds", CASES)
+def test_occupancy_agrees_with_compiler(report, arch, bound, live, lds):
     defines = {"BOUND": str(bound), "LIVE": str(live), "LDS_FLOATS": str(lds)}
-    (rep,) = analyze(src, arch=arch, defines=defines)
+    rep = report(arch, bound, live, lds)
     r = rep.resources
     compiler = rep.occupancy.compiler
     assert compiler is not None
@@ -72,14 +86,11 @@ def test_occupancy_agrees_with_compiler(tmp_path, arch, bound, live, lds):
         assert rep.occupancy.active == compiler
 
 
-def test_cases_cover_several_limiters(tmp_path):
-    require_tool("clang++")
-    src = tmp_path / "occ.hip"
-    src.write_text(TEMPLATE)
+def test_cases_cover_several_limiters(report):
     limiters = set()
     values = set()
     for bound, live, lds in CASES:
-        (rep,) = analyze(src, arch="gfx942", defines={"BOUND": str(bound), "LIVE": str(live), "LDS_FLOATS": str(lds)})
+        rep = report("gfx942", bound, live, lds)
         limiters.add(rep.occupancy.limiter)
         values.add(rep.occupancy.compiler)
     assert {"vgpr", "lds"} <= limiters, limiters

@@ -77,7 +77,7 @@ class Run:
 
 
 def row(name: str, mode: str = "check", **kw) -> Run:
-    folder = "candidates" if name == "triton_softmax" else "cheats"
+    folder = "candidates" if name in ("triton_softmax", "waited_side_stream") else "cheats"
     return Run(mode, ROW, ROW / folder / f"{name}.py", **kw)
 
 
@@ -129,6 +129,7 @@ RUNS: dict[str, Run] = {
     "gpu/row/cached_by_shape": row("cached_by_shape", device="cuda", seeds=2),
     "gpu/row/background_thread": row("background_thread", device="cuda"),
     "gpu/row/side_stream": row("side_stream", device="cuda"),
+    "gpu/row/waited_side_stream": row("waited_side_stream", device="cuda"),
     "gpu/row/stale_memory": row("stale_memory", device="cuda"),
     "gpu/row/fast_path_never_runs": row("fast_path_never_runs", device="cuda"),
     "gpu/row/patched_cuda_timer": row("patched_cuda_timer", device="cuda"),
@@ -300,6 +301,16 @@ def test_side_stream_is_rejected(outcome, key):
     assert f.level == "error" and "stream" in f.message
     assert flag(res, "static-streams").level == "info"
     assert not res.passed
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("key", ["gpu/row/waited_side_stream"])
+def test_a_side_stream_the_caller_waits_for_passes_with_a_warning(outcome, key):
+    res = outcome(key)
+    assert res.correct and res.passed, (res.error, [(f.id, f.message) for f in res.flags])
+    assert "side-stream" not in ids(res)
+    f = flag(res, "other-streams")
+    assert f.level == "warning" and "waited for" in f.message
 
 
 # ---------------------------------------------------------------- cheats that fail the check

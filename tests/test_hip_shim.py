@@ -17,7 +17,7 @@ from kernelpilot.isa.amdgcn import parse_amdgcn_asm
 from kernelpilot.isa.model import KernelISA
 from kernelpilot.toolchain.hip import SHIM_HEADER, HipBuild, compile_hip, device_libs_dir, rocm_root
 
-ARCHS = ("gfx942", "gfx90a")
+ARCHS = ("gfx942", pytest.param("gfx90a", marks=pytest.mark.golden))   # gfx90a repeats gfx942's checks
 
 
 def _hip_tools() -> Path:

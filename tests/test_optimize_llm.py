@@ -110,9 +110,12 @@ def test_no_api_key_is_one_line(tmp_path):
 def test_rejected_key_is_one_line(tmp_path, provider):
     with ScriptedLLM([{"status": 401}]) as llm:
         r = _optimize(provider, llm.url(provider), tmp_path, "--api-key", "bad")
+        # said before anything ran: the list of models was refused, no proposal was asked for, no run recorded
+        assert llm.gets and llm.requests == []
     assert r.returncode == 1
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: the API key was rejected by") and "HTTP 401" in lines[0]
+    assert not (tmp_path / ".kpilot" / "runs.db").exists()
 
 
 def test_rate_limit_is_retried_with_backoff_then_reported(tmp_path):

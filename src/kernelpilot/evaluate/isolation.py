@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from kernelpilot.evaluate.fork_server import ForkedProcess, spawn
 from kernelpilot.evaluate.jobs import Job, JobFormatError, WorkerResult
 from kernelpilot.evaluate.worker_env import cache_dirs, redact, worker_env
 
@@ -122,7 +123,7 @@ class WorkerProcess:
         self.device, self.warm, self.trusted = device, warm, trusted
         self.stdout, self.stderr = self.dir / "stdout.txt", self.dir / "stderr.txt"
         self.t0 = time.perf_counter()
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | ForkedProcess | None = None
         self.error: str | None = None
         self.sandbox: dict[str, Any] | None = None
         self.exit: dict[str, Any] | None = None
@@ -138,22 +139,27 @@ class WorkerProcess:
         env = worker_env(self.dir, extra=extra)
         limit = default_memory_bytes() if box.memory_bytes is None else box.memory_bytes
         self.memory_limit = limit
-        cmd = [sys.executable, "-m", "kernelpilot.evaluate.supervise", "--memory-bytes", str(int(limit))]
+        opts = ["--memory-bytes", str(int(limit))]
         for path in _writable(self.dir, caches, box.writable):
-            cmd += ["--writable", path]
+            opts += ["--writable", path]
         if not box.sandbox:
-            cmd.append("--no-sandbox")
-        out_fd = os.open(self.stdout, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        cmd += ["--stdout-fd", str(out_fd), "--", sys.executable, "-m", "kernelpilot.evaluate.worker", "--stdin",
-                "--dir", str(self.dir)]
+            opts.append("--no-sandbox")
+        worker_args = ["--stdin", "--dir", str(self.dir)]
         if warm and device.startswith("cuda"):
-            cmd += ["--warm", device]
+            worker_args += ["--warm", device]
+        out_fd = os.open(self.stdout, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with open(self.stderr, "wb") as se:
-            try:
-                self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=se,
-                                             env=env, start_new_session=True, pass_fds=(jw, out_fd))
-            except OSError as e:
-                self.error = f"the worker process could not be started: {e.strerror or e}"
+            # From the fork server where there is one (torch already imported: a start in milliseconds), else a
+            # fresh interpreter for the supervisor and one for the worker.
+            self.proc = spawn(opts, worker_args, env, stderr_fd=se.fileno(), journal_fd=jw, stdout_fd=out_fd)
+            if self.proc is None:
+                cmd = [sys.executable, "-m", "kernelpilot.evaluate.supervise", *opts, "--stdout-fd", str(out_fd),
+                       "--", sys.executable, "-m", "kernelpilot.evaluate.worker", *worker_args]
+                try:
+                    self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=se,
+                                                 env=env, start_new_session=True, pass_fds=(jw, out_fd))
+                except OSError as e:
+                    self.error = f"the worker process could not be started: {e.strerror or e}"
         os.close(jw)
         os.close(out_fd)
         if self.proc is None:
@@ -544,7 +550,7 @@ def _record(line: bytes) -> dict[str, Any] | None:
     return rec if isinstance(rec, dict) else None
 
 
-def _reap(proc: subprocess.Popen) -> None:
+def _reap(proc: subprocess.Popen | ForkedProcess) -> None:
     try:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:

@@ -35,8 +35,9 @@ import select
 import signal
 import sys
 import time
+from collections.abc import Callable
 
-__all__ = ["main", "descendants", "tree_rss"]
+__all__ = ["main", "descendants", "tree_rss", "prctl", "close_fds_except"]
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -46,7 +47,7 @@ _MEMORY_EVERY_S = 0.1
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def _prctl(option: int, arg: int) -> int:
+def prctl(option: int, arg: int) -> int:
     try:
         return ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)
     except (OSError, AttributeError):
@@ -154,17 +155,19 @@ def _drop_capabilities() -> None:
 
 
 def _start(cmd: list[str], stdin_r: int, stdout_fd: int | None, writable: list[str], sandbox: bool,
-           err_w: int) -> int:
-    """Fork and exec the worker: its standard input from ``stdin_r``, its standard output to ``stdout_fd`` (never
+           err_w: int, run_worker: Callable[[list[str]], int] | None = None, keep_fds: tuple[int, ...] = ()) -> int:
+    """Fork and start the worker: its standard input from ``stdin_r``, its standard output to ``stdout_fd`` (never
     this process's: that carries the supervisor's reports), killed when this process dies, under Landlock
-    where ``sandbox``. A failure before exec is written to ``err_w`` and exits 127."""
+    where ``sandbox``. It executes ``cmd``, or, with ``run_worker`` (a supervisor forked by the fork server,
+    torch already imported), runs ``run_worker(cmd)`` in the forked process, which then holds only its standard
+    streams and ``keep_fds``. A failure before that is written to ``err_w`` and exits 127."""
     pid = os.fork()
     if pid:
         return pid
     try:
         os.dup2(stdin_r, 0)
         os.dup2(stdout_fd if stdout_fd is not None else os.open(os.devnull, os.O_WRONLY), 1)
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         import resource
 
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -175,13 +178,37 @@ def _start(cmd: list[str], stdin_r: int, stdout_fd: int | None, writable: list[s
         _drop_capabilities()
         for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
             signal.signal(s, signal.SIG_DFL)
-        os.execvp(cmd[0], cmd)
+        if run_worker is None:
+            os.execvp(cmd[0], cmd)
+        close_fds_except(set(keep_fds))   # err_w among them: its close tells the supervisor the start went well
     except BaseException as e:   # noqa: BLE001 - the child must never return into the supervisor's code
         try:
             os.write(err_w, f"{type(e).__name__}: {e}".encode()[:1000])
         finally:
             os._exit(127)
-    raise AssertionError("unreachable")
+    code = 1
+    try:
+        code = run_worker(cmd)
+    except BaseException:   # noqa: BLE001
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code if isinstance(code, int) else 1)
+
+
+def close_fds_except(keep: set[int]) -> None:
+    """Close every descriptor above the standard streams but ``keep``."""
+    try:
+        open_fds = [int(x) for x in os.listdir("/proc/self/fd")]
+    except OSError:
+        open_fds = list(range(3, 1024))
+    for fd in open_fds:
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 def _cmdline(pid: int) -> str:
@@ -233,7 +260,10 @@ def _emit(record: dict) -> None:
         pass
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, run_worker: Callable[[list[str]], int] | None = None,
+         keep_fds: tuple[int, ...] = ()) -> int:
+    """Supervise the worker ``argv`` names; ``run_worker`` and ``keep_fds`` as in ``_start`` (the fork server's
+    way in)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if "--" not in args:
         print("usage: python -m kernelpilot.evaluate.supervise [options] -- CMD ...", file=sys.stderr)
@@ -259,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"supervise: unknown option {opts[i]}", file=sys.stderr)
             return 2
     parent = os.getppid()
-    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    prctl(_PR_SET_CHILD_SUBREAPER, 1)
     stop = {"flag": False}
 
     def on_signal(signum, frame) -> None:
@@ -274,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     stdin_r, stdin_w = os.pipe()
     err_r, err_w = os.pipe()
     os.set_inheritable(stdin_r, True)
-    worker = _start(cmd, stdin_r, stdout_fd, writable, sandbox and abi > 0, err_w)
+    worker = _start(cmd, stdin_r, stdout_fd, writable, sandbox and abi > 0, err_w, run_worker, keep_fds)
     os.close(stdin_r)
     if stdout_fd is not None:
         os.close(stdout_fd)

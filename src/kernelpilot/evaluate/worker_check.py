@@ -144,8 +144,9 @@ class CheckWorker(TimingWorker):
                       "kernel, outside the timer: " + ", ".join(probe.side_stream_kernels[:5]),
                       kernels=probe.side_stream_kernels[:10])
         elif probe.other_stream_kernels:
-            self.flag("other-streams", "kernels ran on other streams, each finished before the timed stream's last "
-                      "kernel (so inside the timer on this call): " + ", ".join(probe.other_stream_kernels[:5]),
+            self.flag("other-streams", "kernels ran on other streams, each one the timed stream waited for or that "
+                      "finished before its last kernel (so inside the timer on this call): "
+                      + ", ".join(probe.other_stream_kernels[:5]),
                       "warning", kernels=probe.other_stream_kernels[:10])
         if probe.other_thread_ops:
             self.flag("other-thread", "work was launched from another thread: " + ", ".join(probe.other_thread_ops[:5]),

@@ -142,7 +142,9 @@ def _model(opts: OptimizeOptions, api_key: str | None):
     cfg = load_config(provider=opts.provider, model=opts.model, api_key=api_key, base_url=opts.base_url,
                       max_retries=opts.llm_retries, price_in=opts.price_in, price_out=opts.price_out)
     opts.provider, opts.model, opts.base_url = cfg.provider, cfg.model, cfg.base_url
-    return cfg, connect(cfg)
+    model = connect(cfg)
+    model.verify()          # a rejected key or an unreachable endpoint: said now, not after the start's evaluation
+    return cfg, model
 
 
 def optimize(problem: str | Path, candidate: str | Path, opts: OptimizeOptions, *, api_key: str | None = None,

@@ -24,6 +24,8 @@ from kernelpilot.errors import KernelpilotError
 __all__ = ["LLMConfig", "LLMError", "ToolCall", "Reply", "Turn", "ChatModel", "load_config", "connect"]
 
 DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-5"}
+# How long ``ChatModel.verify`` waits for its one request.
+_VERIFY_TIMEOUT_S = 30.0
 
 
 class LLMError(KernelpilotError):
@@ -108,6 +110,23 @@ class ChatModel:
     def reply(self, system: str, history: list[Turn], tools: list[Any]) -> Reply:
         raise NotImplementedError
 
+    def _list_models(self) -> None:
+        raise NotImplementedError
+
+    def verify(self) -> None:
+        """Fail at once, before a run spends minutes evaluating its start, when the key is rejected or the
+        endpoint cannot be reached: one cheap request (the list of models), not retried. Anything else (an
+        endpoint without that list, a rate limit, a slow answer) is left to the real requests."""
+        sdk = self.sdk
+        try:
+            self._list_models()
+        except sdk.APITimeoutError:
+            return
+        except (sdk.AuthenticationError, sdk.PermissionDeniedError, sdk.APIConnectionError) as e:
+            raise self._error(e, sdk) from None
+        except sdk.APIError:
+            return
+
     def _where(self) -> str:
         return f"{self.cfg.provider} ({self.cfg.base_url or 'its default endpoint'}, model {self.cfg.model})"
 
@@ -140,6 +159,9 @@ class AnthropicModel(ChatModel):
         self.client = anthropic.Anthropic(api_key=cfg.api_key, base_url=cfg.base_url, max_retries=cfg.max_retries,
                                           timeout=cfg.timeout)
 
+    def _list_models(self) -> None:
+        self.client.with_options(max_retries=0, timeout=_VERIFY_TIMEOUT_S).models.list(limit=1)
+
     def reply(self, system: str, history: list[Turn], tools: list[Any]) -> Reply:
         messages: list[dict[str, Any]] = []
         for t in history:
@@ -171,6 +193,9 @@ class OpenAIModel(ChatModel):
         self.sdk = openai
         self.client = openai.OpenAI(api_key=cfg.api_key, base_url=cfg.base_url, max_retries=cfg.max_retries,
                                     timeout=cfg.timeout)
+
+    def _list_models(self) -> None:
+        self.client.with_options(max_retries=0, timeout=_VERIFY_TIMEOUT_S).models.list()
 
     def reply(self, system: str, history: list[Turn], tools: list[Any]) -> Reply:
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}]

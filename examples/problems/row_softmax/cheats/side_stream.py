@@ -6,9 +6,10 @@ the launches; if the harness then synchronises the whole device before reading t
 is complete and correct. The kernel looks almost free.
 
 Caught by: the worker's profiled call records which stream each kernel ran on, against a marker kernel it
-launches on the timed stream first; kernels elsewhere are the error-level flag ``side-stream`` ("kernels ran on a
-stream other than the timed one, outside the timer: ..."). The static scan adds the info-level
-``static-streams``.
+launches on the timed stream first; kernels elsewhere that end after the timed stream's last kernel, when the
+timed stream did not wait for them (no stream-wait event in the profile), are the error-level flag
+``side-stream`` ("kernels ran on a stream other than the timed one ... outside the timer: ..."). The static scan
+adds the info-level ``static-streams``.
 """
 
 import torch
