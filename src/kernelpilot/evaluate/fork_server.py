@@ -1,5 +1,5 @@
-"""A fork server for workers: one process per harness process that imports torch and the worker's modules once,
-then forks each worker's supervisor on request. Importing torch costs seconds of CPU; a fork costs milliseconds,
+"""A fork server for workers (those for the CPU: ``isolation.WorkerProcess``): one process per harness process that
+imports torch and the worker's modules once, then forks each worker's supervisor on request. Importing torch costs seconds of CPU; a fork costs milliseconds,
 so a worker is ready almost at once, for a cold ``kpilot eval`` as for the hundredth candidate of a search.
 
     python -m kernelpilot.evaluate.fork_server FD        (started by ``spawn``, never by hand)

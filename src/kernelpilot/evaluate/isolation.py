@@ -149,9 +149,11 @@ class WorkerProcess:
             worker_args += ["--warm", device]
         out_fd = os.open(self.stdout, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with open(self.stderr, "wb") as se:
-            # From the fork server where there is one (torch already imported: a start in milliseconds), else a
-            # fresh interpreter for the supervisor and one for the worker.
-            self.proc = spawn(opts, worker_args, env, stderr_fd=se.fileno(), journal_fd=jw, stdout_fd=out_fd)
+            # A CPU worker from the fork server where there is one (torch already imported: a start in
+            # milliseconds); a GPU worker, or any where there is no server, from a fresh interpreter for the
+            # supervisor and one for the worker (a GPU worker's start is mostly its CUDA context and warm-up).
+            self.proc = (None if device.startswith("cuda") else
+                         spawn(opts, worker_args, env, stderr_fd=se.fileno(), journal_fd=jw, stdout_fd=out_fd))
             if self.proc is None:
                 cmd = [sys.executable, "-m", "kernelpilot.evaluate.supervise", *opts, "--stdout-fd", str(out_fd),
                        "--", sys.executable, "-m", "kernelpilot.evaluate.worker", *worker_args]
