@@ -54,7 +54,15 @@ def has_gpu() -> bool:
         return False
 
 
+# The files that take longest, first: pytest-xdist (make test) hands out whole files in collection order, so the
+# workers then end at about the same time instead of one finishing a long file alone.
+SLOW_FILES_FIRST = ("test_eval_cli.py", "test_cheats.py", "test_optimize.py", "test_sass.py", "test_optimize_llm.py",
+                    "test_analyze_cli.py", "test_sealed.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))    # stable: a file's own order is kept
     if has_gpu():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU")

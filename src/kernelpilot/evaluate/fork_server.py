@@ -1,13 +1,15 @@
-"""A fork server for workers (those for the CPU: ``isolation.WorkerProcess``): one process per harness process that
-imports torch and the worker's modules once, then forks each worker's supervisor on request. Importing torch costs seconds of CPU; a fork costs milliseconds,
-so a worker is ready almost at once, for a cold ``kpilot eval`` as for the hundredth candidate of a search.
+"""A fork server for workers: one process per harness process and kind of worker (``isolation.WorkerProcess`` uses
+it for CPU workers) that imports torch, Triton and the worker's modules once, then forks each worker's supervisor
+on request. Importing them costs seconds of CPU; a fork costs milliseconds, so a worker is ready almost at once,
+for a cold ``kpilot eval`` as for the hundredth candidate of a search.
 
     python -m kernelpilot.evaluate.fork_server FD        (started by ``spawn``, never by hand)
 
 The server is started in a worker's environment (``worker_env.py``: no credentials), so nothing it holds is
-secret, and it never initialises CUDA (a forked child could not use a context made before the fork; it checks
-and refuses to serve if one exists). It is not dumpable: a candidate running as the same user cannot trace it
-to plant code in the workers forked after it, trusted ones (the reference's) among them.
+secret, and it never initialises CUDA (a forked child could not use a context made before the fork; if one
+exists, each request gets a fresh interpreter executed from the forked child instead). It is not dumpable: a
+candidate running as the same user cannot trace it to plant code in the workers forked after it, trusted ones
+(the reference's) among them.
 
 Each request carries the supervisor's options, the worker's arguments, the environment and working folder,
 and five descriptors (SCM_RIGHTS): the supervisor's standard input, its report pipe, its standard error, the
@@ -209,46 +211,50 @@ class _Server:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-_server: _Server | None = None
-_server_lock = threading.Lock()
+# One server per kind of worker ("cpu", "cuda"): what a server imports depends on the environment it starts in
+# (Triton's interpreter, on for CPU workers, is decided when Triton is imported).
+_servers: dict[str, _Server] = {}
+_servers_lock = threading.Lock()
 
 
-def _get_server(env: dict[str, str]) -> _Server | None:
-    global _server
-    with _server_lock:
-        if _server is not None and (_server.owner != os.getpid() or not _server.alive):
-            if _server.owner == os.getpid():
-                _server.close()
-            _server = None
-        if _server is None:
+def _get_server(kind: str, env: dict[str, str]) -> _Server | None:
+    with _servers_lock:
+        server = _servers.get(kind)
+        if server is not None and (server.owner != os.getpid() or not server.alive):
+            if server.owner == os.getpid():
+                server.close()
+            server = None
+        if server is None:
             work_dir = Path(tempfile.mkdtemp(prefix="kpilot-fork-server-"))
             os.chmod(work_dir, 0o700)
-            server_env = {k: v for k, v in env.items()
-                          if k not in ("TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES", "KPILOT_JOURNAL_FD")}
+            server_env = {k: v for k, v in env.items() if k != "KPILOT_JOURNAL_FD"}
             server_env["TMPDIR"] = str(work_dir)
             try:
-                _server = _Server(server_env, work_dir)
+                server = _Server(server_env, work_dir)
             except OSError:
                 shutil.rmtree(work_dir, ignore_errors=True)
                 return None
-        return _server
+            _servers[kind] = server
+        return server
 
 
 @atexit.register
-def _close_server() -> None:
-    if _server is not None and _server.owner == os.getpid():
-        _server.close(wait=False)
+def _close_servers() -> None:
+    for server in _servers.values():
+        if server.owner == os.getpid():
+            server.close(wait=False)
 
 
-def spawn(supervise_args: list[str], worker_args: list[str], env: dict[str, str], *, stderr_fd: int,
+def spawn(kind: str, supervise_args: list[str], worker_args: list[str], env: dict[str, str], *, stderr_fd: int,
           journal_fd: int, stdout_fd: int) -> ForkedProcess | None:
-    """Start a supervisor and its worker from the fork server (started on first use): ``supervise_args`` are the
-    supervisor's options (without ``--stdout-fd``), ``worker_args`` the worker's (``--stdin --dir ...``), ``env``
+    """Start a supervisor and its worker from the fork server for ``kind`` of worker (started on first use, in
+    ``env`` but for its own folder; every worker of a kind has the same environment but for its folder, its
+    caches and its journal): ``supervise_args`` are the supervisor's options (without ``--stdout-fd``), ``worker_args`` the worker's (``--stdin --dir ...``), ``env``
     the worker's whole environment (``KPILOT_JOURNAL_FD`` aside: the journal is ``journal_fd``). None where
     there is no fork server (see ``available``): start ``python -m kernelpilot.evaluate.supervise`` instead."""
     if not available():
         return None
-    server = _get_server(env)
+    server = _get_server(kind, env)
     if server is None:
         return None
     stdin_r, stdin_w = os.pipe()
@@ -279,9 +285,9 @@ def _name(name: bytes) -> None:
 
 
 def _preimport() -> str | None:
-    """Import what every worker imports, before any fork; the reason not to serve forked workers, if any.
-    Not Triton: some of it is decided when it is imported (its interpreter, which CPU workers turn on in their
-    environment), and its import is cheap."""
+    """Import what every worker imports, Triton among them (in the server's environment: a CPU worker's turns its
+    interpreter on), and hash Triton's libraries once, before any fork; the reason not to serve forked workers,
+    if any."""
     try:
         import torch
 
@@ -291,6 +297,12 @@ def _preimport() -> str | None:
         import kernelpilot.evaluate.worker  # noqa: F401
     except ImportError:
         return None          # each worker meets the same failure and reports it, as a fresh interpreter would
+    try:
+        from triton.runtime.cache import triton_key
+
+        triton_key()         # cached for every worker forked after (each would otherwise read its libraries)
+    except Exception:
+        pass                 # no Triton, or a broken one: the workers say so when they need it
     if torch.cuda.is_initialized():
         return "CUDA was initialised before the fork"
     return None

@@ -153,7 +153,8 @@ class WorkerProcess:
             # milliseconds); a GPU worker, or any where there is no server, from a fresh interpreter for the
             # supervisor and one for the worker (a GPU worker's start is mostly its CUDA context and warm-up).
             self.proc = (None if device.startswith("cuda") else
-                         spawn(opts, worker_args, env, stderr_fd=se.fileno(), journal_fd=jw, stdout_fd=out_fd))
+                         spawn("cpu", opts, worker_args, env, stderr_fd=se.fileno(), journal_fd=jw,
+                               stdout_fd=out_fd))
             if self.proc is None:
                 cmd = [sys.executable, "-m", "kernelpilot.evaluate.supervise", *opts, "--stdout-fd", str(out_fd),
                        "--", sys.executable, "-m", "kernelpilot.evaluate.worker", *worker_args]
