@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -88,9 +89,9 @@ def test_optimize_start_status_and_runs(tmp_path):
     from conftest import require_module
 
     require_module("triton")
-    scale = ROOT / "tests" / "data" / "problems" / "scale"
-    ctx = ToolContext(workspace=tmp_path)
-    started = call("optimize_start", {"problem": str(scale), "candidate": str(scale / "scale_tunable.py"),
+    shutil.copytree(ROOT / "tests" / "data" / "problems" / "scale", tmp_path / "scale")   # tools reach the workspace
+    ctx = ToolContext(workspace=tmp_path, confined=True)
+    started = call("optimize_start", {"problem": "scale", "candidate": "scale/scale_tunable.py",
                                       "device": "cpu", "budget": 2}, ctx)
     assert started["run"] == 1 and started["store"].endswith("runs.db")
     deadline = time.time() + 300
@@ -107,3 +108,62 @@ def test_optimize_start_status_and_runs(tmp_path):
     assert len(shown["steps"]) == 2 and "KPILOT_TUNE" in shown["best_code"]
     with pytest.raises(KernelpilotError, match="no run 7"):
         call("optimize_status", {"run": 7}, ctx)
+
+
+def test_every_path_argument_stays_in_the_workspace(tmp_path):
+    ws = tmp_path / "ws"
+    (ws / "k").mkdir(parents=True)
+    (ws / "k" / "a.cu").write_text("__global__ void k() {}\n")
+    (ws / "out").symlink_to(tmp_path)                    # a link leading out of the workspace
+    ctx = ToolContext(workspace=ws, confined=True)
+    outside = str(tmp_path / "elsewhere")
+    for tool, args in (("isa_analyze", {"source": "/etc/passwd"}),
+                       ("isa_analyze", {"source": "k/a.cu", "keep": outside}),
+                       ("isa_analyze", {"source": "k/a.cu", "keep": "out/kept"}),
+                       ("isa_diff", {"a": "k/a.cu", "b": "../b.cu"}),
+                       ("check", {"problem": outside, "candidate": "k/a.cu"}),
+                       ("check", {"problem": "k", "candidate": "k/a.cu", "writable": ["k", "/"]}),
+                       ("eval", {"problem": "k", "candidate": "k/a.cu", "keep": "/tmp"}),
+                       ("profile", {"report": "/etc/hosts"}),
+                       ("optimize_start", {"problem": "k", "candidate": "../../x.py"})):
+        with pytest.raises(ToolArgumentError, match="outside the workspace"):
+            call(tool, args, ctx)
+    # what a run's context names besides its workspace (the problem of an optimization run) may be named too
+    also = ToolContext(workspace=ws, confined=True, also=(tmp_path / "problem",))
+    with pytest.raises(ToolArgumentError, match="outside the workspace"):
+        call("check", {"problem": str(tmp_path / "problems"), "candidate": "k/a.cu"}, also)
+    with pytest.raises(KernelpilotError) as named:
+        call("check", {"problem": str(tmp_path / "problem"), "candidate": "k/a.cu"}, also)
+    assert "outside the workspace" not in str(named.value)     # let through; it fails on what it is (no problem)
+
+
+def test_compiler_flags_through_a_tool_are_allow_listed(tmp_path):
+    ctx = ToolContext(workspace=tmp_path, confined=True)
+    (tmp_path / "a.cu").write_text("__global__ void k() {}\n")
+    for flag in ("-ccbin", "-ccbin=/tmp/evil.sh", "--compiler-bindir=/tmp", "-Xcompiler", "-Wl,-rpath,/x",
+                 "-Wp,-MD,/tmp/x", "@/tmp/response", "-o", "-fplugin=/tmp/x.so", "-include", "-I/etc"):
+        with pytest.raises(ToolArgumentError, match="not allowed through a tool|outside the workspace"):
+            call("isa_analyze", {"source": "a.cu", "arch": "sm_90", "flags": [flag, "/tmp/evil.sh"]}, ctx)
+    with pytest.raises(ToolArgumentError, match="not allowed"):
+        call("isa_diff", {"a": "a.cu", "b": "a.cu", "arch": "sm_90", "flags": ["-ccbin", "/bin/sh"]}, ctx)
+
+
+def test_allowed_compiler_flags_reach_the_compiler(tmp_path):
+    require_tool("nvcc")
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "scale.h").write_text("#define SCALE 3.0f\n")
+    (tmp_path / "a.cu").write_text('#include "scale.h"\n__global__ void k(float* x) { x[threadIdx.x] *= SCALE * F; }\n')
+    r = call("isa_analyze", {"source": "a.cu", "arch": "sm_90", "flags": ["-Iinc", "-DF=2.0f", "-O3", "-lineinfo"]},
+             ToolContext(workspace=tmp_path, confined=True))
+    assert r["kernels"] and r["kernels"][0]["name"].startswith("_Z1kPf")
+
+
+def test_the_cli_is_not_confined(tmp_path):
+    # the CLI's user names any file and any flag: the registry confines only clients and models
+    src = tmp_path / "elsewhere" / "a.cu"
+    src.parent.mkdir()
+    src.write_text("__global__ void k(float* x) { x[0] = F; }\n")
+    require_tool("nvcc")
+    r = call("isa_analyze", {"source": str(src), "arch": "sm_90", "flags": ["-DF=1.0f", "-Xptxas=-O3"]},
+             ToolContext(workspace=tmp_path / "ws"))
+    assert r["kernels"]

@@ -1,6 +1,12 @@
 """`kpilot mcp`: the tool registry (tools.py) as a Model Context Protocol server, on the official ``mcp`` SDK,
 over stdio or the streamable HTTP transport (bound to 127.0.0.1 unless told otherwise).
 
+Over HTTP every request needs ``Authorization: Bearer TOKEN`` (``HTTPGate``): the token is ``KPILOT_MCP_TOKEN``
+or one made at start and printed once. Any local process can reach a loopback port, and the tools compile and
+run code; the token keeps them to the client it was given to. An address other than a loopback one is refused
+unless asked for (``allow_remote``). A body that is not JSON, or not a JSON-RPC message, gets the JSON-RPC
+error (-32700, -32600) and HTTP 400 before it reaches the SDK.
+
 Every tool call runs in a worker thread while the server keeps serving; a long one (check, bench, eval,
 profile) reports progress every few seconds. Bad arguments and a failing tool come back as a tool error
 with the message (``isError``); the server itself never stops on them.
@@ -8,15 +14,25 @@ with the message (``isError``); the server itself never stops on them.
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import json
+import os
+import secrets
 import time
 from pathlib import Path
 from typing import Any
 
 from kernelpilot import __version__
-from kernelpilot.errors import KernelpilotError
+from kernelpilot.errors import KernelpilotError, UsageError
 
-__all__ = ["build_server", "serve_stdio", "serve_http", "INSTRUCTIONS"]
+__all__ = ["build_server", "serve_stdio", "serve_http", "http_token", "check_host", "HTTPGate", "is_loopback",
+           "INSTRUCTIONS", "TOKEN_ENV"]
+
+TOKEN_ENV = "KPILOT_MCP_TOKEN"
+_MIN_TOKEN = 16
+# A JSON-RPC body larger than this is refused whole (the SDK's own limit is of the same order).
+_MAX_BODY = 4 << 20
 
 INSTRUCTIONS = (
     "kernelpilot: GPU kernel optimization tools. Typical loop: arch_info for the GPU's limits; isa_analyze on the "
@@ -38,7 +54,7 @@ def build_server(workspace: Path | None = None, pool: Any = None):
 
     from kernelpilot.tools import REGISTRY, ToolContext, call
 
-    ctx_tools = ToolContext(workspace=(workspace or Path.cwd()).resolve(), pool=pool)
+    ctx_tools = ToolContext(workspace=(workspace or Path.cwd()).resolve(), pool=pool, confined=True)
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[types.Tool(name=t.name, description=t.description,
@@ -107,11 +123,121 @@ def serve_stdio(workspace: Path | None = None) -> None:
         pool.close()
 
 
-def serve_http(port: int, host: str = "127.0.0.1", workspace: Path | None = None) -> None:
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (127.0.0.0/8, ::1) or ``localhost``."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_host(host: str, allow_remote: bool) -> None:
+    """Refuse a ``host`` that other machines could reach unless ``allow_remote``."""
+    if not is_loopback(host) and not allow_remote:
+        raise UsageError(f"refusing to serve on {host}: not a loopback address, so other machines could reach the "
+                         "tools. Pass --allow-remote to serve them (requests still need the token).")
+
+
+def http_token() -> tuple[str, bool]:
+    """The token HTTP clients must send: ``KPILOT_MCP_TOKEN``, else a new random one; and whether it is new."""
+    given = os.environ.get(TOKEN_ENV)
+    if given is not None:
+        if len(given) < _MIN_TOKEN:
+            raise UsageError(f"{TOKEN_ENV} is too short ({len(given)} characters): use at least {_MIN_TOKEN}, "
+                             "or unset it to have one made.")
+        return given, False
+    return secrets.token_urlsafe(32), True
+
+
+class HTTPGate:
+    """ASGI middleware in front of the MCP app: a request without ``Authorization: Bearer TOKEN`` gets 401; a POST
+    whose body is not JSON gets the JSON-RPC parse error (-32700), one that is not a JSON-RPC message (an object,
+    or a non-empty list of them, with ``"jsonrpc": "2.0"`` and a method, or a result or error) the invalid-request
+    error (-32600), both with HTTP 400; the rest goes on to the app with its body unchanged."""
+
+    def __init__(self, app, token: str) -> None:
+        self.app = app
+        self.expected = b"Bearer " + token.encode()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        if not hmac.compare_digest(headers.get(b"authorization", b""), self.expected):
+            return await _reply(send, 401, {"jsonrpc": "2.0", "id": None, "error": {
+                "code": -32001, "message": "unauthorized: send the server's token as 'Authorization: Bearer TOKEN'"}},
+                [(b"www-authenticate", b'Bearer realm="kpilot"')])
+        if scope.get("method") != "POST":
+            return await self.app(scope, receive, send)
+        body, more = b"", True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > _MAX_BODY:
+                return await _reply(send, 413, {"jsonrpc": "2.0", "id": None, "error": {
+                    "code": -32600, "message": f"request body over {_MAX_BODY >> 20} MiB"}})
+        try:
+            parsed = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as e:
+            return await _reply(send, 400, {"jsonrpc": "2.0", "id": None, "error": {
+                "code": -32700, "message": f"parse error: {e}"}})
+        bad = _not_jsonrpc(parsed)
+        if bad:
+            ident = parsed.get("id") if isinstance(parsed, dict) and isinstance(parsed.get("id"), (str, int)) else None
+            return await _reply(send, 400, {"jsonrpc": "2.0", "id": ident, "error": {
+                "code": -32600, "message": f"invalid request: {bad}"}})
+        sent = False
+
+        async def replay():
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return await self.app(scope, replay, send)
+
+
+def _not_jsonrpc(parsed: Any) -> str | None:
+    """Why ``parsed`` is not a JSON-RPC 2.0 message (or batch of them); None if it is one."""
+    items = parsed if isinstance(parsed, list) else [parsed]
+    if not items:
+        return "an empty batch"
+    for item in items:
+        if not isinstance(item, dict):
+            return f"a message must be a JSON object, not {type(item).__name__}"
+        if item.get("jsonrpc") != "2.0":
+            return 'a message must have "jsonrpc": "2.0"'
+        if "method" in item:
+            if not isinstance(item["method"], str):
+                return '"method" must be a string'
+        elif "result" not in item and "error" not in item:
+            return 'a message needs a "method" (or a "result" or "error")'
+    return None
+
+
+async def _reply(send, status: int, payload: dict[str, Any], headers: list | None = None) -> None:
+    data = json.dumps(payload).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+                            *(headers or [])]})
+    await send({"type": "http.response.body", "body": data})
+
+
+def serve_http(port: int, host: str = "127.0.0.1", workspace: Path | None = None, *, token: str,
+               allow_remote: bool = False) -> None:
+    """Serve on ``host``:``port`` behind ``HTTPGate`` with ``token``; a non-loopback ``host`` only with
+    ``allow_remote``."""
     import uvicorn
 
+    check_host(host, allow_remote)
     pool = _pool()
-    app = build_server(workspace, pool).streamable_http_app(host=host)
+    app = HTTPGate(build_server(workspace, pool).streamable_http_app(host=host), token)
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:

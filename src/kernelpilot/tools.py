@@ -13,6 +13,7 @@ own failure raises the KernelpilotError it met. Neither is ever a crash of the c
 from __future__ import annotations
 
 import json
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,12 +30,16 @@ class ToolArgumentError(UsageError):
 
 @dataclass
 class ToolContext:
-    """What a tool may touch: candidate files are read and written only under ``workspace``. ``evaluating`` is
+    """What a tool may touch: candidate files are read and written only under ``workspace``; with ``confined`` (a
+    client of the MCP server, a model in the optimization loop; not the CLI, whose user can run anything) every
+    path argument too, and compiler flags only of the allowed forms (``allowed_flags``). ``evaluating`` is
     held by every check, bench and eval: they run one at a time (timings on a shared GPU would disturb each
     other, and a pool's reference worker serves one job at a time)."""
 
     workspace: Path = field(default_factory=Path.cwd)
     pool: Any = None                      # an evaluate.isolation.WorkerPool to take workers from
+    confined: bool = False
+    also: tuple[Path, ...] = ()           # with confined: what outside the workspace may be named (a run's problem)
     evaluating: Any = field(default_factory=threading.Lock)
 
 
@@ -73,7 +78,34 @@ def call(name: str, args: dict[str, Any] | None = None, ctx: ToolContext | None 
         raise ToolArgumentError(f"no tool named {name!r}; tools: {', '.join(sorted(REGISTRY))}.")
     args = dict(args or {})
     validate(tool.parameters, args, name)
-    return tool.fn(args, ctx or ToolContext())
+    ctx = ctx or ToolContext()
+    return tool.fn(confine(tool.parameters, args, ctx, name) if ctx.confined else args, ctx)
+
+
+def confine(schema: dict[str, Any], args: dict[str, Any], ctx: ToolContext, where: str) -> dict[str, Any]:
+    """``args`` with every path argument (``"format": "path"``, alone or in an array) made absolute against the
+    workspace; one outside it (``..``, an absolute path elsewhere, a symbolic link leading out), and outside what
+    ``ctx.also`` names, is refused. A tool's caller (an MCP client, a model) reaches its workspace's files only."""
+    out = dict(args)
+    for key, spec in schema.get("properties", {}).items():
+        value = args.get(key)
+        if value is None:
+            continue
+        if spec.get("format") == "path":
+            out[key] = str(_within(ctx, value, f"{where}.{key}"))
+        elif spec.get("type") == "array" and (spec.get("items") or {}).get("format") == "path":
+            out[key] = [str(_within(ctx, v, f"{where}.{key}[{i}]")) for i, v in enumerate(value)]
+    return out
+
+
+def _within(ctx: ToolContext, path: str, where: str) -> Path:
+    root = ctx.workspace.resolve()
+    p = (root / path).resolve()          # an absolute path stays itself; symbolic links are followed
+    for allowed in (root, *(a.resolve() for a in ctx.also)):
+        if p == allowed or allowed in p.parents:
+            return p
+    raise ToolArgumentError(f"{where}: {path} is outside the workspace {root}; tools reach only its files "
+                            "(start the server with --workspace on the folder that holds them).")
 
 
 _TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "array": list, "object": dict}
@@ -116,11 +148,50 @@ def _str(desc: str, **kw) -> dict[str, Any]:
     return {"type": "string", "description": desc, **kw}
 
 
+def _path(desc: str) -> dict[str, Any]:
+    """A path argument (``"format": "path"``): ``call`` resolves it against the workspace and refuses it outside."""
+    return {"type": "string", "format": "path", "description": desc}
+
+
 def _int(desc: str, minimum: int = 0) -> dict[str, Any]:
     return {"type": "integer", "description": desc, "minimum": minimum}
 
 
 # ------------------------------------------------------------------ architecture and ISA
+
+# Compiler flags a tool may pass: defines, include folders in the workspace, optimisation, language standard,
+# floating-point and register settings, target arch, warnings. Never a host compiler (-ccbin), a pass-through to
+# another program (-Xcompiler, -Wl,), an output path or a response file.
+_FLAG_FORM = re.compile(r"""^(?:
+    -[DU][A-Za-z_][A-Za-z0-9_]*(?:=.*)?
+  | -O[0-3sz] | -std=[A-Za-z0-9+]+ | -lineinfo | -G | -w
+  | --?use_fast_math | -f(?:no-)?fast-math | -ffp-contract=(?:on|off|fast|fast-honor-pragmas)
+  | -f(?:no-)?gpu-flush-denormals-to-zero | -munsafe-fp-atomics
+  | --?maxrregcount=\d+ | -ftz=(?:true|false) | -prec-(?:div|sqrt)=(?:true|false) | -fmad=(?:true|false)
+  | -m(?:no-)?cumode | -mwavefrontsize(?:32|64) | -mno-wavefrontsize64
+  | --?(?:arch|gpu-architecture|gpu-code|offload-arch)=[A-Za-z0-9_,.:+-]+
+  | -gencode=arch=compute_\d+[af]?,code=(?:sm|compute)_\d+[af]?
+  | -W(?!l,|p,|a,)[A-Za-z0-9=+-]+
+)$""", re.X)
+FLAG_FORMS_TEXT = ("-DNAME[=VALUE], -UNAME, -IDIR (a folder in the workspace), -O0..-O3/-Os, -std=..., -lineinfo, "
+                   "-G, fast-math and denormal settings, -maxrregcount=N, -arch=/--offload-arch=/-gencode=, "
+                   "-mwavefrontsize64/-mcumode, -Wwarning")
+
+
+def allowed_flags(flags: list[str], ctx: ToolContext, where: str) -> list[str]:
+    """``flags`` if every one has an allowed form (``_FLAG_FORM``, or ``-IDIR`` with DIR in the workspace, made
+    absolute); else one error naming the first that has not."""
+    out = []
+    for i, flag in enumerate(flags):
+        if flag.startswith("-I") and len(flag) > 2:
+            out.append("-I" + str(_within(ctx, flag[2:], f"{where}[{i}]")))
+        elif _FLAG_FORM.match(flag):
+            out.append(flag)
+        else:
+            raise ToolArgumentError(f"{where}[{i}]: the compiler flag {flag!r} is not allowed through a tool; "
+                                    f"allowed: {FLAG_FORMS_TEXT}.")
+    return out
+
 
 _ISA_PROPS = {
     "arch": _str("Target: sm_80, sm_89, sm_90, sm_90a, sm_100, gfx90a, gfx942, gfx950, or a GPU name (H200, MI300X); "
@@ -134,18 +205,21 @@ _ISA_PROPS = {
     "num_warps": _int("Triton num_warps.", 1),
     "num_stages": _int("Triton num_stages.", 1),
     "variant": _str("Triton: a named variant of the file's KPILOT_SPECS declaration."),
-    "flags": {"type": "array", "items": {"type": "string"}, "description": "Extra compiler flags."},
-    "keep": _str("Keep the compiler's outputs (binary, assembly, report) in this folder."),
+    "flags": {"type": "array", "items": {"type": "string"}, "description": "Extra compiler flags, of these forms "
+              "only: " + FLAG_FORMS_TEXT + "."},
+    "keep": _path("Keep the compiler's outputs (binary, assembly, report) in this folder."),
 }
 
 
-def _analyze(source: str, a: dict[str, Any]):
+def _analyze(source: str, a: dict[str, Any], ctx: ToolContext):
     from kernelpilot.isa.analyze import analyze
 
     return analyze(source, arch=a.get("arch"), kernel=a.get("kernel"), defines=dict(a.get("defines") or {}),
                    block_size=a.get("block_size"), lang=a.get("lang"), signature=a.get("signature"),
                    num_warps=a.get("num_warps"), num_stages=a.get("num_stages"), variant=a.get("variant"),
-                   extra_flags=list(a.get("flags") or []), workdir=Path(a["keep"]) if a.get("keep") else None)
+                   extra_flags=(allowed_flags(list(a.get("flags") or []), ctx, "flags") if ctx.confined
+                                else list(a.get("flags") or [])),
+                   workdir=Path(a["keep"]) if a.get("keep") else None)
 
 
 @_register("arch_info", """Facts about a GPU or ISA (SM/CU count, registers and shared memory/LDS per SM,
@@ -165,21 +239,21 @@ def _arch_info(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     (.cubin, .ptx, .hsaco, .s) and analyze its machine code for one arch: registers, spills, shared memory/LDS,
     occupancy with its limiter, opcode families, loops, static stalls, and findings (each with evidence and
     one suggestion), e.g. cross-lane reductions through LDS where DPP would do. No GPU needed.""",
-           {"source": _str("The kernel source or binary."), **_ISA_PROPS}, ("source",))
+           {"source": _path("The kernel source or binary."), **_ISA_PROPS}, ("source",))
 def _isa_analyze(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     from kernelpilot.isa.model import SCHEMA
 
-    return {"schema": SCHEMA, "kernels": [r.to_json() for r in _analyze(a["source"], a)]}
+    return {"schema": SCHEMA, "kernels": [r.to_json() for r in _analyze(a["source"], a, ctx)]}
 
 
 @_register("isa_diff", """Compare the machine code of two versions of a kernel built the same way: what
     changed in resources, occupancy, opcode families and findings (resolved or new). Use it to check that a
     change did what was intended at the ISA level.""",
-           {"a": _str("The first version."), "b": _str("The second version."), **_ISA_PROPS}, ("a", "b"))
+           {"a": _path("The first version."), "b": _path("The second version."), **_ISA_PROPS}, ("a", "b"))
 def _isa_diff(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     from kernelpilot.isa.diff import DIFF_SCHEMA, diff_reports
 
-    diffs, only_a, only_b = diff_reports(_analyze(a["a"], a), _analyze(a["b"], a))
+    diffs, only_a, only_b = diff_reports(_analyze(a["a"], a, ctx), _analyze(a["b"], a, ctx))
     return {"schema": DIFF_SCHEMA, "a": a["a"], "b": a["b"], "kernels": [d.to_json() for d in diffs],
             "only_in_a": only_a, "only_in_b": only_b}
 
@@ -193,17 +267,18 @@ def _isa_diff(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     warp stalls, a bottleneck class, and diagnoses such as launch underfill or uncoalesced access, each with
     evidence and one suggestion. Needs a GPU unless a report is given.""",
            {"command": {"type": "array", "items": {"type": "string"}, "description": "The program and its arguments."},
-            "problem": _str("With candidate: profile this candidate on one case of this problem (no command needed)."),
-            "candidate": _str("The candidate file to profile on the problem."),
+            "problem": _path("With candidate: profile this candidate on one case of this problem (no command "
+                             "needed)."),
+            "candidate": _path("The candidate file to profile on the problem."),
             "case": _str("With problem: the case to run (default: the first benchmark case)."),
-            "report": _str("An existing report: .ncu-rep, ncu's raw page as CSV, or a rocprofv3 output folder."),
-            "details": _str("With a CSV report: ncu's details page (rule messages)."),
+            "report": _path("An existing report: .ncu-rep, ncu's raw page as CSV, or a rocprofv3 output folder."),
+            "details": _path("With a CSV report: ncu's details page (rule messages)."),
             "kernel": _str("Only kernels whose name matches this regular expression."),
             "launch_count": _int("Profile at most this many launches.", 1),
             "full": {"type": "boolean", "description": "Collect every ncu section (slower)."},
             "tool": _str("Profiler.", enum=["ncu", "rocprofv3", "torch"]),
             "gpu": _str("The GPU, when the report does not name a known one."),
-            "out": _str("Folder to keep the report in (default: the workspace)."),
+            "out": _path("Folder to keep the report in (default: the workspace)."),
             "name": _str("The report's file name (NAME.ncu-rep)."),
             "source": {"type": "boolean", "description": "Hotspots: each launch's hottest SASS instructions, and "
                        "source lines where the code has line info (-lineinfo), from ncu's warp samples; and the "
@@ -241,18 +316,17 @@ def _profile(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
 # ------------------------------------------------------------------ correctness and timing
 
 _EVAL_PROPS = {
-    "problem": _str("The problem: a native problem folder, a KernelBench .py, or a GPU MODE folder."),
-    "candidate": _str("The candidate file (native: the entry function; KernelBench: ModelNew; GPU MODE: custom_kernel)."),
+    "problem": _path("The problem: a native problem folder, a KernelBench .py, or a GPU MODE folder."),
+    "candidate": _path("The candidate file (native: the entry function; KernelBench: ModelNew; GPU MODE: "
+                       "custom_kernel)."),
     "device": _str("Where to run (default: cuda when a GPU is present).", enum=["cuda", "cpu"]),
     "cases": {"type": "array", "items": {"type": "string"}, "description": "Only these cases."},
     "timeout": {"type": "number", "description": "Seconds each worker process may take.", "minimum": 1},
     "memory_limit_gb": {"type": "number", "description": "Host memory (GiB) a worker and what it starts may hold "
                         "before it is killed (default: 80% of the machine's).", "exclusiveMinimum": 0},
-    "writable": {"type": "array", "items": {"type": "string"}, "description": "Folders the candidate may write "
-                 "besides its own and the compilers' caches."},
-    "sandbox": {"type": "boolean", "description": "Confine the candidate's writes (Landlock); false only to "
-                "debug a candidate that must write elsewhere."},
-    "keep": _str("Keep the workers' jobs, logs and tensors in this folder."),
+    "writable": {"type": "array", "items": _path("A folder."), "description": "Folders in the workspace the "
+                 "candidate may write besides its own and the compilers' caches."},
+    "keep": _path("Keep the workers' jobs, logs and tensors in this folder."),
 }
 _CHECK_PROPS = {"seeds": _int("Secret random seeds per case.", 1)}
 _BENCH_PROPS = {
@@ -273,8 +347,7 @@ def eval_options(a: dict[str, Any], ctx: ToolContext | None = None):
                        cases=list(a.get("cases") or []) or None, verify=3 if a.get("verify") is None else a["verify"],
                        timing={"budget_s": a["budget"]} if a.get("budget") else {},
                        keep=Path(a["keep"]) if a.get("keep") else None, pool=ctx.pool,
-                       memory_limit_gb=a.get("memory_limit_gb"), writable=list(a.get("writable") or []),
-                       sandbox=a.get("sandbox", True) is not False)
+                       memory_limit_gb=a.get("memory_limit_gb"), writable=list(a.get("writable") or []))
 
 
 @_register("check", """Check a candidate's correctness against the problem's reference on every case
@@ -316,11 +389,7 @@ def _eval_tool(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
 
 
 def _inside(ctx: ToolContext, path: str) -> Path:
-    root = ctx.workspace.resolve()
-    p = (root / path).resolve() if not Path(path).is_absolute() else Path(path).resolve()
-    if p != root and root not in p.parents:
-        raise ToolArgumentError(f"{path}: outside the workspace {root}; candidate files live inside it.")
-    return p
+    return _within(ToolContext(workspace=ctx.workspace, confined=True), path, "path")   # the workspace only
 
 
 @_register("read_candidate", """Read a candidate (or any text) file in the workspace: the kernel to improve,
@@ -351,7 +420,7 @@ def _write_candidate(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     declared tuning space (KPILOT_TUNE) with static pruning and successive halving; `llm` runs an agent loop
     (needs an API key in the server's environment). Returns the run id at once; follow it with
     optimize_status.""",
-           {"problem": _EVAL_PROPS["problem"], "candidate": _str("The starting candidate."),
+           {"problem": _EVAL_PROPS["problem"], "candidate": _path("The starting candidate."),
             "strategy": _str("search or llm.", enum=["search", "llm"]), "budget": _int("Evaluations at most.", 1),
             "target": {"type": "number", "description": "Stop at this speedup over the start.", "minimum": 1},
             "arch": _str("Compile variants for this arch and prune (search)."),

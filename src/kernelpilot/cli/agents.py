@@ -16,9 +16,13 @@ __all__ = ["mcp_cmd", "skill"]
 @click.command("mcp")
 @click.option("--http", "port", type=int, help="Serve the streamable HTTP transport on this port instead of stdio.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="With --http: the address to bind.")
+@click.option("--allow-remote", is_flag=True, help="With --http: allow a --host other than a loopback address.")
 @click.option("--workspace", type=click.Path(file_okay=False, path_type=Path), help="Folder candidate files are read from and written to (default: here).")
-def mcp_cmd(port: int | None, host: str, workspace: Path | None) -> None:
+def mcp_cmd(port: int | None, host: str, allow_remote: bool, workspace: Path | None) -> None:
     """Serve kernelpilot's tools over the Model Context Protocol (stdio by default).
+
+    Over HTTP every request needs the header 'Authorization: Bearer TOKEN': the token is KPILOT_MCP_TOKEN, or one
+    made at start and printed once on stderr. Tools reach only the files under --workspace.
 
     \b
     Claude Code:  claude mcp add kernelpilot -- kpilot mcp
@@ -31,8 +35,14 @@ def mcp_cmd(port: int | None, host: str, workspace: Path | None) -> None:
         raise KernelpilotError("the mcp package is not installed: pip install 'kernelpilot[mcp]'.") from None
     if port is None:
         mcp_server.serve_stdio(workspace)
-    else:
-        mcp_server.serve_http(port, host, workspace)
+        return
+    mcp_server.check_host(host, allow_remote)
+    token, made = mcp_server.http_token()
+    where = f"http://{host if ':' not in host else '[' + host + ']'}:{port}/mcp"
+    click.echo(f"kpilot mcp: serving {where}; send 'Authorization: Bearer {token}' with every request"
+               if made else f"kpilot mcp: serving {where}; requests need the token in {mcp_server.TOKEN_ENV}",
+               err=True)
+    mcp_server.serve_http(port, host, workspace, token=token, allow_remote=allow_remote)
 
 
 GUIDE = """# Optimizing GPU kernels with kernelpilot (kpilot)

@@ -113,11 +113,12 @@ def candidate_profile(r, path: Path, n: int) -> dict[str, Any] | None:
         return None
     args = {"problem": r.run.problem, "candidate": str(path), "launch_count": 20, "out": str(r.dir),
             "name": f"profile-{n}"}
+    ctx = ToolContext(workspace=r.dir, confined=True, also=(Path(r.run.problem),))
     try:
-        prof = call("profile", args, ToolContext(workspace=r.dir))
+        prof = call("profile", args, ctx)
     except KernelpilotError as e:
         try:
-            prof = call("profile", {**args, "tool": "torch"}, ToolContext(workspace=r.dir))
+            prof = call("profile", {**args, "tool": "torch"}, ctx)
             prof.setdefault("notes", []).insert(0, f"ncu: {e}")
         except KernelpilotError as e2:
             return {"error": str(e2)[:500]}
@@ -147,7 +148,7 @@ def run_agent(r, model: ChatModel, *, max_turns: int = 12, max_failures: int = 3
     """Steps until the budget, the target, or the model stops. ``r`` is the engine's run in progress."""
     opts, run = r.opts, r.run
     first = r.start_step()
-    ctx = ToolContext(workspace=r.dir, pool=r.pool)
+    ctx = ToolContext(workspace=r.dir, pool=r.pool, confined=True, also=(Path(run.problem),))   # and its problem
     tools = _tools()
     while True:
         if r.evaluations() >= opts.budget:
