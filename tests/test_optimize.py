@@ -18,6 +18,7 @@ from conftest import ROOT, require_module
 from kernelpilot.errors import InputFormatError, KernelpilotError
 from kernelpilot.loop.halving import Result, next_trials, ranking, rounds_needed
 from kernelpilot.loop.space import config_key, read_space
+from kernelpilot.runs.lock import RunLock
 from kernelpilot.runs.store import RunStore, StepRecord
 
 SCALE = ROOT / "tests" / "data" / "problems" / "scale"
@@ -197,6 +198,13 @@ def test_killed_run_resumes_from_its_last_step(tmp_path):
     with RunStore(tmp_path / ".kpilot" / "runs.db", create=False) as s:
         before = s.steps(1)
         assert s.run(1).status == "running" and len(before) >= 3     # killed: never marked as ended
+    with RunLock(tmp_path / ".kpilot" / "runs.db", 1):                # another process drives it: refused, untouched
+        busy = kp("optimize", "--resume", "1", "--json", cwd=tmp_path)
+    assert busy.returncode == 1 and busy.stderr.strip().splitlines() == [
+        f"error: run 1 is being driven by another process (pid {os.getpid()}); wait for it to end, or stop it, "
+        "then resume."]
+    with RunStore(tmp_path / ".kpilot" / "runs.db", create=False) as s:
+        assert len(s.steps(1)) == len(before)
     r = kp("optimize", "--resume", "1", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     events = [json.loads(line) for line in r.stdout.splitlines()]

@@ -23,6 +23,7 @@ from kernelpilot.loop.llm_client import LLMError
 from kernelpilot.loop.prune import spec_kernels, static_verdict
 from kernelpilot.loop.space import config_key, read_space
 from kernelpilot.loop.step_record import case_times, check_summary, diff, median_us, write_variant
+from kernelpilot.runs.lock import RunLock
 from kernelpilot.runs.store import DEFAULT_PATH, RunRecord, RunStore, StepRecord
 
 __all__ = ["OptimizeOptions", "optimize", "resume"]
@@ -167,7 +168,8 @@ def optimize(problem: str | Path, candidate: str | Path, opts: OptimizeOptions, 
         run_id = store.create_run(problem=str(Path(problem).resolve()), strategy=opts.strategy,
                                   start_candidate=str(cand), target=opts.target, budget=opts.budget,
                                   options=opts.to_json(), device=opts.device or default_device())
-        return _drive(store, store.run(run_id), opts, on_event, model)
+        with RunLock(opts.store, run_id):
+            return _drive(store, store.run(run_id), opts, on_event, model)
 
 
 def resume(run_id: int, store_path: Path = DEFAULT_PATH, *, budget: int | None = None, target: float | None = None,
@@ -182,9 +184,10 @@ def resume(run_id: int, store_path: Path = DEFAULT_PATH, *, budget: int | None =
         saved.store = Path(store_path)
         saved.budget = budget if budget is not None else saved.budget
         saved.target = target if target is not None else saved.target
-        model = _model(saved, api_key) if saved.strategy == "llm" else None
-        store.update_run(run_id, status="running", stop_reason=None, budget=saved.budget, target=saved.target)
-        return _drive(store, store.run(run_id), saved, on_event, model)
+        with RunLock(store_path, run_id):      # before anything is changed: a second resume is refused here
+            model = _model(saved, api_key) if saved.strategy == "llm" else None
+            store.update_run(run_id, status="running", stop_reason=None, budget=saved.budget, target=saved.target)
+            return _drive(store, store.run(run_id), saved, on_event, model)
 
 
 def _drive(store: RunStore, run: RunRecord, opts: OptimizeOptions, on_event: Event | None, model=None) -> RunRecord:
