@@ -327,3 +327,25 @@ def test_lang_hip_for_other_suffixes(tmp_path):
     src.write_text((K / "wave_argmax_bpermute.hip").read_text())
     k = analyze_json(str(src), "--arch", "gfx942", "--lang", "hip")["kernels"][0]
     assert "amd.lds-crosslane" in finding_ids(k)
+
+
+def test_errors_under_json_are_json_on_stdout(tmp_path):
+    bad_toml = tmp_path / "broken"
+    bad_toml.mkdir()
+    (bad_toml / "problem.toml").write_text('name = "broken\n')
+    for args, code, kind, text in (
+            (["isa", "analyze", str(tmp_path / "missing.cu"), "--arch", "sm_90", "--json"], 2, "UsageError",
+             "no such file"),
+            (["isa", "analyze", "--no-such-option", "--json"], 2, "UsageError", "No such option"),
+            (["check", str(bad_toml), "-c", str(tmp_path / "missing.py"), "--json"], 1, None, "")):
+        p = kpilot(*args, check=False)
+        assert p.returncode == code, p.stderr
+        err = json.loads(p.stdout)["error"]
+        assert set(err) == {"type", "message", "hint", "details", "exit_code"} and err["exit_code"] == code
+        assert (kind is None or err["type"] == kind) and text in err["message"]
+        lines = p.stderr.strip().splitlines()
+        assert lines[0] == f"error: {err['message']}" + (f" {err['hint']}" if err["hint"] else "")
+        assert "Traceback" not in p.stderr
+    # without --json: the line on stderr, nothing on stdout
+    p = kpilot("isa", "analyze", str(tmp_path / "missing.cu"), "--arch", "sm_90", check=False)
+    assert p.returncode == 2 and p.stdout == "" and p.stderr.startswith("error: ")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -47,26 +48,44 @@ def _register() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI. kernelpilot's own errors print one line (plus diagnostics) and exit non-zero;
-    a traceback appears only with KPILOT_DEBUG=1."""
+    """Run the CLI. An error prints one line on stderr (plus diagnostics) and exits non-zero: 1 a problem, setup or
+    input error, 2 a usage error, 3 the candidate failed (the commands that evaluate one). With ``--json`` the
+    error is also JSON on stdout, ``{"error": {"type", "message", "hint", "details", "exit_code"}}``, for a
+    program to read where it reads results. An unexpected exception is an internal error, said the same way; its
+    traceback appears only with KPILOT_DEBUG=1."""
     _register()
+    args = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in args[: args.index("--")] if "--" in args else "--json" in args
     try:
-        cli.main(args=argv, prog_name="kpilot", standalone_mode=False)
+        cli.main(args=args, prog_name="kpilot", standalone_mode=False)
     except KernelpilotError as e:
         if os.environ.get("KPILOT_DEBUG"):
             raise
-        click.echo(f"error: {e}", err=True)
-        details = e.details()
-        if details:
-            click.echo(details, err=True)
-        sys.exit(e.exit_code)
+        _fail(type(e).__name__, e.message, e.hint, e.details(), e.exit_code, as_json)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
     except click.ClickException as e:
-        e.show()
-        sys.exit(e.exit_code)
+        if not as_json:
+            e.show()
+            sys.exit(e.exit_code)
+        _fail("UsageError", e.format_message(), None, None, e.exit_code, as_json)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
+    except Exception as e:  # noqa: BLE001 - a bug of kernelpilot's: said in one line, not a traceback
+        if os.environ.get("KPILOT_DEBUG"):
+            raise
+        _fail("InternalError", f"internal error: {type(e).__name__}: {e}",
+              "Rerun with KPILOT_DEBUG=1 for the traceback, and report it.", None, 1, as_json)
     sys.exit(0)
+
+
+def _fail(kind: str, message: str, hint: str | None, details: str | None, code: int, as_json: bool) -> None:
+    click.echo(f"error: {message}" + (f" {hint}" if hint else ""), err=True)
+    if details:
+        click.echo(details, err=True)
+    if as_json:
+        click.echo(json.dumps({"error": {"type": kind, "message": message, "hint": hint, "details": details,
+                                         "exit_code": code}}, indent=2))
+    sys.exit(code)
