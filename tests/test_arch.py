@@ -747,3 +747,11 @@ def test_main_prints_one_line_for_an_unknown_arch(capsys, monkeypatch):
     assert e.value.code == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: unknown arch 'nosuchgpu'; known: sm_80")
+
+
+def test_an_absurd_register_count_ends_at_once():
+    # a corrupted file's count: the next-step search starts where the limits change, not at the count itself
+    from kernelpilot.arch.occupancy import amd_occupancy
+
+    occ = amd_occupancy(get_arch("gfx942"), vgpr=8, sgpr=10**12, block_size=256, sgpr_rule="budget")
+    assert occ.active == 1 and occ.limiter == "sgpr" and "384 SGPRs or fewer" in occ.next_step

@@ -175,7 +175,7 @@ def test_diff_cli_on_json(tmp_path, fx):
 
 
 @pytest.mark.parametrize("case", ["not-csv", "details-only", "binary", "missing", "other-csv", "empty-csv",
-                                  "no-command", "both", "diff-args", "diff-not-profile"])
+                                  "huge-field", "no-command", "both", "diff-args", "diff-not-profile"])
 def test_bad_input_is_one_line(tmp_path, fx, case):
     args = {
         "not-csv": ["--import", str(fx / "k.cu")],
@@ -184,6 +184,7 @@ def test_bad_input_is_one_line(tmp_path, fx, case):
         "missing": ["--import", str(tmp_path / "nope.csv")],
         "other-csv": ["--import", str(tmp_path / "other.csv")],
         "empty-csv": ["--import", str(tmp_path / "empty.csv")],
+        "huge-field": ["--import", str(tmp_path / "huge.csv")],
         "no-command": [],
         "both": ["--import", str(fx / "ncu_raw.csv"), "--", "./app"],
         "diff-args": ["diff", str(fx / "ncu_raw.csv")],
@@ -194,6 +195,7 @@ def test_bad_input_is_one_line(tmp_path, fx, case):
     (tmp_path / "other.json").write_text('{"schema": "kernelpilot.isa/1"}')
     header = (fx / "ncu_raw.csv").read_text().splitlines()[:2]
     (tmp_path / "empty.csv").write_text("\n".join(header) + "\n")
+    (tmp_path / "huge.csv").write_text("\n".join(header) + '\n"' + "x" * 200_000 + '"\n')   # past csv's field limit
     r = kp("profile", *args)
     assert r.returncode in (1, 2), (r.returncode, r.stdout)
     lines = [line for line in r.stderr.splitlines() if line.strip()]
@@ -247,6 +249,17 @@ def test_the_report_reader_gives_what_ncus_pages_give(fx):
         mix = b.pop("opcodes")
         assert a.pop("opcodes") == {} and sum(mix.values()) == total > 0
         assert a == b
+
+
+def test_infinite_values_are_not_measurements(fx):
+    text = (fx / "ncu_raw.csv").read_text()
+    header, units, *rows = [line for line in text.splitlines() if line.startswith('"')]
+    cells = rows[0].split('","')
+    i = header.split('","').index("gpu__time_duration.sum")
+    for value in ("inf", "1e999", "-inf"):
+        row = '","'.join(cells[:i] + [value] + cells[i + 1:])
+        (launch,) = read_raw_csv("\n".join([header, units, row]), "x.csv")
+        assert "gpu__time_duration.sum" not in launch.metrics and launch.metrics      # the rest is read
 
 
 def test_reader_errors_name_the_file():

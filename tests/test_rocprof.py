@@ -171,6 +171,9 @@ TRACE_HEADER = TRACE.read_text().splitlines()[0]
     ("binary", InputFormatError, "not a CSV file"),
     ("json", InputFormatError, "not a CSV file"),
     ("bad-number", InputFormatError, "Start_Timestamp 'soon' is not a number"),
+    ("infinite", InputFormatError, "Start_Timestamp 'inf' is not a finite number"),
+    ("overflow", InputFormatError, "Start_Timestamp '1e999' is not a finite number"),
+    ("huge-field", InputFormatError, "not a readable CSV file"),
     ("nothing-there", KernelpilotError, "no such file or folder"),
     ("two-traces", InputFormatError, "2 kernel traces"),
 ])
@@ -198,6 +201,12 @@ def test_bad_input_raises_one_clear_error(tmp_path, case, error, words):
         target.write_text('{"rocprofiler-sdk-tool": [{"metadata": {}, "buffer_records": {}}]}\n')
     elif case == "bad-number":
         (d / "1_kernel_trace.csv").write_text(TRACE.read_text().replace("3200098838431000", "soon", 1))
+    elif case in ("infinite", "overflow"):
+        value = "inf" if case == "infinite" else "1e999"
+        (d / "1_kernel_trace.csv").write_text(TRACE.read_text().replace("3200098838431000", value, 1))
+    elif case == "huge-field":
+        text = TRACE.read_text().splitlines()
+        (d / "1_kernel_trace.csv").write_text(text[0] + "\n" + text[1] + ',"' + "x" * 200_000 + '"\n')
     elif case == "nothing-there":
         target = d / "nope"
     elif case == "two-traces":

@@ -219,7 +219,7 @@ def _nvidia_next_step(spec: ArchSpec, limiter: str, limits: dict[str, int], bloc
         return None
     others = min(v for k, v in limits.items() if k != limiter)
     if others > blocks and limiter == "registers":
-        for r in range(registers - 1, 0, -1):
+        for r in range(min(registers - 1, spec.max_registers_per_thread), 0, -1):
             got = nvidia_register_block_limit(spec, r, wpb) or 0
             if got > blocks:
                 new = min(got, others)
@@ -422,7 +422,8 @@ def _amd_next_step(spec: ArchSpec, limiter: str, limits: dict[str, int], active:
         return (f"use {most} VGPRs in total (VGPRs + AGPRs) or fewer to reach {new} waves per SIMD "
                 f"(now {total}, {active} waves)")
     if others > active and limiter == "sgpr":
-        for fewer in range(sgpr - 1, 0, -1):
+        # The wave limit changes only below what a SIMD holds: an absurd count (a corrupted file) starts there.
+        for fewer in range(min(sgpr - 1, spec.sgprs_per_simd), 0, -1):
             waves = amd_sgpr_wave_limit(spec, fewer, sgpr_rule)
             if waves > active:
                 return (f"use {fewer} SGPRs or fewer (NumSgprs: VCC, flat_scratch and XNACK_MASK included) to "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Callable
@@ -71,7 +72,10 @@ def read_raw_csv(text: str, source: str = "<csv>", *, keep: Callable[[str], bool
     if not lines:
         raise InputFormatError(source, "not an Nsight Compute CSV (no quoted CSV rows; expected the output of "
                                        "`ncu --import REPORT --csv --page raw`).")
-    rows = list(csv.reader(io.StringIO("\n".join(lines))))
+    try:
+        rows = list(csv.reader(io.StringIO("\n".join(lines))))
+    except csv.Error as e:            # a field past the csv module's limit (128 KiB), a stray NUL
+        raise InputFormatError(source, f"not a readable CSV ({e}).") from None
     header = rows[0]
     if "Kernel Name" not in header or "ID" not in header:
         raise InputFormatError(source, "a CSV, but not Nsight Compute's raw page (no 'ID' and 'Kernel Name' "
@@ -111,7 +115,7 @@ def read_raw_csv(text: str, source: str = "<csv>", *, keep: Callable[[str], bool
                     if cell.strip():
                         text[name] = cell.strip()
                     continue
-            if v != v:      # NaN: not measured
+            if not math.isfinite(v):      # NaN (not measured) or an infinity: no value to compute with
                 continue
             metrics[name] = v * factor
             units_out[name] = base

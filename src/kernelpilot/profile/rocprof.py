@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 from dataclasses import dataclass
 from math import ceil
@@ -220,9 +221,12 @@ def _num(path: Path, row: dict[str, str], column: str, line: int) -> float | Non
     if text is None or text == "":
         return None
     try:
-        return float(text)
+        v = float(text)
     except ValueError:
         raise InputFormatError(str(path), f"row {line}: {column} {text!r} is not a number.") from None
+    if not math.isfinite(v):
+        raise InputFormatError(str(path), f"row {line}: {column} {text!r} is not a finite number.")
+    return v
 
 
 def _int(path: Path, row: dict[str, str], column: str, line: int) -> int | None:
