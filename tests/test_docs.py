@@ -131,8 +131,12 @@ def test_cli_one_line_errors_and_json(tmp_path):
 
     r = kp("search", "long", "scoreboard", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["hits"][0]["citation"] == "builtin/profiling.md#long-scoreboard"
+    os.mkfifo(tmp_path / "pipe.md")                    # reading it would block for ever
+    (tmp_path / "bad.pdf").write_bytes(b"%PDF-1.7\n" + os.urandom(2000))
     for args, needle in ((["search", "dpp", "--corpus", "nope"], "no corpus named 'nope'"),
                          (["add", str(tmp_path / "missing")], "no such file or folder"),
+                         (["add", str(tmp_path / "pipe.md")], "not a regular file"),
+                         (["add", str(tmp_path / "bad.pdf")], "not a readable PDF"),
                          (["show", "builtin/amdgcn.md#nothing"], "no passage")):
         r = kp(*args)
         lines = r.stderr.strip().splitlines()

@@ -208,5 +208,11 @@ def test_skill_install(tmp_path):
     kp("skill", "install", "--for", "codex", "--dir", str(tmp_path))          # twice: written once
     agents = (tmp_path / "AGENTS.md").read_text()
     assert agents.startswith("# Project rules") and agents.count("Optimizing GPU kernels with kernelpilot") == 1
+    latin1 = tmp_path / "latin1"
+    (latin1).mkdir()
+    (latin1 / "AGENTS.md").write_bytes("# Règles\n".encode("latin-1"))
+    r = kp("skill", "install", "--for", "codex", "--dir", str(latin1))
+    assert r.returncode == 1 and r.stderr.startswith("error: ") and "is not UTF-8 text" in r.stderr
+    assert (latin1 / "AGENTS.md").read_bytes() == "# Règles\n".encode("latin-1")      # left as it was
     r = kp("skill", "install", "--for", "cursor", "--print")
     assert r.stdout.startswith("---\ndescription:") and not (tmp_path / ".cursor").exists()

@@ -175,7 +175,8 @@ def test_diff_cli_on_json(tmp_path, fx):
 
 
 @pytest.mark.parametrize("case", ["not-csv", "details-only", "binary", "missing", "other-csv", "empty-csv",
-                                  "huge-field", "no-command", "both", "diff-args", "diff-not-profile"])
+                                  "huge-field", "no-command", "both", "diff-args", "diff-not-profile",
+                                  "diff-not-utf8", "diff-bad-kernels"])
 def test_bad_input_is_one_line(tmp_path, fx, case):
     args = {
         "not-csv": ["--import", str(fx / "k.cu")],
@@ -189,10 +190,14 @@ def test_bad_input_is_one_line(tmp_path, fx, case):
         "both": ["--import", str(fx / "ncu_raw.csv"), "--", "./app"],
         "diff-args": ["diff", str(fx / "ncu_raw.csv")],
         "diff-not-profile": ["diff", str(tmp_path / "other.json"), str(tmp_path / "other.json")],
+        "diff-not-utf8": ["diff", str(tmp_path / "latin1.json"), str(tmp_path / "latin1.json")],
+        "diff-bad-kernels": ["diff", str(tmp_path / "kernels.json"), str(tmp_path / "kernels.json")],
     }[case]
     (tmp_path / "x.bin").write_bytes(b"\x7fELF\0\0\0binary")
     (tmp_path / "other.csv").write_text('"a","b"\n"1","2"\n')
     (tmp_path / "other.json").write_text('{"schema": "kernelpilot.isa/1"}')
+    (tmp_path / "latin1.json").write_bytes('{"schema": "é"}'.encode("latin-1"))
+    (tmp_path / "kernels.json").write_text('{"schema": "kernelpilot.profile/1", "kernels": "none"}')
     header = (fx / "ncu_raw.csv").read_text().splitlines()[:2]
     (tmp_path / "empty.csv").write_text("\n".join(header) + "\n")
     (tmp_path / "huge.csv").write_text("\n".join(header) + '\n"' + "x" * 200_000 + '"\n')   # past csv's field limit

@@ -97,7 +97,12 @@ def install_cmd(agent: str, just_print: bool, root: Path) -> None:
     path = root / TARGETS[agent]
     path.parent.mkdir(parents=True, exist_ok=True)
     if agent == "codex" and path.exists():
-        current = path.read_text()
+        try:
+            current = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise KernelpilotError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}); it is left as it is. "
+                                   "Convert it to UTF-8, or add the guide by hand (kpilot skill install "
+                                   "--print).") from None
         if GUIDE.splitlines()[0] in current:
             echo(f"{path} already has the kernelpilot guide")
             return

@@ -147,11 +147,15 @@ def _load_any(path: str) -> dict[str, Any]:
     p = Path(path)
     if p.suffix == ".json" and p.is_file():
         try:
-            d = json.loads(p.read_text())
+            d = json.loads(p.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise KernelpilotError(f"{p}: not JSON (not UTF-8 text: {e.reason} at byte {e.start}).") from None
         except json.JSONDecodeError as e:
             raise KernelpilotError(f"{p}: not JSON ({e.msg}, line {e.lineno}).") from None
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
             raise KernelpilotError(f"{p}: not a kernelpilot profile (expected \"schema\": \"{SCHEMA}\").")
+        if not isinstance(d.get("kernels"), list) or not all(isinstance(k, dict) for k in d["kernels"]):
+            raise KernelpilotError(f"{p}: not a kernelpilot profile (\"kernels\" must be a list of objects).")
         return d
     return load_profile(p).to_json()
 

@@ -8,7 +8,9 @@ Plain text: paragraphs grouped to about 2,000 characters.
 
 from __future__ import annotations
 
+import logging
 import re
+import stat
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -118,6 +120,8 @@ def _pdf(path: Path) -> list[Passage]:
         from pypdf.errors import PdfReadError
     except ImportError:
         raise KernelpilotError("reading PDFs needs pypdf: pip install 'kernelpilot[docs]'.") from None
+    # pypdf logs what it repairs (a missing EOF marker...) as warnings: the reader's verdict is the error below.
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
     try:
         reader = PdfReader(str(path))
         if reader.is_encrypted:
@@ -129,8 +133,12 @@ def _pdf(path: Path) -> list[Passage]:
             if text:
                 out.append(Passage(path.name, f"page {i}", f"p{i}", text, page=i))
         return out
+    except InputFormatError:
+        raise
     except (PdfReadError, ValueError, KeyError) as e:
         raise InputFormatError(str(path), f"not a readable PDF ({e}).") from None
+    except Exception as e:  # noqa: BLE001 - pypdf meets a malformed file in many ways (limits, bad streams)
+        raise InputFormatError(str(path), f"not a readable PDF ({type(e).__name__}: {e}).") from None
 
 
 def _plain(text: str, document: str) -> list[Passage]:
@@ -147,8 +155,21 @@ def _plain(text: str, document: str) -> list[Passage]:
     return out
 
 
+# A document larger than this is refused rather than read into memory.
+MAX_DOCUMENT_BYTES = 512 << 20
+
+
 def read_document(path: Path) -> list[Passage]:
-    """The passages of one file, by its suffix."""
+    """The passages of one file, by its suffix. Only a regular file is read (a FIFO or a device would block)."""
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise InputFormatError(str(path), f"cannot be read ({e.strerror or e}).") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputFormatError(str(path), "not a regular file (a pipe, a device or a socket); give a document.")
+    if st.st_size > MAX_DOCUMENT_BYTES:
+        raise InputFormatError(str(path), f"{st.st_size >> 20} MiB: larger than the {MAX_DOCUMENT_BYTES >> 20} MiB "
+                                          "a document may have.")
     suffix = path.suffix.lower()
     if suffix == ".pdf":
         return _pdf(path)

@@ -150,7 +150,8 @@ class _Server:
         self.lock = threading.Lock()
         self.alive = True
         with open(work_dir / "stderr.txt", "wb") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "kernelpilot.evaluate.fork_server", str(theirs.fileno())],
+            cmd = [sys.executable, "-m", "kernelpilot.evaluate.fork_server", str(theirs.fileno())]
+            self.proc = subprocess.Popen(cmd,
                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env,
                                          pass_fds=(theirs.fileno(),), start_new_session=True)
         theirs.close()
@@ -248,10 +249,11 @@ def _close_servers() -> None:
 def spawn(kind: str, supervise_args: list[str], worker_args: list[str], env: dict[str, str], *, stderr_fd: int,
           journal_fd: int, stdout_fd: int) -> ForkedProcess | None:
     """Start a supervisor and its worker from the fork server for ``kind`` of worker (started on first use, in
-    ``env`` but for its own folder; every worker of a kind has the same environment but for its folder, its
-    caches and its journal): ``supervise_args`` are the supervisor's options (without ``--stdout-fd``), ``worker_args`` the worker's (``--stdin --dir ...``), ``env``
-    the worker's whole environment (``KPILOT_JOURNAL_FD`` aside: the journal is ``journal_fd``). None where
-    there is no fork server (see ``available``): start ``python -m kernelpilot.evaluate.supervise`` instead."""
+    ``env`` but for its own folder; every worker of a kind has the same environment but for its folder, its caches
+    and its journal). ``supervise_args`` are the supervisor's options (without ``--stdout-fd``), ``worker_args``
+    the worker's (``--stdin --dir ...``), ``env`` the worker's whole environment (``KPILOT_JOURNAL_FD`` aside: the
+    journal is ``journal_fd``). None where there is no fork server (see ``available``): start ``python -m
+    kernelpilot.evaluate.supervise`` instead."""
     if not available():
         return None
     server = _get_server(kind, env)
