@@ -23,11 +23,11 @@ __all__ = ["profile_cmd"]
 @click.option("--import", "import_path", type=click.Path(), help="Read this report instead of running: .ncu-rep, ncu's raw page as CSV, or rocprofv3's CSV folder.")
 @click.option("--details", type=click.Path(exists=True, dir_okay=False), help="With a CSV: ncu's details page (text) for its rule messages.")
 @click.option("--problem", help="Profile --candidate on one case of this problem (no command needed).")
-@click.option("--candidate", help="With --problem: the candidate file.")
+@click.option("--candidate", "-c", help="With --problem: the candidate file.")
 @click.option("--case", help="With --problem: the case (default: the first benchmark case).")
 @click.option("--full", is_flag=True, help="Collect every section (ncu --set full); slower.")
 @click.option("--kernel", "-k", help="Only kernels whose name matches this regular expression.")
-@click.option("--launch-count", "-c", type=int, help="Profile at most this many launches.")
+@click.option("--launch-count", "-n", type=int, help="Profile at most this many launches.")
 @click.option("--source", is_flag=True, help="Hotspots: the hottest SASS instructions of each launch, and "
               "source lines where the code has line info (-lineinfo), from ncu's warp samples.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True, help="Where to keep the .ncu-rep.")
