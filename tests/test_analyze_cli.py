@@ -319,6 +319,12 @@ def test_built_artifacts_analyze_like_their_source(tmp_path):
                        {x: src["resources"][x] for x in ("vgpr", "sgpr", "lds_bytes", "scratch_bytes")}
             else:
                 assert k["resources"]["registers"] == src["resources"]["registers"]
+            if kind == "hsaco":
+                # the code object says what it was built for: another --arch is refused, not read as that arch
+                p = kpilot("isa", "analyze", str(files[0]), "--arch", "gfx90a", check=False)
+                assert p.returncode == 2 and p.stderr.strip().splitlines() == [
+                    f"error: {files[0]} was built for gfx942, not gfx90a: its machine code is gfx942's. Give --arch "
+                    "gfx942, or leave --arch out to read it from the file."]
 
 
 def test_lang_hip_for_other_suffixes(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kernelpilot.errors import UsageError
 from kernelpilot.isa.amdgcn import parse_amdgcn_asm, parse_amdgcn_objdump
 from kernelpilot.isa.model import KernelISA
 from kernelpilot.toolchain import amd_binary
@@ -29,7 +30,10 @@ def load(source: str, kind: str, spec, opts, work: Path) -> list[KernelISA]:
     if kind == "amd_asm":
         return parse_amdgcn_asm(Path(source).read_text(errors="replace"), source=source, arch=arch)
     path = Path(source)
-    co_arch = arch or amd_binary.code_object_arch(path)
+    co_arch = amd_binary.code_object_arch(path)
+    if arch is not None and arch != co_arch:
+        raise UsageError(f"{source} was built for {co_arch}, not {arch}: its machine code is {co_arch}'s. Give --arch "
+                         f"{co_arch}, or leave --arch out to read it from the file.")
     text = amd_binary.disassemble_code_object(path, arch=co_arch)
     meta = amd_binary.read_code_object_metadata(path)
     return parse_amdgcn_objdump(text, meta, source=source, arch=co_arch)
