@@ -420,3 +420,12 @@ def test_garbage_text_section_is_refused(good_code_object, tmp_path):
     bad.write_bytes(bytes(data))
     with pytest.raises(InputFormatError, match="do not decode"):
         disassemble_code_object(bad)
+
+
+def test_assembly_cut_short_is_an_error_not_a_clean_kernel(builds):
+    b, _ = builds[("dpp", "gfx942")]
+    text = b.asm_text
+    cut = text[: text.index(".Lfunc_end")]               # the file stops inside the kernel's code
+    with pytest.raises(InputFormatError, match="ends inside wave_argmax_dpp's code"):
+        parse_amdgcn_asm(cut, source="cut.s")
+    assert parse_amdgcn_asm(text, source="whole.s")      # the whole file reads as before

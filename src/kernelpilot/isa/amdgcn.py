@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from kernelpilot.errors import InputFormatError
 from kernelpilot.isa.model import AmdResources, Instruction, KernelISA
 
 __all__ = ["parse_amdgcn_asm", "parse_amdgcn_objdump", "resources_from_metadata", "arch_from_target"]
@@ -321,6 +322,11 @@ def parse_amdgcn_asm(text: str, *, source: str, arch: str | None = None) -> list
             elif cur is not None and not name.startswith((".Ltmp", ".Lfunc_begin")):
                 cur.labels[name] = len(cur.instructions)
 
+    if cur is not None and cur.instructions and target_string is not None:
+        # Compiler output ends every function with its .Lfunc_end label: text that stops inside one is cut short,
+        # and what is missing (the rest of the code, the kernel descriptor, the metadata) would go unsaid.
+        raise InputFormatError(source, f"the file ends inside {cur.name}'s code (no .Lfunc_end after it): it is cut "
+                                       "short; give the whole assembly.")
     metadata: dict[str, Any] = {}
     if md_text is not None:
         try:
