@@ -2,7 +2,11 @@
 
 Loops are natural loops approximated by the address range of each back edge (target..branch): compilers
 lay loop bodies out contiguously, so the range is the loop for the code nvcc, clang and Triton emit.
-Back edges to the same header are merged; nesting depth is the number of loop ranges containing a range.
+Back edges to the same header are merged; two ranges that cross (each holds part of the other, which compiled
+loops do not) are merged into one; nesting depth is the number of loop ranges containing a range.
+
+The ranges then nest, and one sweep finds everything in time linear in the instructions and loops: each
+instruction is counted once, in its innermost loop, and a loop's counts are its own plus its inner loops'.
 """
 
 from __future__ import annotations
@@ -48,39 +52,84 @@ def find_loops(instructions: list[Instruction], vendor: str, *, stall_of=None,
     spans: dict[int, int] = {}
     for header, br in back_edges(instructions, vendor):
         spans[header] = max(spans.get(header, header), br)
-    ranges = sorted(spans.items(), key=lambda r: (r[0], -r[1]))
+    nodes = _nest(sorted(spans.items(), key=lambda r: (r[0], -r[1])))
+    if not nodes:
+        return []
+    # Each instruction in its innermost loop: a sweep with the loops open at each index on a stack.
+    own_ops: list[Counter[str]] = [Counter() for _ in nodes]
+    own_fam: list[Counter[str]] = [Counter() for _ in nodes]
+    own_stall = [0] * len(nodes)
+    stack: list[int] = []
+    nxt = 0
+    for ins in instructions[nodes[0][0]:]:
+        i = ins.index
+        while stack and nodes[stack[-1]][1] < i:
+            stack.pop()
+        while nxt < len(nodes) and nodes[nxt][0] == i:
+            stack.append(nxt)
+            nxt += 1
+        if not stack:
+            if nxt == len(nodes):
+                break
+            continue
+        k = stack[-1]
+        own_ops[k][ins.opcode] += 1
+        own_fam[k].update(set(families[i] if families is not None else classify(ins, vendor)))
+        if stall_of is not None:
+            own_stall[k] += stall_of(ins)
+    # Totals from the innermost out: a loop's parent comes before it in the (start, -end) order.
+    for k in range(len(nodes) - 1, -1, -1):
+        parent = nodes[k][3]
+        if parent is not None:
+            own_ops[parent].update(own_ops[k])
+            own_fam[parent].update(own_fam[k])
+            own_stall[parent] += own_stall[k]
     loops = []
-    for start, end in ranges:
-        depth = sum(1 for s, e in ranges if s <= start and end <= e)
-        body = instructions[start : end + 1]
-        fam: Counter[str] = Counter()
-        ops: Counter[str] = Counter()
-        stall = 0 if stall_of is not None else None
-        for ins in body:
-            ops[ins.opcode] += 1
-            fam.update(set(families[ins.index] if families is not None else classify(ins, vendor)))
-            if stall_of is not None:
-                stall += stall_of(ins)
+    for k, (start, end, depth, _) in enumerate(nodes):
         loops.append(
             Loop(
                 start=start,
                 end=end,
                 depth=depth,
-                start_address=body[0].address,
-                end_address=body[-1].address,
-                instruction_count=len(body),
-                families=dict(sorted(fam.items())),
-                opcodes=dict(ops.most_common()),
-                stall_cycles=stall,
+                start_address=instructions[start].address,
+                end_address=instructions[end].address,
+                instruction_count=end - start + 1,
+                families=dict(sorted(own_fam[k].items())),
+                opcodes=dict(own_ops[k].most_common()),
+                stall_cycles=own_stall[k] if stall_of is not None else None,
             )
         )
     return loops
 
 
+def _nest(ranges: list[tuple[int, int]]) -> list[tuple[int, int, int, int | None]]:
+    """``(start, end, depth, parent)`` of ``ranges`` (sorted by start, then longest first) made to nest: a range
+    that crosses an open one (starts inside it, ends after it) extends it, and the open ranges around it as far as
+    needed, instead of standing alone."""
+    out: list[list] = []          # [start, end, depth, parent]
+    stack: list[int] = []
+    for start, end in ranges:
+        while stack and out[stack[-1]][1] < start:
+            stack.pop()
+        if stack and end > out[stack[-1]][1]:
+            for k in reversed(stack):
+                if out[k][1] >= end:
+                    break
+                out[k][1] = end
+            continue
+        out.append([start, end, len(stack) + 1, stack[-1] if stack else None])
+        stack.append(len(out) - 1)
+    return [tuple(n) for n in out]
+
+
 def loop_depths(n: int, loops: list[Loop]) -> list[int]:
     """Nesting depth of every instruction index (0 outside any loop)."""
-    depth = [0] * n
+    delta = [0] * (n + 1)
     for lp in loops:
-        for i in range(lp.start, lp.end + 1):
-            depth[i] += 1
+        delta[lp.start] += 1
+        delta[lp.end + 1] -= 1
+    depth, level = [0] * n, 0
+    for i in range(n):
+        level += delta[i]
+        depth[i] = level
     return depth
