@@ -38,6 +38,21 @@ def test_builtin_corpus_answers_in_the_top_three(index, query, anchor):
     assert shown["text"] and shown["sources"] == hit.sources
 
 
+def test_passages_with_some_of_the_words_follow_those_with_all(index):
+    hits = [h.citation for h in index.search("DPP gfx942 row_bcast", limit=5)]
+    assert hits[0] == "builtin/amdgcn.md#dpp-row-bcast" and len(hits) == 5 and len(set(hits)) == 5
+    # a mnemonic's parts count: passages on DPP and on v_add_f32 for an instruction no passage names whole
+    parts = [h.citation for h in index.search("v_add_f32_dpp", limit=5)]
+    assert "builtin/amdgcn.md#dpp" in parts
+
+
+def test_a_word_repeated_is_one_word(index):
+    once = [h.citation for h in index.search("row_bcast")]
+    assert [h.citation for h in index.search(" ".join(["row_bcast"] * 250))] == once
+    many = " ".join(f"w{i}" for i in range(500)) + " row_bcast"        # past the words used: the first 32
+    assert index.search(many) == []
+
+
 def _pdf(pages: list[str]) -> bytes:
     """A minimal PDF with one line of Helvetica text per page."""
     objs = ["<< /Type /Catalog /Pages 2 0 R >>",

@@ -167,3 +167,12 @@ def test_the_cli_is_not_confined(tmp_path):
     r = call("isa_analyze", {"source": str(src), "arch": "sm_90", "flags": ["-DF=1.0f", "-Xptxas=-O3"]},
              ToolContext(workspace=tmp_path / "ws"))
     assert r["kernels"]
+
+
+def test_docs_show_reads_a_passage_whole(tmp_path, monkeypatch):
+    monkeypatch.setenv("KPILOT_DOCS_DB", str(tmp_path / "docs.db"))
+    hit = call("docs_search", {"query": "row_bcast", "limit": 1})["hits"][0]
+    shown = call("docs_show", {"citation": hit["citation"]})
+    assert shown["citation"] == hit["citation"] and len(shown["text"]) > len(hit["snippet"]) and shown["sources"]
+    with pytest.raises(KernelpilotError, match="no passage"):
+        call("docs_show", {"citation": "builtin/amdgcn.md#nothing-here"})

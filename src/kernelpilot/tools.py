@@ -503,3 +503,13 @@ def _docs_search(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     with DocsIndex() as d:
         hits = d.search(a["query"], corpus=a.get("corpus"), limit=a.get("limit") or 5)
     return {"query": a["query"], "hits": [h.to_json() for h in hits]}
+
+
+@_register("docs_show", """Read one passage of the documentation whole, by the citation docs_search gave
+    (CORPUS/DOCUMENT#ANCHOR): its section, text, sources and the passages next to it.""",
+           {"citation": _str("CORPUS/DOCUMENT#ANCHOR, as docs_search gives it.")}, ("citation",))
+def _docs_show(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    from kernelpilot.docs.index import DocsIndex
+
+    with DocsIndex() as d:
+        return d.show(a["citation"])

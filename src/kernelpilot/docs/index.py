@@ -57,12 +57,25 @@ class Hit:
         return asdict(self)
 
 
-def _fts_query(query: str, mode: str) -> str:
-    """Words of the query as quoted FTS5 terms (no FTS syntax reaches the engine), joined by AND or OR."""
-    words = re.findall(r"[A-Za-z0-9_]+", query)
+# Distinct words of a query used at most: more add nothing to a ranking and slow every match.
+MAX_QUERY_WORDS = 32
+
+
+def _query_words(query: str) -> list[str]:
+    """The query's distinct words (letters, digits, underscores), in order, at most ``MAX_QUERY_WORDS``."""
+    words = list(dict.fromkeys(w.lower() for w in re.findall(r"[A-Za-z0-9_]+", query)))
     if not words:
         raise UsageError("the query has no words to search for.")
-    return f" {mode} ".join(f'"{w}"' for w in words)
+    return words[:MAX_QUERY_WORDS]
+
+
+def _fts_query(words: list[str], mode: str) -> str:
+    """``words`` as quoted FTS5 terms (no FTS syntax reaches the engine), joined by AND or OR. With OR, a word's
+    parts between underscores count too (``v_add_f32_dpp`` finds passages on ``_dpp`` and ``v_add_f32``)."""
+    terms = list(words)
+    if mode == "OR":
+        terms += [p for w in words if "_" in w for p in w.split("_") if len(p) > 1]
+    return f" {mode} ".join(f'"{t}"' for t in dict.fromkeys(terms))
 
 
 class DocsIndex:
@@ -142,19 +155,26 @@ class DocsIndex:
     def search(self, query: str, *, corpus: str | None = None, limit: int = 5) -> list[Hit]:
         if corpus is not None and not self.db.execute("SELECT 1 FROM corpora WHERE name = ?", (corpus,)).fetchone():
             raise KernelpilotError(f"no corpus named {corpus!r}; `kpilot docs list` shows them.")
-        for mode in ("AND", "OR"):      # every word first; any word when nothing has them all
+        words = _query_words(query)
+        hits: list[Hit] = []
+        for mode in ("AND", "OR"):      # passages with every word first, then those with any, ranked after them
             sql = ("SELECT p.corpus, p.document, p.section, p.anchor, p.page, bm25(passages_fts, 4.0, 1.0), "
                    "snippet(passages_fts, 1, '[', ']', ' ... ', 24), p.sources FROM passages_fts "
                    "JOIN passages p ON p.id = passages_fts.rowid WHERE passages_fts MATCH ?")
-            args: list[Any] = [_fts_query(query, mode)]
+            args: list[Any] = [_fts_query(words, mode)]
             if corpus:
                 sql += " AND p.corpus = ?"
                 args.append(corpus)
             rows = self.db.execute(sql + " ORDER BY bm25(passages_fts, 4.0, 1.0) LIMIT ?", (*args, limit)).fetchall()
-            if rows:
-                return [Hit(f"{r[0]}/{r[1]}#{r[3]}", r[0], r[1], r[2], r[3], r[4], round(-r[5], 3), " ".join(r[6].split()),
-                            [s for s in (r[7] or "").split("; ") if s]) for r in rows]
-        return []
+            seen = {h.citation for h in hits}
+            for r in rows:
+                hit = Hit(f"{r[0]}/{r[1]}#{r[3]}", r[0], r[1], r[2], r[3], r[4], round(-r[5], 3),
+                          " ".join(r[6].split()), [s for s in (r[7] or "").split("; ") if s])
+                if hit.citation not in seen and len(hits) < limit:
+                    hits.append(hit)
+            if len(hits) >= limit:
+                break
+        return hits
 
     def show(self, citation: str) -> dict[str, Any]:
         m = re.fullmatch(r"([^/]+)/(.+)#(.+)", citation.strip())

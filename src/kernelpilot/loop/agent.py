@@ -26,7 +26,7 @@ from kernelpilot.tools import REGISTRY, Tool, ToolContext, call
 
 __all__ = ["run_agent", "AGENT_TOOLS", "SYSTEM_PROMPT"]
 
-AGENT_TOOLS = ("arch_info", "isa_analyze", "isa_diff", "profile", "read_candidate", "docs_search")
+AGENT_TOOLS = ("arch_info", "isa_analyze", "isa_diff", "profile", "read_candidate", "docs_search", "docs_show")
 RESULT_LIMIT = 20_000          # characters of a tool result shown to the model
 
 SYSTEM_PROMPT = """You are a GPU kernel engineer optimizing one kernel for speed without changing its results.
