@@ -640,3 +640,29 @@ def test_a_report_the_reader_cannot_read_leaves_the_mix_out_and_says_why(tmp_pat
     bad = tmp_path / "bad.ncu-rep"
     bad.write_bytes(b"not a report")
     assert notes(bad) == ["instruction mix: the report holds 0 launches, the profile 1; none attached"]
+
+
+def test_a_damaged_report_is_an_error_never_an_empty_profile(tmp_path, fx):
+    # seeded damage to a real report: cut at several points, bytes flipped, emptied
+    require_module("ncu_report")
+    import random
+
+    data = (fx / "k.ncu-rep").read_bytes()
+    rng = random.Random(35)
+    damaged = [b"", data[:64], data[: len(data) // 3], data[: len(data) // 2], data[: len(data) - 100]]
+    for _ in range(6):
+        copy = bytearray(data)
+        for _ in range(rng.choice((1, 10, 200))):
+            copy[rng.randrange(len(copy))] ^= 0xFF
+        damaged.append(bytes(copy))
+    for n, blob in enumerate(damaged):
+        f = tmp_path / f"d{n}.ncu-rep"
+        f.write_bytes(blob)
+        r = kp("profile", "--import", str(f), "--json")
+        assert "Traceback" not in r.stderr, r.stderr
+        if r.returncode == 0:       # the damage missed what is read: a whole profile
+            kernels = json.loads(r.stdout)["kernels"]
+            assert kernels and all(k["name"] and k["duration_us"] for k in kernels), (n, kernels)
+        else:
+            assert r.returncode == 1 and json.loads(r.stdout)["error"]["type"] in ("InputFormatError",
+                                                                                  "KernelpilotError"), (n, r.stderr)

@@ -70,6 +70,15 @@ def from_ncu_report(path: Path, *, gpu: str | None = None, all_metrics: bool = F
 
     report = load_ncu_report(path)     # once, for the metrics, the rule results and the warp samples
     raws = launches_from_report(report, keep=None if all_metrics else used_metric)
+    # The reader takes an empty, cut-short or corrupted file without complaint: no launches, or launches with
+    # neither a name nor a single metric.
+    if not raws:
+        raise InputFormatError(str(path), "no kernel launches in it: an empty report, or one cut short or "
+                                          "corrupted (Nsight Compute writes at least one launch per report).")
+    unread = [r.info.get("ID", "?") for r in raws if not r.metrics and not r.info.get("Kernel Name")]
+    if unread:
+        which = f"launch {unread[0]} has" if len(unread) == 1 else f"launches {', '.join(unread[:5])} have"
+        raise InputFormatError(str(path), f"{which} no name and no metrics: the report is cut short or corrupted.")
     return from_raw_launches(raws, rules_from_report(report), source=str(path), gpu=gpu, report=str(path),
                              rules_from="the report's rule results", hotspots_from=report if hotspots else None,
                              opcodes_from=report)
