@@ -355,3 +355,11 @@ def test_errors_under_json_are_json_on_stdout(tmp_path):
     # without --json: the line on stderr, nothing on stdout
     p = kpilot("isa", "analyze", str(tmp_path / "missing.cu"), "--arch", "sm_90", check=False)
     assert p.returncode == 2 and p.stdout == "" and p.stderr.startswith("error: ")
+
+
+def test_a_default_block_size_is_said():
+    require_tool("nvcc")
+    (k,) = analyze_json(str(K / "vector_add.cu"), "--arch", "sm_90")["kernels"]
+    assert any("a default (the kernel has no launch bounds): pass --block-size" in n for n in k["notes"])
+    (k,) = analyze_json(str(K / "vector_add.cu"), "--arch", "sm_90", "--block-size", "128")["kernels"]
+    assert not any("pass --block-size" in n for n in k["notes"]) and k["occupancy"]["block_size"] == 128

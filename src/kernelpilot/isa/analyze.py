@@ -198,6 +198,10 @@ def analyze_kernel(isa: KernelISA, *, block_size: int | None = None) -> KernelRe
     families = dict(sorted(fam_counts.items()))
     ctx = Context(isa=isa, families=families, loops=loops, loop_depth=depth, occupancy=occ, fams_of=fams_of)
     findings = run_rules(ctx)
+    notes = list(isa.metadata.get("notes", []))
+    if occ is not None and not block_size and isa.block_size_assumed:
+        notes.append(f"occupancy is computed for {occ.block_size} threads per block, a default (the kernel has no "
+                     "launch bounds): pass --block-size with the size it is launched with")
     return KernelReport(
         name=isa.name,
         display_name=isa.display_name,
@@ -212,7 +216,7 @@ def analyze_kernel(isa: KernelISA, *, block_size: int | None = None) -> KernelRe
         loops=loops,
         stalls=stalls,
         findings=findings,
-        notes=list(isa.metadata.get("notes", [])),
+        notes=notes,
         isa=isa,
     )
 

@@ -119,6 +119,7 @@ class KernelISA:
     display_name: str | None = None  # demangled name where it differs
     block_size: int | None = None     # threads per block from launch bounds, num_warps or max_flat_workgroup_size
     block_size_source: str | None = None
+    block_size_assumed: bool = False  # no launch bounds: the size is a default, not what the kernel is launched with
     compiler_occupancy: int | None = None   # AMD `; Occupancy:` (waves per SIMD)
     labels: dict[str, int] = field(default_factory=dict)   # label -> instruction index
     metadata: dict[str, Any] = field(default_factory=dict)  # anything else the parser found worth keeping

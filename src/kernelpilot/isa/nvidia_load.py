@@ -78,4 +78,5 @@ def load(source: str, kind: str, spec, opts, work: Path) -> list[KernelISA]:
         if k.block_size is None:
             k.block_size = _DEFAULT_BLOCK
             k.block_size_source = f"assumed {_DEFAULT_BLOCK} (no launch bounds; pass --block-size)"
+            k.block_size_assumed = True
     return kernels
