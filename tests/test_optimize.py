@@ -107,6 +107,19 @@ def test_run_store_round_trip_and_errors(tmp_path):
     (tmp_path / "junk.db").write_text("not sqlite at all " * 100)
     with pytest.raises(KernelpilotError, match="not a kernelpilot run store"):
         RunStore(tmp_path / "junk.db")
+    # a JSON column that is not JSON, and pages overwritten: one error naming the store
+    with RunStore(db, create=False) as s:
+        s.db.execute("UPDATE runs SET options = '{not json' WHERE id = ?", (rid,))
+        with pytest.raises(KernelpilotError, match="the run store is damaged"):
+            s.run(rid)
+    data = bytearray(db.read_bytes())
+    data[4096:] = b"\xff" * (len(data) - 4096)                  # every page after the first
+    db.write_bytes(bytes(data))
+    for wal in db.parent.glob("runs.db-*"):
+        wal.unlink()
+    with pytest.raises(KernelpilotError, match="damaged|not a kernelpilot run store"):
+        with RunStore(db, create=False) as s:
+            s.steps(rid)
 
 
 # ---------------------------------------------------------------- end to end on the CPU

@@ -8,6 +8,7 @@ the step in flight, and ``--resume`` carries on from the last one written. The d
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import time
@@ -128,6 +129,24 @@ class StepRecord:
         return d
 
 
+def _guarded(method):
+    """A store method whose failures from a damaged file (a corrupted page, a JSON column that is not JSON) are
+    one ``KernelpilotError`` naming the store, not SQLite's or json's exception."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (sqlite3.IntegrityError, sqlite3.OperationalError):
+            raise                      # a step written twice, a busy file: not damage
+        except (sqlite3.DatabaseError, json.JSONDecodeError) as e:
+            raise KernelpilotError(f"{self.path}: the run store is damaged ({e}).",
+                                   hint="Runs recorded in it may be lost; keep a copy, and record new runs with "
+                                        "--store NEW.db.") from None
+
+    return wrapper
+
+
 class RunStore:
     """Open (creating when needed) the run store at ``path``. Use as a context manager, or ``close()``."""
 
@@ -155,6 +174,7 @@ class RunStore:
 
     # ------------------------------------------------------------------ runs
 
+    @_guarded
     def create_run(self, *, problem: str, strategy: str, start_candidate: str | None, target: float | None,
                    budget: int | None, options: dict[str, Any], device: str | None = None) -> int:
         with self._tx():
@@ -164,6 +184,7 @@ class RunStore:
                 (time.time(), problem, strategy, start_candidate, target, budget, json.dumps(options), device))
             return int(cur.lastrowid)
 
+    @_guarded
     def update_run(self, run_id: int, **values: Any) -> None:
         allowed = {f.name for f in fields(RunRecord)} - {"id", "created"}
         bad = set(values) - allowed
@@ -175,6 +196,7 @@ class RunStore:
         with self._tx():
             self.db.execute(f"UPDATE runs SET {cols} WHERE id = ?", (*values.values(), run_id))
 
+    @_guarded
     def run(self, run_id: int) -> RunRecord:
         row = self.db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
@@ -185,11 +207,13 @@ class RunStore:
         d["options"] = json.loads(d["options"] or "{}")
         return RunRecord(**d)
 
+    @_guarded
     def runs(self) -> list[RunRecord]:
         return [self.run(r[0]) for r in self.db.execute("SELECT id FROM runs ORDER BY id")]
 
     # ------------------------------------------------------------------ steps
 
+    @_guarded
     def add_step(self, run_id: int, step: StepRecord) -> int:
         """Write a finished step (numbered next in its run when ``step.n`` is None); returns its number."""
         d = asdict(step)
@@ -209,6 +233,7 @@ class RunStore:
                             (run_id, *d.values()))
         return d["n"]
 
+    @_guarded
     def steps(self, run_id: int) -> list[StepRecord]:
         out = []
         for row in self.db.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY n", (run_id,)):
@@ -224,6 +249,7 @@ class RunStore:
             out.append(StepRecord(**d))
         return out
 
+    @_guarded
     def step(self, run_id: int, n: int) -> StepRecord:
         for s in self.steps(run_id):
             if s.n == n:
