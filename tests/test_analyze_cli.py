@@ -363,3 +363,12 @@ def test_a_default_block_size_is_said():
     assert any("a default (the kernel has no launch bounds): pass --block-size" in n for n in k["notes"])
     (k,) = analyze_json(str(K / "vector_add.cu"), "--arch", "sm_90", "--block-size", "128")["kernels"]
     assert not any("pass --block-size" in n for n in k["notes"]) and k["occupancy"]["block_size"] == 128
+
+
+def test_several_sources_in_one_call():
+    require_tool("clang++")
+    a, b = str(K / "wave_argmax_dpp.hip"), str(K / "wave_argmax_bpermute.hip")
+    out = analyze_json(a, b, "--arch", "gfx942")
+    assert [(k["name"], k["source"]) for k in out["kernels"]] == [("wave_argmax_dpp", a), ("wave_argmax_bpermute", b)]
+    text = kpilot("isa", "analyze", a, b, "--arch", "gfx942").stdout
+    assert "wave_argmax_dpp" in text and "wave_argmax_bpermute" in text

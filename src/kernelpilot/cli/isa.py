@@ -78,29 +78,33 @@ def _analyze(source: str, kw: dict) -> list[KernelReport]:
 
 
 @isa.command("analyze")
-@click.argument("source")
+@click.argument("sources", nargs=-1, required=True, metavar="SOURCE...")
 @_common
 @click.option("--all-opcodes", is_flag=True, help="List every opcode, not only the most frequent.")
-def analyze_cmd(source: str, all_opcodes: bool, **kw) -> None:
-    """Analyze every kernel in SOURCE for ARCH.
+def analyze_cmd(sources: tuple[str, ...], all_opcodes: bool, **kw) -> None:
+    """Analyze every kernel in each SOURCE for ARCH (all with the same options).
 
     SOURCE: a .cu, .hip (or --lang hip), FILE.py:KERNEL (Triton), .ptx, .cubin, .s (AMDGCN from clang or
-    Triton) or .hsaco/.co file.
+    Triton) or .hsaco/.co file. With several, --json gives one list of kernels, each naming its source.
 
     \b
     Examples:
       kpilot isa analyze kernel.cu --arch sm_90
       kpilot isa analyze argmax.hip --arch gfx942 --json
       kpilot isa analyze softmax.py:softmax_kernel --arch gfx942 -D BLOCK=1024
+      kpilot isa analyze a.hip b.hip --arch gfx942
     """
     if kw["as_json"]:
-        emit_json(call("isa_analyze", {"source": source, **_tool_args(kw)}))
+        results = [call("isa_analyze", {"source": source, **_tool_args(kw)}) for source in sources]
+        emit_json({**results[0], "kernels": [k for r in results for k in r["kernels"]]})
         return
-    reports = _analyze(source, kw)
-    for n, r in enumerate(reports):
-        if n:
-            echo()
-        echo(render_report(r, all_opcodes=all_opcodes))
+    n = 0
+    for source in sources:
+        for r in _analyze(source, kw):
+            if n:
+                echo()
+            echo(render_report(r, all_opcodes=all_opcodes))
+            n += 1
 
 
 @isa.command("diff")
