@@ -372,3 +372,23 @@ def test_several_sources_in_one_call():
     assert [(k["name"], k["source"]) for k in out["kernels"]] == [("wave_argmax_dpp", a), ("wave_argmax_bpermute", b)]
     text = kpilot("isa", "analyze", a, b, "--arch", "gfx942").stdout
     assert "wave_argmax_dpp" in text and "wave_argmax_bpermute" in text
+
+
+def test_compiler_warnings_are_kept_with_the_analysis(tmp_path):
+    require_tool("clang++")
+    require_tool("nvcc")
+    hip = tmp_path / "conv.hip"
+    hip.write_text("#include <hip/hip_runtime.h>\n"
+                   "extern \"C\" __global__ void k(float* x) {\n"
+                   "    float v = x[threadIdx.x];\n"
+                   "    int i = __builtin_amdgcn_update_dpp(0, v, 0x111, 0xf, 0xf, false);   // takes ints\n"
+                   "    x[threadIdx.x] = i;\n}\n")
+    (k,) = analyze_json(str(hip), "--arch", "gfx942", "--flag=-Wconversion")["kernels"]
+    assert any(n.startswith(f"compiler warning: {hip}:4:") and "floating-point number into integer" in n
+               for n in k["notes"]), k["notes"]
+    cu = tmp_path / "unused.cu"
+    cu.write_text("__global__ void k(float* x) { int unused; x[threadIdx.x] = 1.0f; }\n")
+    (k,) = analyze_json(str(cu), "--arch", "sm_90")["kernels"]
+    assert any("compiler warning:" in n and '"unused" was declared but never referenced' in n for n in k["notes"])
+    # kernelpilot's own HIP header compiles warning-free, so -Werror is the user's code alone
+    kpilot("isa", "analyze", str(K / "wave_argmax_dpp.hip"), "--arch", "gfx942", "--flag=-Werror", "--flag=-Wall")

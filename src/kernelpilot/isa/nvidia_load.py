@@ -11,6 +11,7 @@ from kernelpilot.isa.ptxas import parse_ptxas_report, parse_res_usage
 from kernelpilot.isa.sass import parse_sass
 from kernelpilot.toolchain import nv_binary
 from kernelpilot.toolchain.nvcc import assemble_ptx, compile_cuda
+from kernelpilot.toolchain.run import compiler_warnings
 
 __all__ = ["load", "kernels_from_cubin"]
 
@@ -60,6 +61,8 @@ def load(source: str, kind: str, spec, opts, work: Path) -> list[KernelISA]:
         build = compile_cuda(Path(source), arch=arch, defines=opts.defines, extra_flags=opts.extra_flags, workdir=work)
         kernels = kernels_from_cubin(build.cubin_path, source=source, arch=spec.name if spec else None,
                                      ptxas_report=build.ptxas_report)
+        for k in kernels:
+            k.metadata.setdefault("notes", []).extend(compiler_warnings(build.stderr))
     elif kind == "ptx":
         build = assemble_ptx(Path(source), arch=arch, extra_flags=opts.extra_flags, workdir=work)
         kernels = kernels_from_cubin(build.cubin_path, source=source, arch=spec.name if spec else None,

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from kernelpilot.errors import CompileError, ToolError, ToolNotFoundError, UsageError
 from kernelpilot.toolchain.find import find_tool
-from kernelpilot.toolchain.run import ensure_file, run_tool
+from kernelpilot.toolchain.run import compiler_warnings, ensure_file, run_tool
 
 __all__ = ["HipBuild", "compile_hip", "device_libs_dir", "rocm_root", "SHIM_HEADER"]
 
@@ -206,6 +206,7 @@ def compile_hip(
     asm_text = asm_path.read_text(errors="replace")
     build = HipBuild(source=src, arch=arch, asm_path=asm_path, asm_text=asm_text, command=cmd,
                      stderr=res.stderr, shim=shim, device_libs=libs)
+    build.warnings.extend(compiler_warnings(res.stderr))
     defined = set(_DEFINED.findall(asm_text))
     missing: list[str] = []
     for name in _SYM_REF.findall(asm_text):

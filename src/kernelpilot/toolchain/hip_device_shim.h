@@ -16,7 +16,7 @@
  * RULE
  *   A function is defined here only when its definition is the library's own: the same operations as the
  *   ROCm device-library source (ROCm-Device-Libs, now llvm-project amd/device-libs; ockl workitem.cl,
- *   ocml *F.cl/*H.cl, hip/opencl awif.cl), so that once inlined it gives the IR and the ISA the library
+ *   ocml *F.cl and *H.cl, hip/opencl awif.cl), so that once inlined it gives the IR and the ISA the library
  *   gives.  Left out, and so still reported as unresolved calls:
  *   - functions whose result depends on link-time controls this header cannot see:
  *     log, log10 (__oclc_unsafe_math_opt), and anything reading __oclc_finite_only_opt;

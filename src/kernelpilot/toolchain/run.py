@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
 from kernelpilot.errors import CompileError, KernelpilotError, ToolError
 
-__all__ = ["run_tool", "ToolResult", "kernelpilot_env"]
+__all__ = ["run_tool", "ToolResult", "kernelpilot_env", "compiler_warnings"]
+
+# A compiler's warning line: clang's and gcc's "FILE:LINE:COL: warning: ...", nvcc's front end's
+# "FILE(LINE): warning #NNN-D: ...", ptxas's "ptxas warning : ...".
+_WARNING = re.compile(r"(?::\d+(?::\d+)?: warning: |\(\d+\): warning #?\S*: |^ptxas warning\s*: )")
+_MAX_WARNINGS = 20
 
 
 def kernelpilot_env() -> dict[str, str]:
@@ -66,3 +72,14 @@ def ensure_file(path: str | Path) -> Path:
     if not p.is_file():
         raise KernelpilotError(f"{p}: not a file.")
     return p
+
+
+def compiler_warnings(stderr: str) -> list[str]:
+    """The warning lines a compiler wrote (at most 20, then how many more), each as "compiler warning: LINE":
+    kept with the analysis, since a warning (a value converted, a comment that swallowed code) can explain ISA
+    that looks wrong."""
+    lines = [" ".join(line.split()) for line in stderr.splitlines() if _WARNING.search(line)]
+    out = [f"compiler warning: {line}" for line in lines[:_MAX_WARNINGS]]
+    if len(lines) > _MAX_WARNINGS:
+        out.append(f"compiler warning: ... and {len(lines) - _MAX_WARNINGS} more")
+    return out
