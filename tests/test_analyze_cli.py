@@ -87,9 +87,14 @@ def test_isa_diff_shows_lds_ops_gone():
     assert kd["opcodes"]["ds_bpermute_b32"]["a"] > 0 and kd["opcodes"]["ds_bpermute_b32"]["b"] == 0
     assert kd["families"]["shared.crosslane"]["b"] == 0
     assert {"id": "amd.lds-crosslane"}.items() <= kd["findings"]["resolved"][0].items()
+    # every resource, changed or not, and what the stall estimate counts
+    assert {"vgpr", "sgpr", "lds_bytes", "scratch_bytes"} <= set(kd["resources"])
+    assert kd["resources"]["lds_bytes"] == {"a": 0, "b": 0} and "lds_bytes" not in kd["resources_changed"]
+    assert "vgpr" in kd["resources_changed"] and "memory latency not modelled" in kd["stall_method"]
     text = kpilot("isa", "diff", a, b, "--arch", "gfx942").stdout
     assert "ds_bpermute_b32: 12 -> 0" in text or "ds_bpermute_b32:" in text
     assert "resolved  amd.lds-crosslane" in text
+    assert "unchanged: " in text and "lds_bytes 0" in text and "(what it counts: " in text
 
 
 def test_readlane_diff_shows_readlanes_reduced():

@@ -247,12 +247,18 @@ def render_diff(d) -> str:
     out = [f"kernel {d.a}" + (f" -> {d.b}" if d.b != d.a else "") + f"  [{d.arch[0]}" + (f" -> {d.arch[1]}" if d.arch[1] != d.arch[0] else "") + "]"]
     ic = d.instruction_count
     out.append(f"  instructions {ic[0]} -> {ic[1]} ({ic[1] - ic[0]:+d})")
+    same = []
     for k, (x, y) in d.resources.items():
-        out.append(f"  {k}: {x} -> {y}")
+        if x != y:
+            out.append(f"  {k}: {x} -> {y}")
+        elif x is not None:
+            same.append(f"{k} {x}")
+    if same:
+        out.append(f"  unchanged: {', '.join(same)}")
     for k, (x, y) in d.occupancy.items():
         out.append(f"  occupancy {k}: {x} -> {y}")
     if d.stall_cycles[0] != d.stall_cycles[1]:
-        out.append(f"  stall cycles: {d.stall_cycles[0]} -> {d.stall_cycles[1]}")
+        out.append(f"  stall cycles: {d.stall_cycles[0]} -> {d.stall_cycles[1]} (what it counts: {d.stall_method})")
     if d.loops[0] != d.loops[1]:
         out.append(f"  loops: {d.loops[0]} -> {d.loops[1]}")
     if d.families:

@@ -24,6 +24,7 @@ class KernelDiff:
     opcodes: dict[str, tuple[int, int]] = field(default_factory=dict)
     loops: tuple[int, int] = (0, 0)
     stall_cycles: tuple[Any, Any] = (None, None)
+    stall_method: str | None = None
     findings_resolved: list[dict[str, str]] = field(default_factory=list)
     findings_appeared: list[dict[str, str]] = field(default_factory=list)
     findings_kept: list[str] = field(default_factory=list)
@@ -35,12 +36,14 @@ class KernelDiff:
             "b": self.b,
             "arch": {"a": self.arch[0], "b": self.arch[1]},
             "resources": {k: pair(v) for k, v in self.resources.items()},
+            "resources_changed": [k for k, (x, y) in self.resources.items() if x != y],
             "occupancy": {k: pair(v) for k, v in self.occupancy.items()},
             "instruction_count": pair(self.instruction_count),
             "families": {k: pair(v) for k, v in self.families.items()},
             "opcodes": {k: pair(v) for k, v in self.opcodes.items()},
             "loops": pair(self.loops),
             "stall_cycles": pair(self.stall_cycles),
+            "stall_method": self.stall_method,
             "findings": {"resolved": self.findings_resolved, "appeared": self.findings_appeared,
                          "kept": self.findings_kept},
         }
@@ -67,7 +70,8 @@ def diff_kernel(a: KernelReport, b: KernelReport) -> KernelDiff:
         a=a.display_name or a.name,
         b=b.display_name or b.name,
         arch=(a.arch, b.arch),
-        resources=_changed(ra, rb, skip=("source",)),
+        # every resource, changed or not: an unchanged register count is an answer too
+        resources={k: (ra.get(k), rb.get(k)) for k in list(ra) + [k for k in rb if k not in ra] if k != "source"},
         occupancy=_changed({k: oa.get(k) for k in ("active", "max", "percent", "limiter", "block_size", "compiler")},
                            {k: ob.get(k) for k in ("active", "max", "percent", "limiter", "block_size", "compiler")}),
         instruction_count=(a.instruction_count, b.instruction_count),
@@ -75,6 +79,7 @@ def diff_kernel(a: KernelReport, b: KernelReport) -> KernelDiff:
         opcodes={k: (v[0] or 0, v[1] or 0) for k, v in _changed(a.opcodes, b.opcodes).items()},
         loops=(len(a.loops), len(b.loops)),
         stall_cycles=(a.stalls.total_cycles, b.stalls.total_cycles),
+        stall_method=b.stalls.method,
         findings_resolved=[{"id": i, "title": fa[i].title} for i in fa if i not in fb],
         findings_appeared=[{"id": i, "title": fb[i].title} for i in fb if i not in fa],
         findings_kept=[i for i in fa if i in fb],
