@@ -397,3 +397,21 @@ def test_compiler_warnings_are_kept_with_the_analysis(tmp_path):
     assert any("compiler warning:" in n and '"unused" was declared but never referenced' in n for n in k["notes"])
     # kernelpilot's own HIP header compiles warning-free, so -Werror is the user's code alone
     kpilot("isa", "analyze", str(K / "wave_argmax_dpp.hip"), "--arch", "gfx942", "--flag=-Werror", "--flag=-Wall")
+
+
+def test_the_dpp_suggestion_fits_the_operation(tmp_path):
+    require_tool("clang++")
+    src = tmp_path / "rowsum.hip"
+    src.write_text("#include <hip/hip_runtime.h>\n"
+                   "extern \"C\" __global__ void __launch_bounds__(64) rowsum(const float* x, float* y) {\n"
+                   "    float v = x[blockIdx.x * 64 + threadIdx.x];\n"
+                   "    for (int o = 32; o > 0; o >>= 1) v += __shfl_xor(v, o);\n"
+                   "    if (threadIdx.x == 0) y[blockIdx.x] = v;\n}\n")
+    (k,) = analyze_json(str(src), "--arch", "gfx942")["kernels"]
+    f = next(f for f in k["findings"] if f["id"] == "amd.lds-crosslane")
+    assert f["evidence"]["combines_with"] == "v_add_f32"
+    assert "v_add_f32_dpp" in f["suggestion"] and "v_max_f32_dpp" not in f["suggestion"]
+    assert "row_bcast:31 with row_mask:0xc" in f["suggestion"] and "counted once" in f["suggestion"]
+    bp = analyze_json(str(K / "wave_argmax_bpermute.hip"), "--arch", "gfx942")["kernels"][0]
+    f = next(f for f in bp["findings"] if f["id"] == "amd.lds-crosslane")
+    assert f["evidence"]["combines_with"] == "select" and "v_cmp/v_cndmask" in f["suggestion"]

@@ -8,7 +8,7 @@ Rules are plain functions ``rule(ctx) -> list[Finding]`` registered in ``RULES``
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Callable
 
@@ -61,6 +61,37 @@ def _is_gfx9(arch: str) -> bool:
 # ------------------------------------------------------------------ AMD cross-lane
 
 
+# The VALU operations a wave reduction combines with, as they follow the exchanged values.
+_COMBINE = re.compile(r"^v_(add|max|min|mul)_(f32|f16|f64|u32|i32)(?:_e\d+)?$")
+_SELECT = re.compile(r"^v_(cmp|cndmask)")
+_COMBINE_WINDOW = 12
+
+
+def _combining_op(ctx: Context, idx: list[int]) -> str | None:
+    """What the code does with the values it exchanged: for each exchange, the first instruction after it that
+    reads its destination register, counted when it is a combining VALU operation (``v_add_f32``) or a
+    compare-and-select (``select``: an argmax); the most common, or None when neither is seen."""
+    found: Counter[str] = Counter()
+    ins = ctx.isa.instructions
+    for i in idx:
+        dest = ins[i].operands.split(",", 1)[0].strip()
+        if not dest:
+            continue
+        reads = re.compile(rf"(?<![\w\[]){re.escape(dest)}(?![\w:])")
+        for j in range(i + 1, min(i + 1 + _COMBINE_WINDOW, len(ins))):
+            _, _, sources = ins[j].operands.partition(",")
+            if not reads.search(sources):
+                continue
+            op = ins[j].opcode
+            m = _COMBINE.match(op)
+            if m:
+                found[f"v_{m.group(1)}_{m.group(2)}"] += 1
+            elif _SELECT.match(op):
+                found["select"] += 1
+            break
+    return found.most_common(1)[0][0] if found else None
+
+
 def rule_lds_crosslane(ctx: Context) -> list[Finding]:
     if ctx.vendor != "amd":
         return []
@@ -71,18 +102,32 @@ def rule_lds_crosslane(ctx: Context) -> list[Finding]:
     dpp = ctx.families.get("crosslane.dpp", 0)
     loop_idx = ctx.in_loop(idx)
     gfx9 = _is_gfx9(ctx.isa.arch)
-    bcast = "then row_bcast:15 and row_bcast:31 to combine rows (GFX9), " if gfx9 else "then row_share/permlane across rows, "
+    op = _combining_op(ctx, idx)
+    if op == "select":
+        how = ("move each neighbour's value and index with v_mov_b32_dpp and keep the better pair with "
+               "v_cmp/v_cndmask, as the code does now")
+    elif op is not None:
+        how = f"apply {op} with a DPP modifier ({op}_dpp, or __builtin_amdgcn_update_dpp on int bits, then {op})"
+    else:
+        how = ("apply the combining operation with a DPP modifier (v_add_f32_dpp for a sum, v_max_f32_dpp for a "
+               "maximum)")
+    steps = ("quad_perm:[1,0,3,2], then quad_perm:[2,3,0,1] (every lane holds its quad's result); row_shr:4, then "
+             "row_shr:8 (lane 15 of each row of 16 holds the row's); ")
+    rows = ("row_bcast:15 with row_mask:0xa, then row_bcast:31 with row_mask:0xc (lane 63 holds the wave's), "
+            if gfx9 else "then combine the rows with row_share or v_permlane (no row_bcast on this generation), ")
     return [
         Finding(
             id="amd.lds-crosslane",
             severity="high" if loop_idx or sum(by.values()) >= 4 else "medium",
             title=f"cross-lane exchange goes through the LDS crossbar ({', '.join(f'{k} x{v}' for k, v in by.items() if v)})",
-            evidence=_evidence(ctx, idx, **{k: v for k, v in by.items() if v}, dpp=dpp, in_loops=len(loop_idx)),
+            evidence=_evidence(ctx, idx, **{k: v for k, v in by.items() if v}, dpp=dpp, in_loops=len(loop_idx),
+                               combines_with=op),
             suggestion=(
-                "Do the wave reduction with DPP instead of __shfl_xor/__shfl_down: combine within rows of 16 lanes "
-                "using quad_perm and row_shr:1/2/4/8 (v_max_f32_dpp or __builtin_amdgcn_update_dpp), "
-                + bcast
-                + "and read the result with one v_readlane_b32 of lane 63; DPP moves data inside the VALU with no LDS round trip."
+                f"Do the wave reduction with DPP instead of __shfl_xor/__shfl_down: {how}, one step each: "
+                + steps + rows
+                + "and read it with one v_readlane_b32 of lane 63. Each lane's value is counted once in that "
+                "order (adding quad_perm and row_shr:1/2 as well would count lanes twice); DPP moves data inside "
+                "the VALU with no LDS round trip."
             ),
         )
     ]
