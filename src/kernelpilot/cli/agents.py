@@ -66,6 +66,18 @@ Every command takes --json; read that rather than the text.
    `kpilot optimize PROBLEM -c FILE --strategy search --arch ARCH` do it; `kpilot runs show ID` lists what
    was tried.
 
+## Without a GPU (AMD code here, or a laptop)
+`isa analyze` and `isa diff` compile offline for any target: read the ISA of a rewrite before anyone runs it.
+- Keep the compiler's outputs with `--keep DIR` (binary, `.s`, the ptxas report) to read the code yourself;
+  several sources in one call: `kpilot isa analyze a.hip b.hip --arch gfx942 --json`.
+- Read the notes: compiler warnings are kept there (add `--flag=-Wconversion` to catch a float passed to an
+  int-only builtin such as `__builtin_amdgcn_update_dpp`), and so is an occupancy that rests on a default block
+  size (then pass `--block-size`).
+- A finding's suggestion names the operation your code combines with; a cross-lane rewrite must still count
+  every lane once: check the DPP modifiers in the `.s` against the sequence the finding gives.
+- Look things up instead of recalling them: `kpilot docs search "row_bcast DPP" --json`, then
+  `kpilot docs show CITATION` for the whole passage (DPP modifiers, waitcnt, stall reasons, profiler metrics).
+
 ## Rules
 - Keep the entry point and its signature; do not modify inputs; return plain tensors.
 - No side streams, threads, caching of outputs, or patched timers: the guards reject them.
