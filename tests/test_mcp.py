@@ -216,3 +216,20 @@ def test_skill_install(tmp_path):
     assert (latin1 / "AGENTS.md").read_bytes() == "# Règles\n".encode("latin-1")      # left as it was
     r = kp("skill", "install", "--for", "cursor", "--print")
     assert r.stdout.startswith("---\ndescription:") and not (tmp_path / ".cursor").exists()
+
+
+def test_stdio_answers_every_line_it_cannot_read(tmp_path):
+    lines = ['not json', '{"jsonrpc": "2.0", "id": 1}', '{"jsonrpc": "2.0", "id": "x", "method": 5}', '[1, 2]',
+             '{"jsonrpc": "2.0", "id": 2, "method": "ping"}']
+    p = subprocess.Popen([sys.executable, "-m", "kernelpilot", "mcp", "--workspace", str(tmp_path)], env=ENV,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        p.stdin.write("\n".join(lines) + "\n")
+        p.stdin.flush()
+        answers = [json.loads(p.stdout.readline()) for _ in lines]
+    finally:
+        p.stdin.close()
+        p.wait(timeout=30)
+    assert [(a.get("id"), (a.get("error") or {}).get("code")) for a in answers] == [
+        (None, -32700), (1, -32600), ("x", -32600), (None, -32600), (2, None)]
+    assert answers[-1]["result"] == {}                      # still serving after them

@@ -5,7 +5,8 @@ Over HTTP every request needs ``Authorization: Bearer TOKEN`` (``HTTPGate``): th
 or one made at start and printed once. Any local process can reach a loopback port, and the tools compile and
 run code; the token keeps them to the client it was given to. An address other than a loopback one is refused
 unless asked for (``allow_remote``). A body that is not JSON, or not a JSON-RPC message, gets the JSON-RPC
-error (-32700, -32600) and HTTP 400 before it reaches the SDK.
+error (-32700, -32600) and HTTP 400 before it reaches the SDK; over stdio such a line gets the same answer
+(``AnsweringReadStream``), where the SDK would drop it unanswered.
 
 Every tool call runs in a worker thread while the server keeps serving; a long one (check, bench, eval,
 profile) reports progress every few seconds. Bad arguments and a failing tool come back as a tool error
@@ -106,6 +107,63 @@ def _pool():
     return WorkerPool(spares=1, problems=2)
 
 
+class AnsweringReadStream:
+    """The SDK's stdio read stream without the lines it could not read: the SDK passes each on as an exception and
+    the server drops it unanswered; here each is answered at once with JSON-RPC's error, -32700 for a line that
+    is not JSON and -32600 for one that is not a JSON-RPC message (with its id where it has one)."""
+
+    def __init__(self, inner, write) -> None:
+        self.inner, self.write = inner, write
+
+    @property
+    def last_context(self):
+        return getattr(self.inner, "last_context", None)      # the sender's context, as the SDK's stream has it
+
+    async def receive(self):
+        import mcp_types as types
+        from mcp.shared.message import SessionMessage
+
+        while True:
+            item = await self.inner.receive()
+            if not isinstance(item, Exception):
+                return item
+            code, ident, what = _stdio_error(item)
+            await self.write.send(SessionMessage(types.JSONRPCError(
+                jsonrpc="2.0", id=ident, error=types.ErrorData(code=code, message=what))))
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        import anyio
+
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+
+def _stdio_error(exc: Exception) -> tuple[int, str | int | None, str]:
+    """JSON-RPC's error for a line the SDK could not read: (code, the message's id where it has one, text)."""
+    errors = exc.errors() if hasattr(exc, "errors") else []
+    if any(e.get("type") == "json_invalid" for e in errors) or not errors:
+        return -32700, None, "parse error: the line is not JSON"
+    # the message itself is the input of some error (a union's errors are each about one of its members)
+    data = next((e["input"] for e in errors if isinstance(e.get("input"), dict)), errors[0].get("input"))
+    ident = data.get("id") if isinstance(data, dict) and isinstance(data.get("id"), (str, int)) else None
+    bad = _not_jsonrpc(data) or "not a JSON-RPC request, notification or response that MCP defines"
+    return -32600, ident, f"invalid request: {bad}"
+
+
 def serve_stdio(workspace: Path | None = None) -> None:
     import anyio
     from mcp.server.stdio import stdio_server
@@ -115,7 +173,7 @@ def serve_stdio(workspace: Path | None = None) -> None:
 
     async def main() -> None:
         async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
+            await server.run(AnsweringReadStream(read, write), write, server.create_initialization_options())
 
     try:
         anyio.run(main)
