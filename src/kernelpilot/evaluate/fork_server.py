@@ -98,7 +98,9 @@ class ForkedProcess:
             return True
         if self._pidfd is None:
             return False
-        ready, _, _ = select.select([self._pidfd], [], [], max(0.0, timeout))
+        waiter = select.poll()            # not select(): a pidfd may be numbered past FD_SETSIZE in a busy process
+        waiter.register(self._pidfd, select.POLLIN)
+        ready = waiter.poll(max(0, int(timeout * 1000)))
         if ready:
             self.returncode = 0
         return bool(ready)
