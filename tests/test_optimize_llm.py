@@ -99,6 +99,21 @@ def test_llm_loop_feeds_the_failure_back_and_records_both_steps(tmp_path, provid
     assert run.best_step == 2
 
 
+def test_the_budget_counts_the_models_proposals(tmp_path):
+    # a model that would go on proposing: the run ends when the start and its proposals fill the budget
+    submit = {"text": "", "tool_calls": [("submit_candidate", {"hypothesis": "a bigger block", "code": RIGHT})]}
+    with ScriptedLLM([submit] * 6) as llm:
+        r = kp("optimize", SCALE, "-c", TUNABLE, "--strategy", "llm", "--provider", "openai", "--base-url",
+               llm.url("openai"), "--model", "scripted", "--device", "cpu", "--bench-budget", "0.05", "--budget", "3",
+               "--api-key", "k", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(line) for line in r.stdout.splitlines()]
+    steps = [e for e in events if e["event"] == "step"]
+    assert [s["kind"] for s in steps] == ["start", "proposal", "proposal"]
+    assert [(s["evaluations"], s["budget"]) for s in steps] == [(1, 3), (2, 3), (3, 3)]
+    assert events[-1]["status"] == "done" and events[-1]["reason"] == "budget of 3 evaluations spent"
+
+
 def test_no_api_key_is_one_line(tmp_path):
     r = kp("optimize", SCALE, "-c", TUNABLE, "--strategy", "llm", "--provider", "anthropic", "--device", "cpu",
            cwd=tmp_path)

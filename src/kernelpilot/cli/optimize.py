@@ -92,7 +92,9 @@ def _print_event(e: dict[str, Any]) -> None:
         if e["kind"] == "proposal":
             what = (e.get("hypothesis") or "")[:100] + (f"  [{e['tokens_in']}+{e['tokens_out']} tokens]"
                                                         if e.get("tokens_in") is not None else "")
-        warn(f"  step {e['n']:3d}  {e['kind']:8s} {ok:6s} {t:>14s} {sp:>9s}  best {e.get('best_speedup') or '-'}x  {what}"
+        done = f"[{e['evaluations']}/{e['budget']}]" if e.get("budget") else ""
+        warn(f"  step {e['n']:3d} {done:>9s}  {e['kind']:8s} {ok:6s} {t:>14s} {sp:>9s}  "
+             f"best {e.get('best_speedup') or '-'}x  {what}"
              + (f"  ({e['error'][:120]})" if e.get("error") else ""))
     elif e["event"] == "run":
         warn(f"run {e['run']} ({e['strategy']}), recorded in {e['store']}")

@@ -105,7 +105,9 @@ class _Run:
         return first
 
     def evaluations(self) -> int:
-        return sum(1 for s in self.steps if s.kind in ("start", "variant"))
+        """Candidates evaluated so far, against the budget: the start, each variant, each proposal that came with
+        code (a proposal without any was not evaluated)."""
+        return sum(1 for s in self.steps if s.kind in ("start", "variant") or (s.kind == "proposal" and s.code))
 
     def eval_options(self, budget_s: float) -> EvalOptions:
         return EvalOptions(device=self.device, seeds=self.opts.seeds, timeout=self.opts.timeout, cases=self.opts.cases,
@@ -123,7 +125,8 @@ class _Run:
                            "correct": step.correct, "passed": step.passed, "median_us": step.median_us,
                            "speedup": step.speedup, "best_speedup": self.run.best_speedup,
                            "error": (step.error or "")[:300] or None, "hypothesis": (step.hypothesis or "")[:300] or None,
-                           "tokens_in": step.tokens_in, "tokens_out": step.tokens_out, "cost_usd": step.cost_usd})
+                           "tokens_in": step.tokens_in, "tokens_out": step.tokens_out, "cost_usd": step.cost_usd,
+                           "evaluations": self.evaluations(), "budget": self.opts.budget})
         return step
 
     def best(self) -> StepRecord | None:
