@@ -92,16 +92,17 @@ def confine(schema: dict[str, Any], args: dict[str, Any], ctx: ToolContext, wher
         if value is None:
             continue
         if spec.get("format") == "path":
-            out[key] = str(_within(ctx, value, f"{where}.{key}"))
+            out[key] = str(_within(ctx.workspace, value, f"{where}.{key}", ctx.also))
         elif spec.get("type") == "array" and (spec.get("items") or {}).get("format") == "path":
-            out[key] = [str(_within(ctx, v, f"{where}.{key}[{i}]")) for i, v in enumerate(value)]
+            out[key] = [str(_within(ctx.workspace, v, f"{where}.{key}[{i}]", ctx.also)) for i, v in enumerate(value)]
     return out
 
 
-def _within(ctx: ToolContext, path: str, where: str) -> Path:
-    root = ctx.workspace.resolve()
+def _within(workspace: Path, path: str, where: str, also: tuple[Path, ...] = ()) -> Path:
+    """``path`` resolved against ``workspace``, if it lies inside it or inside one of ``also``."""
+    root = workspace.resolve()
     p = (root / path).resolve()          # an absolute path stays itself; symbolic links are followed
-    for allowed in (root, *(a.resolve() for a in ctx.also)):
+    for allowed in (root, *(a.resolve() for a in also)):
         if p == allowed or allowed in p.parents:
             return p
     raise ToolArgumentError(f"{where}: {path} is outside the workspace {root}; tools reach only its files "
@@ -184,7 +185,7 @@ def allowed_flags(flags: list[str], ctx: ToolContext, where: str) -> list[str]:
     out = []
     for i, flag in enumerate(flags):
         if flag.startswith("-I") and len(flag) > 2:
-            out.append("-I" + str(_within(ctx, flag[2:], f"{where}[{i}]")))
+            out.append("-I" + str(_within(ctx.workspace, flag[2:], f"{where}[{i}]")))
         elif _FLAG_FORM.match(flag):
             out.append(flag)
         else:
@@ -389,7 +390,7 @@ def _eval_tool(a: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
 
 
 def _inside(ctx: ToolContext, path: str) -> Path:
-    return _within(ToolContext(workspace=ctx.workspace, confined=True), path, "path")   # the workspace only
+    return _within(ctx.workspace, path, "path")      # candidate files: the workspace only
 
 
 @_register("read_candidate", """Read a candidate (or any text) file in the workspace: the kernel to improve,

@@ -48,7 +48,6 @@ from typing import Any
 __all__ = ["spawn", "ForkedProcess", "available", "serve"]
 
 _PR_SET_NAME = 15
-_PR_SET_DUMPABLE = 4
 _MAX_MESSAGE = 1 << 20
 _FDS = ("stdin", "reports", "stderr", "journal", "stdout")
 
@@ -230,8 +229,7 @@ def _get_server(kind: str, env: dict[str, str]) -> _Server | None:
         if server is None:
             work_dir = Path(tempfile.mkdtemp(prefix="kpilot-fork-server-"))
             os.chmod(work_dir, 0o700)
-            server_env = {k: v for k, v in env.items() if k != "KPILOT_JOURNAL_FD"}
-            server_env["TMPDIR"] = str(work_dir)
+            server_env = {**env, "TMPDIR": str(work_dir)}
             try:
                 server = _Server(server_env, work_dir)
             except OSError:
@@ -258,14 +256,14 @@ def spawn(kind: str, supervise_args: list[str], worker_args: list[str], env: dic
     kernelpilot.evaluate.supervise`` instead."""
     if not available():
         return None
+    env = {k: v for k, v in env.items() if k != "KPILOT_JOURNAL_FD"}
     server = _get_server(kind, env)
     if server is None:
         return None
     stdin_r, stdin_w = os.pipe()
     reports_r, reports_w = os.pipe()
     handle = ForkedProcess(stdin_w, reports_r)
-    message = {"supervise": supervise_args, "worker": worker_args, "cwd": os.getcwd(),
-               "env": {k: v for k, v in env.items() if k != "KPILOT_JOURNAL_FD"}}
+    message = {"supervise": supervise_args, "worker": worker_args, "cwd": os.getcwd(), "env": env}
     sent = server.request(message, [stdin_r, reports_w, stderr_fd, journal_fd, stdout_fd], handle)
     os.close(stdin_r)
     os.close(reports_w)
@@ -329,7 +327,7 @@ def _child(sock: socket.socket, request: dict[str, Any], fds: list[int], *, fres
     interpreter for it and its worker (the server found it unsafe to fork workers). Never returns."""
     code = 127
     try:
-        from kernelpilot.evaluate.supervise import close_fds_except, main, prctl
+        from kernelpilot.evaluate.supervise import close_fds_except, main, set_dumpable
 
         sock.close()
         os.setsid()
@@ -339,7 +337,7 @@ def _child(sock: socket.socket, request: dict[str, Any], fds: list[int], *, fres
         os.dup2(named["stderr"], 2)
         journal, stdout = named["journal"], named["stdout"]
         close_fds_except({journal, stdout})
-        prctl(_PR_SET_DUMPABLE, 1)       # as a freshly executed supervisor is
+        set_dumpable(True)                # as a freshly executed supervisor is
         _name(b"kpilot-superv")
         for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(s, signal.SIG_DFL)
@@ -358,8 +356,7 @@ def _child(sock: socket.socket, request: dict[str, Any], fds: list[int], *, fres
             os.execv(python, [python, "-m", "kernelpilot.evaluate.supervise", *args,
                               python, "-m", "kernelpilot.evaluate.worker", *request["worker"]])
         args += request["worker"]
-        code = main(args, run_worker=lambda worker_args: _run_worker(journal, worker_args),
-                              keep_fds=(journal,))
+        code = main(args, run_worker=lambda worker_args: _run_worker(journal, worker_args), keep_fds=(journal,))
     except BaseException:   # noqa: BLE001 - the child must never return into the server's loop
         try:
             os.write(2, traceback.format_exc().encode()[-3000:])
@@ -381,10 +378,10 @@ def _reap() -> None:
 
 def serve(fd: int) -> int:
     """The server's loop on socket ``fd``: a fork per request, until the harness closes its end."""
-    from kernelpilot.evaluate.supervise import prctl
+    from kernelpilot.evaluate.supervise import set_dumpable
 
     sock = socket.socket(fileno=fd)
-    prctl(_PR_SET_DUMPABLE, 0)
+    set_dumpable(False)
     _name(b"kpilot-server")
     refusal = _preimport()
     while True:

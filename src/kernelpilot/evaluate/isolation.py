@@ -19,6 +19,7 @@ from typing import Any
 
 from kernelpilot.evaluate.fork_server import ForkedProcess, spawn
 from kernelpilot.evaluate.jobs import Job, JobFormatError, WorkerResult
+from kernelpilot.evaluate.supervise import set_dumpable
 from kernelpilot.evaluate.worker_env import cache_dirs, redact, worker_env
 
 __all__ = ["run_job", "Confinement", "WorkerProcess", "WorkerPool", "describe_exit", "default_memory_bytes", "hide_own_memory", "trusted_cache_dirs"]
@@ -54,19 +55,11 @@ def _tail(path: Path, limit: int = 3000) -> str:
     return "\n".join(lines).strip()
 
 
-_PR_SET_DUMPABLE = 4
-
-
 def hide_own_memory() -> None:
-    """Make this process non-dumpable: its memory and ``/proc/PID/environ`` (API keys an LLM proposer holds, for
-    one) can then be read only by a process with CAP_SYS_PTRACE, which workers never have. Debuggers of the same
-    user can no longer attach to it, and it leaves no core dump."""
-    import ctypes
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+    """Make this process non-dumpable (``supervise.set_dumpable``): its memory and ``/proc/PID/environ`` (API keys
+    an LLM proposer holds, for one) can then be read only by a process with CAP_SYS_PTRACE, which workers never
+    have. Debuggers of the same user can no longer attach to it, and it leaves no core dump."""
+    set_dumpable(False)
 
 
 def default_memory_bytes() -> int:

@@ -37,9 +37,10 @@ import sys
 import time
 from collections.abc import Callable
 
-__all__ = ["main", "descendants", "tree_rss", "prctl", "close_fds_except"]
+__all__ = ["main", "descendants", "tree_rss", "prctl", "set_dumpable", "close_fds_except"]
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_NO_NEW_PRIVS = 38
 _POLL_S = 0.02
@@ -52,6 +53,12 @@ def prctl(option: int, arg: int) -> int:
         return ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)
     except (OSError, AttributeError):
         return -1
+
+
+def set_dumpable(on: bool) -> None:
+    """Whether this process is dumpable. Not dumpable, its memory and ``/proc/PID/environ`` can be read, and the
+    process traced, only by a process with CAP_SYS_PTRACE, which workers never have; it leaves no core dump."""
+    prctl(_PR_SET_DUMPABLE, 1 if on else 0)
 
 
 def _processes() -> dict[int, tuple[int, str]]:
