@@ -45,6 +45,8 @@ def check(problem: Path, solution: Path, timeout: float) -> dict:
     except json.JSONDecodeError:
         return {"passed": False, "wall_s": wall, "message": "no JSON: " + (p.stderr or p.stdout)[-400:]}
     failing = [c for c in d.get("cases", []) if not c.get("ok")]
+    if isinstance(d.get("error"), dict):          # kpilot's own error (a problem or setup error), as JSON
+        return {"passed": False, "wall_s": wall, "message": f"{d['error']['type']}: {d['error']['message']}"[:300]}
     message = d.get("error") or (f"{failing[0]['case']}: {failing[0]['message']}" if failing else "")
     flags = [f"{f['id']} ({f['level']})" for f in d.get("flags", []) if f.get("level") in ("error", "warning")]
     return {"passed": bool(d.get("passed")), "wall_s": wall, "cases": len(d.get("cases", [])),

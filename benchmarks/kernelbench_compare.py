@@ -203,6 +203,9 @@ def run_kpilot_cold(problem: Path, cand: Path, timeout: float) -> dict:
 
 
 def _kpilot_summary(d: dict) -> dict:
+    if isinstance(d.get("error"), dict):          # kpilot's own error (a problem or setup error), as JSON
+        return {"verdict": f"error: {d['error']['message'][:160]}", "speedup": None, "median_us": None,
+                "elapsed_s": None}
     flags = [f["id"] for f in d.get("flags", []) if f.get("level") == "error"]
     verdict = "pass" if d.get("passed") else ("rejected: " + ", ".join(flags) if flags else
                                               "fail: " + ((d.get("error") or "")[:160] or _first_failure(d)))

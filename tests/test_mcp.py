@@ -20,6 +20,7 @@ from conftest import EXAMPLES, ROOT, require_module, require_tool
 
 require_module("mcp")
 anyio = require_module("anyio")
+jsonschema = require_module("jsonschema")
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
 HIP = "wave_argmax_bpermute.hip"             # in the workspace (``_workspace``)
@@ -39,13 +40,14 @@ async def _exercise(session) -> dict:
     out["names"] = {t.name for t in tools}
     tool = next(t for t in tools if t.name == "isa_analyze")
     out["schema"] = tool.input_schema
-    r = await session.call_tool("isa_analyze", {"source": HIP, "arch": "gfx942"})
+    out["outputs"] = {t.name: t.output_schema for t in tools}
+    r = await session.call_tool("isa_analyze", {"sources": [HIP], "arch": "gfx942"})
     out["analyze"] = (r.is_error, json.loads(r.content[0].text))
-    r = await session.call_tool("isa_analyze", {"source": 42})
-    out["bad"] = (r.is_error, r.content[0].text)
-    r = await session.call_tool("isa_analyze", {"source": "/etc/passwd", "arch": "gfx942"})
+    r = await session.call_tool("isa_analyze", {"sources": [42]})
+    out["bad"] = (r.is_error, r.content[0].text, r.structured_content)
+    r = await session.call_tool("isa_analyze", {"sources": ["/etc/passwd"], "arch": "gfx942"})
     out["outside"] = (r.is_error, r.content[0].text)
-    r = await session.call_tool("isa_analyze", {"source": HIP, "arch": "gfx942", "flags": ["-ccbin", "/bin/sh"]})
+    r = await session.call_tool("isa_analyze", {"sources": [HIP], "arch": "gfx942", "flags": ["-ccbin", "/bin/sh"]})
     out["ccbin"] = (r.is_error, r.content[0].text)
     r = await session.call_tool("no_such_tool", {})
     out["unknown"] = (r.is_error, r.content[0].text)
@@ -73,11 +75,14 @@ async def _long_call_reports_progress(session) -> tuple[list, dict, dict]:
 def _check(out: dict) -> None:
     assert out["names"] >= {"isa_analyze", "isa_diff", "arch_info", "profile", "check", "bench", "eval",
                             "optimize_start", "optimize_status", "runs"}
-    assert out["schema"]["required"] == ["source"] and "arch" in out["schema"]["properties"]
+    assert out["schema"]["required"] == ["sources"] and "arch" in out["schema"]["properties"]
     is_error, report = out["analyze"]
     assert not is_error and report["schema"] == "kernelpilot.isa/1"
     assert "amd.lds-crosslane" in {f["id"] for f in report["kernels"][0]["findings"]}
-    assert out["bad"][0] and "isa_analyze.source must be a string" in out["bad"][1]
+    assert out["bad"][0] and "isa_analyze.sources[0] must be a string" in out["bad"][1]
+    assert out["bad"][2]["error"]["type"] == "ToolArgumentError" and out["bad"][2]["error"]["exit_code"] == 2
+    assert all(out["outputs"][n] and out["outputs"][n]["type"] == "object" for n in out["names"])
+    jsonschema.validate(report, out["outputs"]["isa_analyze"])        # the result is what the tool declares
     assert out["unknown"][0] and "no tool named 'no_such_tool'" in out["unknown"][1]
     assert out["outside"][0] and "outside the workspace" in out["outside"][1]
     assert out["ccbin"][0] and "'-ccbin' is not allowed through a tool" in out["ccbin"][1]

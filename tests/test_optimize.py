@@ -233,7 +233,7 @@ def test_killed_run_resumes_from_its_last_step(tmp_path):
 
 @pytest.mark.parametrize("args, needle", [
     (["optimize", SCALE, "-c", SCALE / "reference.py", "--device", "cpu"], "declares no tuning space"),
-    (["optimize", SCALE], "give a PROBLEM and a starting --candidate"),
+    (["optimize", SCALE], "give a problem and a starting candidate"),
     (["optimize", SCALE, "-c", TUNABLE, "--strategy", "search", "--device", "cpu", "--budget", "0"],
      "--budget must be at least 1"),
     (["runs", "show", "5"], "no run store here"),

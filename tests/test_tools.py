@@ -34,13 +34,17 @@ def test_every_tool_has_a_description_and_a_schema():
 
 @pytest.mark.parametrize("name, args, needle", [
     ("nope", {}, "no tool named 'nope'"),
-    ("isa_analyze", {}, "missing required argument(s) source"),
-    ("isa_analyze", {"source": "x.cu", "colour": "red"}, "unknown argument(s) colour"),
-    ("isa_analyze", {"source": 3}, "isa_analyze.source must be a string, not 3"),
-    ("isa_analyze", {"source": "x.cu", "block_size": 0}, "block_size must be at least 1"),
-    ("isa_analyze", {"source": "x.cu", "block_size": True}, "must be an integer"),
-    ("isa_analyze", {"source": "x.cu", "lang": "fortran"}, "lang must be one of cuda, hip, triton"),
-    ("isa_analyze", {"source": "x.cu", "defines": {"N": 4}}, "defines.N must be a string"),
+    ("isa_analyze", {}, "missing required argument(s) sources"),
+    ("isa_analyze", {"sources": ["x.cu"], "colour": "red"}, "unknown argument(s) colour"),
+    ("isa_analyze", {"sources": "x.cu"}, "isa_analyze.sources must be an array, not 'x.cu'"),
+    ("isa_analyze", {"sources": [3]}, "isa_analyze.sources[0] must be a string, not 3"),
+    ("isa_analyze", {"sources": ["x.cu"], "block_size": 0}, "block_size must be at least 1"),
+    ("isa_analyze", {"sources": ["x.cu"], "block_size": True}, "must be an integer"),
+    ("isa_analyze", {"sources": ["x.cu"], "lang": "fortran"}, "lang must be one of cuda, hip, triton"),
+    ("isa_analyze", {"sources": ["x.cu"], "defines": {"N": 4}}, "defines.N must be a string"),
+    ("check", {"problem": "p", "candidate": "c", "budget": 1}, "unknown argument(s) budget"),
+    ("check", {"problem": "p", "candidate": "c", "sandbox": False}, "unknown argument(s) sandbox"),
+    ("bench", {"problem": "p", "candidate": "c", "timeout": float("inf")}, "timeout must be a finite number"),
     ("profile", {"command": ["a", 1]}, "command[1] must be a string"),
     ("profile", {}, "exactly one of command"),
     ("check", {"problem": "p"}, "missing required argument(s) candidate"),
@@ -54,7 +58,7 @@ def test_bad_arguments_say_which_and_why(name, args, needle):
 def test_isa_tools_find_the_dpp_change():
     require_tool("clang++")
     k = EXAMPLES / "kernels"
-    before = call("isa_analyze", {"source": str(k / "wave_argmax_bpermute.hip"), "arch": "gfx942"})
+    before = call("isa_analyze", {"sources": [str(k / "wave_argmax_bpermute.hip")], "arch": "gfx942"})
     assert before["schema"] == "kernelpilot.isa/1"
     assert "amd.lds-crosslane" in {f["id"] for f in before["kernels"][0]["findings"]}
     d = call("isa_diff", {"a": str(k / "wave_argmax_bpermute.hip"), "b": str(k / "wave_argmax_dpp.hip"), "arch": "gfx942"})
@@ -117,9 +121,9 @@ def test_every_path_argument_stays_in_the_workspace(tmp_path):
     (ws / "out").symlink_to(tmp_path)                    # a link leading out of the workspace
     ctx = ToolContext(workspace=ws, confined=True)
     outside = str(tmp_path / "elsewhere")
-    for tool, args in (("isa_analyze", {"source": "/etc/passwd"}),
-                       ("isa_analyze", {"source": "k/a.cu", "keep": outside}),
-                       ("isa_analyze", {"source": "k/a.cu", "keep": "out/kept"}),
+    for tool, args in (("isa_analyze", {"sources": ["/etc/passwd"]}),
+                       ("isa_analyze", {"sources": ["k/a.cu"], "keep": outside}),
+                       ("isa_analyze", {"sources": ["k/a.cu"], "keep": "out/kept"}),
                        ("isa_diff", {"a": "k/a.cu", "b": "../b.cu"}),
                        ("check", {"problem": outside, "candidate": "k/a.cu"}),
                        ("check", {"problem": "k", "candidate": "k/a.cu", "writable": ["k", "/"]}),
@@ -143,7 +147,7 @@ def test_compiler_flags_through_a_tool_are_allow_listed(tmp_path):
     for flag in ("-ccbin", "-ccbin=/tmp/evil.sh", "--compiler-bindir=/tmp", "-Xcompiler", "-Wl,-rpath,/x",
                  "-Wp,-MD,/tmp/x", "@/tmp/response", "-o", "-fplugin=/tmp/x.so", "-include", "-I/etc"):
         with pytest.raises(ToolArgumentError, match="not allowed through a tool|outside the workspace"):
-            call("isa_analyze", {"source": "a.cu", "arch": "sm_90", "flags": [flag, "/tmp/evil.sh"]}, ctx)
+            call("isa_analyze", {"sources": ["a.cu"], "arch": "sm_90", "flags": [flag, "/tmp/evil.sh"]}, ctx)
     with pytest.raises(ToolArgumentError, match="not allowed"):
         call("isa_diff", {"a": "a.cu", "b": "a.cu", "arch": "sm_90", "flags": ["-ccbin", "/bin/sh"]}, ctx)
 
@@ -153,7 +157,7 @@ def test_allowed_compiler_flags_reach_the_compiler(tmp_path):
     (tmp_path / "inc").mkdir()
     (tmp_path / "inc" / "scale.h").write_text("#define SCALE 3.0f\n")
     (tmp_path / "a.cu").write_text('#include "scale.h"\n__global__ void k(float* x) { x[threadIdx.x] *= SCALE * F; }\n')
-    r = call("isa_analyze", {"source": "a.cu", "arch": "sm_90", "flags": ["-Iinc", "-DF=2.0f", "-O3", "-lineinfo"]},
+    r = call("isa_analyze", {"sources": ["a.cu"], "arch": "sm_90", "flags": ["-Iinc", "-DF=2.0f", "-O3", "-lineinfo"]},
              ToolContext(workspace=tmp_path, confined=True))
     assert r["kernels"] and r["kernels"][0]["name"].startswith("_Z1kPf")
 
@@ -164,7 +168,7 @@ def test_the_cli_is_not_confined(tmp_path):
     src.parent.mkdir()
     src.write_text("__global__ void k(float* x) { x[0] = F; }\n")
     require_tool("nvcc")
-    r = call("isa_analyze", {"source": str(src), "arch": "sm_90", "flags": ["-DF=1.0f", "-Xptxas=-O3"]},
+    r = call("isa_analyze", {"sources": [str(src)], "arch": "sm_90", "flags": ["-DF=1.0f", "-Xptxas=-O3"]},
              ToolContext(workspace=tmp_path / "ws"))
     assert r["kernels"]
 

@@ -21,8 +21,8 @@ def _run_with_pool(device: str):
         pool.prestart(device, warm=True)
         assert pool.wait_ready(180), "the pool's workers did not start"
         first_pids = {w.proc.pid for ws in pool.idle.values() for w in ws}
-        opts = EvalOptions(device=device, cases=[SMALL], seeds=1, verify=1, timing={"budget_s": 0.2}, pool=pool)
-        opts.baselines = ["eager"]
+        opts = EvalOptions(device=device, cases=[SMALL], seeds=1, verify=1, timing={"budget_s": 0.2}, pool=pool,
+                           baselines=["eager"])
         good = evaluate(ROW, ROW / "candidates" / "triton_softmax.py", opts)
         crash = check(ROW, ROW / "cheats" / "segfault.py", opts)
         again = evaluate(ROW, ROW / "candidates" / "triton_softmax.py", opts)

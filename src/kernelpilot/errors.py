@@ -20,6 +20,7 @@ from __future__ import annotations
 import shlex
 
 __all__ = [
+    "error_json",
     "KernelpilotError",
     "UsageError",
     "UnknownArchError",
@@ -49,6 +50,13 @@ class KernelpilotError(Exception):
     def details(self) -> str | None:
         """Longer text to print after the one-line message (compiler diagnostics), or None."""
         return None
+
+
+def error_json(e: KernelpilotError) -> dict:
+    """An error as data: what ``--json`` prints on stdout and an MCP tool error carries, the same fields for both
+    (``details``: the compiler's diagnostics, where there are some)."""
+    return {"type": type(e).__name__, "message": e.message, "hint": e.hint, "details": e.details(),
+            "exit_code": e.exit_code}
 
 
 def _rebuild(cls, state):

@@ -15,6 +15,7 @@ with the message (``isError``); the server itself never stops on them.
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import ipaddress
 import json
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpilot import __version__
-from kernelpilot.errors import KernelpilotError, UsageError
+from kernelpilot.errors import KernelpilotError, UsageError, error_json
 
 __all__ = ["build_server", "serve_stdio", "serve_http", "http_token", "check_host", "HTTPGate", "is_loopback",
            "INSTRUCTIONS", "TOKEN_ENV"]
@@ -53,25 +54,34 @@ def build_server(workspace: Path | None = None, pool: Any = None):
     import mcp_types as types
     from mcp.server.lowlevel import Server
 
+    from kernelpilot.cli.output import describe
     from kernelpilot.tools import REGISTRY, ToolContext, call
 
     ctx_tools = ToolContext(workspace=(workspace or Path.cwd()).resolve(), pool=pool, confined=True)
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[types.Tool(name=t.name, description=t.description,
-                                                       inputSchema=t.parameters) for t in REGISTRY.values()])
+                                                       inputSchema=t.parameters, outputSchema=t.output)
+                                            for t in REGISTRY.values()])
 
     async def call_tool(ctx, params) -> types.CallToolResult:
         name, args = params.name, dict(params.arguments or {})
         outcome: dict[str, Any] = {}
+        stage: dict[str, str] = {}
+
+        def on_event(event: dict[str, Any]) -> None:
+            line = describe(event)
+            if line:
+                stage["now"] = line.strip().removesuffix(" ...")
 
         def work() -> None:
             try:
-                outcome["result"] = call(name, args, ctx_tools)
+                outcome["result"] = call(name, args, dataclasses.replace(ctx_tools, on_event=on_event))
             except KernelpilotError as e:
-                outcome["error"] = f"{type(e).__name__}: {e}"
+                outcome["error"] = error_json(e)
             except Exception as e:            # a tool's bug is the caller's error message, not a dead server
-                outcome["error"] = f"internal error in {name}: {type(e).__name__}: {e}"
+                outcome["error"] = {"type": "InternalError", "message": f"internal error in {name}: "
+                                    f"{type(e).__name__}: {e}", "hint": None, "details": None}
 
         t0 = time.monotonic()
         async with anyio.create_task_group() as tg:
@@ -88,11 +98,18 @@ def build_server(workspace: Path | None = None, pool: Any = None):
                 if not done.is_set():
                     elapsed = time.monotonic() - t0
                     try:
-                        await ctx.session.report_progress(elapsed, None, f"{name}: running for {elapsed:.0f} s")
+                        now = stage.get("now")
+                        await ctx.session.report_progress(elapsed, None, f"{name}: running for {elapsed:.0f} s"
+                                                          + (f"; {now}" if now else ""))
                     except Exception:
                         pass            # progress is a courtesy: a client that cannot take it loses nothing
         if "error" in outcome:
-            return types.CallToolResult(content=[types.TextContent(text=outcome["error"])], isError=True)
+            e = outcome["error"]
+            text = f"{e['type']}: {e['message']}" + (f" {e['hint']}" if e.get("hint") else "")
+            if e.get("details"):
+                text += "\n" + e["details"]
+            return types.CallToolResult(content=[types.TextContent(text=text)], structuredContent={"error": e},
+                                        isError=True)
         text = json.dumps(outcome["result"], default=str)
         return types.CallToolResult(content=[types.TextContent(text=text)], structuredContent=outcome["result"])
 

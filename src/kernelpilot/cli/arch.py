@@ -10,8 +10,11 @@ from typing import Any
 
 import click
 
-from kernelpilot.arch.registry import ArchSpec, Fact, GPUSpec, list_gpus, resolve
-from kernelpilot.cli.output import echo, emit_json, table
+from kernelpilot.arch.registry import ArchSpec, Fact, GPUSpec
+from kernelpilot.cli.output import Output, table
+from kernelpilot.cli.spec import command
+from kernelpilot.errors import UsageError
+from kernelpilot.tools import run
 
 __all__ = ["arch"]
 
@@ -28,26 +31,19 @@ def arch() -> None:
     """
 
 
-@arch.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (kernelpilot.arch/1).")
-def list_cmd(as_json: bool) -> None:
-    """List the known GPUs (peaks are dense: no sparsity).
+@command("arch_info", name="list", help="List the known GPUs (peaks are dense: no sparsity).",
+         examples="kpilot arch list --json")
+def list_cmd(opts, out: Output) -> None:
+    out.result(run("arch_info", opts.replace(name=None)), _list_text)
 
-    \b
-    Example:
-      kpilot arch list --json
-    """
-    from kernelpilot.tools import call
 
-    if as_json:
-        emit_json(call("arch_info", {}))
-        return
-    rows = [g.summary() for g in list_gpus()]
-    echo(table(
+def _list_text(answer, paint) -> str:
+    rows = [g.summary() for g in answer.gpus]
+    return table(
         [[r["key"], r["name"], r["arch"], r["vendor"], r["sm_count"], r["memory_gb"], r["memory_bandwidth_tbps"],
           r["l2_cache_mib"], r["peak_bf16_tflops"]] for r in rows],
         headers=["key", "name", "arch", "vendor", "SMs/CUs", "mem GB", "BW TB/s", "L2 MiB", "BF16 TFLOP/s"],
-    ))
+    )
 
 
 def _fmt(value: Any) -> str:
@@ -71,45 +67,40 @@ def _fact_rows(facts: dict[str, Fact], sources: bool, refs: dict[str, int]) -> l
     return rows
 
 
-@arch.command("show")
-@click.argument("name")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON: every fact as {value, source}.")
-@click.option("--sources", is_flag=True, help="Show each fact's source and notes.")
-def show(name: str, as_json: bool, sources: bool) -> None:
-    """Show every fact of a GPU product or an ISA arch.
-
-    NAME is a product (h200, mi300x, "A100") or an ISA arch (sm_90, sm_90a, gfx942), any case.
-
-    \b
-    Examples:
-      kpilot arch show h200 --sources
-      kpilot arch show sm_90a --json
-    """
-    from kernelpilot.tools import call
-
-    if as_json:
-        emit_json(call("arch_info", {"name": name}))
-        return
-    spec, gpu = resolve(name)
-    _show_text(spec, gpu, sources)
+@command("arch_info", name="show", help="Show every fact of a GPU product or an ISA arch.",
+         examples="""
+    kpilot arch show h200 --sources
+    kpilot arch show sm_90a --json""",
+         extra=(click.Option(["--sources"], is_flag=True, help="Show each fact's source and notes."),))
+def show(opts, out: Output, sources: bool) -> None:
+    if not opts.name:
+        raise UsageError("kpilot arch show NAME: a product (h200) or an ISA arch (gfx942); `kpilot arch list` "
+                         "lists them.")
+    out.result(run("arch_info", opts), lambda a, paint: _show_text(a.spec, a.gpu, sources))
 
 
-def _show_text(spec: ArchSpec, gpu: GPUSpec | None, sources: bool) -> None:
+arch.add_command(list_cmd)
+arch.add_command(show)
+
+
+def _show_text(spec: ArchSpec, gpu: GPUSpec | None, sources: bool) -> str:
+    out: list[str] = []
     refs: dict[str, int] = {}
     headers = ["fact", "value"] + (["source, note"] if sources else [])
     if gpu is not None:
-        echo(f"{gpu.name}  ({gpu.vendor}, {spec.name}, {spec.family})")
-        echo(table(_fact_rows(dict(gpu.facts), sources, refs), headers=headers, indent=2))
-        echo()
+        out.append(f"{gpu.name}  ({gpu.vendor}, {spec.name}, {spec.family})")
+        out.append(table(_fact_rows(dict(gpu.facts), sources, refs), headers=headers, indent=2))
+        out.append("")
     target = f", compile for {spec.target}" if spec.target != spec.name else ""
     products = ", ".join(p.key for p in spec.products) or "none"
-    echo(f"{spec.name}  ({spec.vendor} {spec.family}{target}; products: {products})")
-    echo(table(_fact_rows(dict(spec.facts), sources, refs), headers=headers, indent=2))
+    out.append(f"{spec.name}  ({spec.vendor} {spec.family}{target}; products: {products})")
+    out.append(table(_fact_rows(dict(spec.facts), sources, refs), headers=headers, indent=2))
     if sources:
-        echo()
-        echo("sources:")
+        out.append("")
+        out.append("sources:")
         by_key = {f.source.key: f.source for f in (*spec.facts.values(), *(gpu.facts.values() if gpu else ()))}
         for key, n in refs.items():
             src = by_key[key]
-            echo(f"  [{n}] {src.title}")
-            echo(f"      {src.url}")
+            out.append(f"  [{n}] {src.title}")
+            out.append(f"      {src.url}")
+    return "\n".join(out)

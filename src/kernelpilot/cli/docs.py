@@ -13,7 +13,9 @@ from pathlib import Path
 
 import click
 
-from kernelpilot.cli.output import echo, emit_json, table
+from kernelpilot.cli.output import Output, echo, emit_json, table
+from kernelpilot.cli.spec import command
+from kernelpilot.tools import run
 
 __all__ = ["docs"]
 
@@ -23,43 +25,38 @@ def docs() -> None:
     """Search the built-in corpus and your own documents (ISA manuals, guides), with citations."""
 
 
-@docs.command("search")
-@click.argument("query", nargs=-1, required=True)
-@click.option("--corpus", help="Only this corpus (builtin, or a name given to `docs add`).")
-@click.option("--limit", type=int, default=5, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
-def search_cmd(query: tuple[str, ...], corpus: str | None, limit: int, as_json: bool) -> None:
-    """Ranked passages for QUERY, each with its citation."""
-    from kernelpilot.tools import call
+@command("docs_search", name="search", help="Ranked passages for QUERY, each with its citation.",
+         examples="""
+    kpilot docs search row_bcast DPP
+    kpilot docs search long scoreboard stall --json""",
+         context_settings={"ignore_unknown_options": False})
+def search_cmd(opts, out: Output) -> None:
+    out.result(run("docs_search", opts), _search_text)
 
-    d = call("docs_search", {"query": " ".join(query), "corpus": corpus, "limit": limit} if corpus else
-             {"query": " ".join(query), "limit": limit})
-    if as_json:
-        emit_json(d)
-        return
+
+def _search_text(d, paint) -> str:
     if not d["hits"]:
-        echo("no passage matches")
-    for h in d["hits"]:
-        echo(f"{h['citation']}  ({h['section']}; score {h['score']})\n    {h['snippet']}")
+        return "no passage matches"
+    return "\n".join(f"{h['citation']}  ({h['section']}; score {h['score']})\n    {h['snippet']}" for h in d["hits"])
 
 
-@docs.command("show")
-@click.argument("citation")
-@click.option("--json", "as_json", is_flag=True)
-def show_cmd(citation: str, as_json: bool) -> None:
-    """The passage CITATION names, with its sources and its neighbours."""
-    from kernelpilot.docs.index import DocsIndex
+@command("docs_show", name="show", help="The passage CITATION names, with its sources and its neighbours.",
+         examples="kpilot docs show builtin/amd-dpp#row-bcast")
+def show_cmd(opts, out: Output) -> None:
+    out.result(run("docs_show", opts), _show_text)
 
-    with DocsIndex() as d:
-        p = d.show(citation)
-    if as_json:
-        emit_json(p)
-        return
-    echo(f"{p['citation']}: {p['section']}\n\n{p['text']}")
+
+def _show_text(p, paint) -> str:
+    lines = [f"{p['citation']}: {p['section']}\n\n{p['text']}"]
     if p["sources"]:
-        echo("\nsources: " + "; ".join(p["sources"]))
+        lines.append("\nsources: " + "; ".join(p["sources"]))
     if p["neighbours"]:
-        echo("nearby: " + ", ".join(p["neighbours"]))
+        lines.append("nearby: " + ", ".join(p["neighbours"]))
+    return "\n".join(lines)
+
+
+docs.add_command(search_cmd)
+docs.add_command(show_cmd)
 
 
 @docs.command("add")

@@ -7,120 +7,43 @@ Exit status: 0 passed; 3 the candidate ran but failed (wrong, rejected by a guar
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-import click
-
-from kernelpilot.cli.output import echo, emit_json, table
-from kernelpilot.tools import eval_options
+from kernelpilot.cli.output import Output, table
+from kernelpilot.cli.spec import command
+from kernelpilot.tools import run
 
 __all__ = ["check_cmd", "bench_cmd", "eval_cmd"]
 
 FAILED_EXIT = 3
 
 
-def _options(f, *, bench: bool, check: bool):
-    opts = [
-        click.argument("problem", type=click.Path(exists=False)),
-        click.option("--candidate", "-c", required=True, type=click.Path(), help="The candidate file (native: defines the entry function; KernelBench: ModelNew; GPU MODE: custom_kernel)."),
-        click.option("--device", type=click.Choice(["cuda", "cpu"]), help="Where to run (default: cuda when a GPU is present, else cpu for check)."),
-        click.option("--case", "cases", multiple=True, help="Only this case (repeatable)."),
-        click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds each worker process may take."),
-        click.option("--writable", "writable", multiple=True, type=click.Path(file_okay=False), help="A folder the candidate may write besides its own and the compilers' caches (repeatable)."),
-        click.option("--no-sandbox", "no_sandbox", is_flag=True, help="Let the candidate's process write anywhere (debugging only; the result says so)."),
-        click.option("--memory-limit", "memory_limit_gb", type=float, help="GiB of host memory a worker (with what it starts) may hold before it is killed (default: 80% of this machine's)."),
-        click.option("--keep", type=click.Path(file_okay=False, path_type=Path), help="Keep the workers' jobs, logs and tensors in this folder."),
-        click.option("--json", "as_json", is_flag=True, help="Machine-readable output (kernelpilot.eval/1)."),
-    ]
-    if check:
-        opts.append(click.option("--seeds", type=int, default=3, show_default=True, help="Secret random seeds per case."))
-    if bench:
-        opts += [
-            click.option("--baseline", "baselines", multiple=True, help="eager, compile, or a candidate file to compare with (repeatable)."),
-            click.option("--graphs", is_flag=True, help="Also time CUDA-graph replays (removes launch overhead)."),
-            click.option("--budget", type=float, default=3.0, show_default=True, help="Seconds of timed samples per case at most."),
-            click.option("--verify", type=int, default=3, show_default=True, help="Timed outputs re-checked per case."),
-        ]
-    for o in reversed(opts):
-        f = o(f)
-    return f
+def _evaluate(tool: str, opts, out: Output) -> None:
+    from kernelpilot.tools import ToolContext
 
-
-def _tool_args(problem, candidate, kw: dict) -> dict:
-    """The CLI's options as the check/bench/eval tools' arguments (tools.py)."""
-    args = {"problem": str(problem), "candidate": str(candidate), "device": kw.get("device"),
-            "cases": list(kw["cases"]) or None, "timeout": kw["timeout"], "seeds": kw.get("seeds"),
-            "baselines": list(kw.get("baselines", ())) or None, "budget": kw.get("budget"),
-            "graphs": kw.get("graphs") or None, "verify": kw.get("verify"),
-            "keep": str(kw["keep"]) if kw.get("keep") else None, "memory_limit_gb": kw.get("memory_limit_gb"),
-            "writable": [str(w) for w in kw.get("writable") or ()] or None,
-            "sandbox": False if kw.get("no_sandbox") else None}
-    return {k: v for k, v in args.items() if v is not None}
-
-
-def _json(tool: str, problem, candidate, kw: dict) -> None:
-    from kernelpilot.tools import call
-
-    d = call(tool, _tool_args(problem, candidate, kw))
-    emit_json(d)
-    if not d["passed"]:
-        sys.exit(FAILED_EXIT)
-
-
-def _finish(result) -> None:
-    echo(render(result))
+    result = run(tool, opts, ToolContext(on_event=out.progress))
+    out.result(result, render)
     if not result.passed:
         sys.exit(FAILED_EXIT)
 
 
-@click.command("check")
-@(lambda f: _options(f, bench=False, check=True))
-def check_cmd(problem, candidate, **kw) -> None:
-    """Check a candidate's correctness on every case and several secret seeds.
-
-    \b
-    Examples:
-      kpilot check examples/problems/row_softmax --candidate my_softmax.py
-      kpilot check 19_ReLU.py --candidate relu_new.py --device cpu --json
-    """
-    from kernelpilot.evaluate.runner import check
-
-    if kw["as_json"]:
-        return _json("check", problem, candidate, kw)
-    _finish(check(problem, candidate, eval_options(_tool_args(problem, candidate, kw))))
+@command("check", examples="""
+    kpilot check examples/problems/row_softmax --candidate my_softmax.py
+    kpilot check 19_ReLU.py -c relu_new.py --device cpu --json""")
+def check_cmd(opts, out: Output) -> None:
+    _evaluate("check", opts, out)
 
 
-@click.command("bench")
-@(lambda f: _options(f, bench=True, check=False))
-def bench_cmd(problem, candidate, **kw) -> None:
-    """Time a candidate (CUDA events, L2 flushed, fresh inputs every call) against baselines.
-
-    \b
-    Examples:
-      kpilot bench examples/problems/row_softmax -c my_softmax.py --baseline eager --baseline compile
-      kpilot bench problem/ -c cand.py --graphs --json
-    """
-    from kernelpilot.evaluate.runner import bench
-
-    if kw["as_json"]:
-        return _json("bench", problem, candidate, kw)
-    _finish(bench(problem, candidate, eval_options(_tool_args(problem, candidate, kw))))
+@command("bench", examples="""
+    kpilot bench examples/problems/row_softmax -c my_softmax.py --baseline eager --baseline compile
+    kpilot bench problem/ -c cand.py --graphs --json""")
+def bench_cmd(opts, out: Output) -> None:
+    _evaluate("bench", opts, out)
 
 
-@click.command("eval")
-@(lambda f: _options(f, bench=True, check=True))
-def eval_cmd(problem, candidate, **kw) -> None:
-    """Check, then benchmark when correct.
-
-    \b
-    Example:
-      kpilot eval examples/problems/row_softmax -c my_softmax.py --baseline eager --json
-    """
-    from kernelpilot.evaluate.runner import evaluate
-
-    if kw["as_json"]:
-        return _json("eval", problem, candidate, kw)
-    _finish(evaluate(problem, candidate, eval_options(_tool_args(problem, candidate, kw))))
+@command("eval", examples="""
+    kpilot eval examples/problems/row_softmax -c my_softmax.py --baseline eager --json""")
+def eval_cmd(opts, out: Output) -> None:
+    _evaluate("eval", opts, out)
 
 
 # ------------------------------------------------------------------ rendering
@@ -130,7 +53,7 @@ def _num(x, fmt="{:.3g}") -> str:
     return "-" if x is None else fmt.format(x)
 
 
-def render(r) -> str:
+def render(r, paint=lambda t, k: t) -> str:
     out = [f"problem {r.problem}  candidate {r.candidate}  device {r.device}" + (f" ({r.gpu})" if r.gpu else "")]
     if r.error:
         out.append(f"ERROR  {r.error}")
@@ -176,8 +99,8 @@ def render(r) -> str:
             if v.get("speedup"):
                 out.append(f"speedup over {n}: {v['speedup']:.3g}x ({v['aggregate']})")
     for f in r.flags:
-        out.append(f"[{f.level}] {f.id}: {f.message}")
+        out.append(paint(f"[{f.level}]", "bad" if f.level == "error" else "warn") + f" {f.id}: {f.message}")
     for n in r.notes:
         out.append(f"note: {n}")
-    out.append("PASSED" if r.passed else "FAILED")
+    out.append(paint("PASSED", "good") if r.passed else paint("FAILED", "bad"))
     return "\n".join(out)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from kernelpilot.cli.output import echo, emit_json, table
-from kernelpilot.errors import UsageError
+from kernelpilot.cli.output import Output, table
+from kernelpilot.cli.spec import command
 from kernelpilot.isa.model import AmdResources, KernelReport
-from kernelpilot.tools import call
+from kernelpilot.tools import run
 
 __all__ = ["isa"]
 
@@ -19,119 +17,37 @@ def isa() -> None:
     """Compile a kernel, read its ISA, and say what matters (no GPU needed)."""
 
 
-def _defines(values: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for v in values:
-        name, eq, val = v.partition("=")
-        if not name or not name.replace("_", "a").isalnum() or name[0].isdigit():
-            raise UsageError(f"-D {v!r}: expected NAME=VALUE or NAME.")
-        out[name] = val if eq else "1"
-    return out
+def _analyze_text(result, paint, all_opcodes: bool = False) -> str:
+    return "\n\n".join(render_report(r, all_opcodes=all_opcodes, paint=paint) for r in result.kernels)
 
 
-def _common(f):
-    opts = [
-        click.option("--arch", "-a", help="Target: sm_80, sm_89, sm_90, sm_90a, sm_100, gfx90a, gfx942, gfx950, or a GPU name (H200, MI300X)."),
-        click.option("--kernel", "-k", help="Only this kernel (mangled or plain name; a substring also matches)."),
-        click.option("-D", "defines", multiple=True, metavar="NAME=VALUE", help="Preprocessor define (C++) or constexpr value (Triton). Repeatable."),
-        click.option("--block-size", type=int, help="Threads per block for occupancy (default: launch bounds, Triton num_warps, or the code object's max workgroup size)."),
-        click.option("--lang", type=click.Choice(["cuda", "hip", "triton"]), help="Language of a C++ source whose suffix does not say (e.g. --lang hip for .cpp)."),
-        click.option("--signature", help="Triton signature, e.g. 'x_ptr:*fp32,n:i32' (overrides the file's KPILOT_SPECS)."),
-        click.option("--num-warps", type=int, help="Triton num_warps."),
-        click.option("--num-stages", type=int, help="Triton num_stages."),
-        click.option("--variant", help="Triton: a named variant of the file's KPILOT_SPECS declaration."),
-        click.option("--flag", "extra_flags", multiple=True, metavar="FLAG", help="Extra compiler flag (repeatable), e.g. --flag=-maxrregcount=32."),
-        click.option("--keep", "keep", type=click.Path(file_okay=False, path_type=Path), help="Keep the compiler's outputs (binary, assembly, report) in this folder."),
-        click.option("--json", "as_json", is_flag=True, help="Machine-readable output (kernelpilot.isa/1)."),
-    ]
-    for o in reversed(opts):
-        f = o(f)
-    return f
+@command("isa_analyze", name="analyze", examples="""
+    kpilot isa analyze kernel.cu --arch sm_90
+    kpilot isa analyze argmax.hip --arch gfx942 --json
+    kpilot isa analyze softmax.py:softmax_kernel --arch gfx942 -D BLOCK=1024
+    kpilot isa analyze a.hip b.hip --arch gfx942""",
+         extra=(click.Option(["--all-opcodes"], is_flag=True, help="List every opcode, not only the most frequent."),))
+def analyze_cmd(opts, out: Output, all_opcodes: bool) -> None:
+    out.result(run("isa_analyze", opts), lambda r, paint: _analyze_text(r, paint, all_opcodes))
 
 
-def _tool_args(kw: dict) -> dict:
-    """The CLI's options as the isa tools' arguments (tools.py)."""
-    args = {"arch": kw["arch"], "kernel": kw["kernel"], "defines": _defines(kw["defines"]) or None,
-            "block_size": kw["block_size"], "lang": kw["lang"], "signature": kw["signature"],
-            "num_warps": kw["num_warps"], "num_stages": kw["num_stages"], "variant": kw["variant"],
-            "flags": list(kw["extra_flags"]) or None, "keep": str(kw["keep"]) if kw["keep"] else None}
-    return {k: v for k, v in args.items() if v is not None}
+@command("isa_diff", name="diff", examples="""
+    kpilot isa diff argmax_bpermute.hip argmax_dpp.hip --arch gfx942""")
+def diff_cmd(opts, out: Output) -> None:
+    out.result(run("isa_diff", opts), render_isa_diff)
 
 
-def _analyze(source: str, kw: dict) -> list[KernelReport]:
-    from kernelpilot.isa.analyze import analyze
-
-    return analyze(
-        source,
-        arch=kw["arch"],
-        kernel=kw["kernel"],
-        defines=_defines(kw["defines"]),
-        block_size=kw["block_size"],
-        lang=kw["lang"],
-        signature=kw["signature"],
-        num_warps=kw["num_warps"],
-        num_stages=kw["num_stages"],
-        variant=kw["variant"],
-        extra_flags=list(kw["extra_flags"]),
-        workdir=kw["keep"],
-    )
+isa.add_command(analyze_cmd)
+isa.add_command(diff_cmd)
 
 
-@isa.command("analyze")
-@click.argument("sources", nargs=-1, required=True, metavar="SOURCE...")
-@_common
-@click.option("--all-opcodes", is_flag=True, help="List every opcode, not only the most frequent.")
-def analyze_cmd(sources: tuple[str, ...], all_opcodes: bool, **kw) -> None:
-    """Analyze every kernel in each SOURCE for ARCH (all with the same options).
-
-    SOURCE: a .cu, .hip (or --lang hip), FILE.py:KERNEL (Triton), .ptx, .cubin, .s (AMDGCN from clang or
-    Triton) or .hsaco/.co file. With several, --json gives one list of kernels, each naming its source.
-
-    \b
-    Examples:
-      kpilot isa analyze kernel.cu --arch sm_90
-      kpilot isa analyze argmax.hip --arch gfx942 --json
-      kpilot isa analyze softmax.py:softmax_kernel --arch gfx942 -D BLOCK=1024
-      kpilot isa analyze a.hip b.hip --arch gfx942
-    """
-    if kw["as_json"]:
-        results = [call("isa_analyze", {"source": source, **_tool_args(kw)}) for source in sources]
-        emit_json({**results[0], "kernels": [k for r in results for k in r["kernels"]]})
-        return
-    n = 0
-    for source in sources:
-        for r in _analyze(source, kw):
-            if n:
-                echo()
-            echo(render_report(r, all_opcodes=all_opcodes))
-            n += 1
-
-
-@isa.command("diff")
-@click.argument("a")
-@click.argument("b")
-@_common
-def diff_cmd(a: str, b: str, **kw) -> None:
-    """What changed from kernel A to kernel B: resources, occupancy, families, findings.
-
-    Both are built with the same options.
-
-    \b
-    Example:
-      kpilot isa diff argmax_bpermute.hip argmax_dpp.hip --arch gfx942
-    """
-    from kernelpilot.isa.diff import diff_reports
-
-    if kw["as_json"]:
-        emit_json(call("isa_diff", {"a": a, "b": b, **_tool_args(kw)}))
-        return
-    diffs, only_a, only_b = diff_reports(_analyze(a, kw), _analyze(b, kw))
-    for d in diffs:
-        echo(render_diff(d))
-    if only_a:
-        echo(f"only in {a}: {', '.join(only_a)}")
-    if only_b:
-        echo(f"only in {b}: {', '.join(only_b)}")
+def render_isa_diff(d, paint=lambda t, k: t) -> str:
+    lines = [render_diff(k, paint) for k in d.kernels]
+    if d.only_in_a:
+        lines.append(f"only in {d.a}: {', '.join(d.only_in_a)}")
+    if d.only_in_b:
+        lines.append(f"only in {d.b}: {', '.join(d.only_in_b)}")
+    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------ rendering
@@ -172,7 +88,7 @@ def _families_block(fams: dict[str, int]) -> list[str]:
     return lines
 
 
-def render_report(r: KernelReport, *, all_opcodes: bool = False) -> str:
+def render_report(r: KernelReport, *, all_opcodes: bool = False, paint=lambda t, k: t) -> str:
     name = r.display_name or r.name
     out = [f"kernel {name}  [{r.arch}, {r.vendor}]  from {r.source}"]
     if r.display_name and r.display_name != r.name:
@@ -224,7 +140,7 @@ def render_report(r: KernelReport, *, all_opcodes: bool = False) -> str:
     if r.findings:
         out.append(f"  findings ({len(r.findings)})")
         for f in r.findings:
-            out.append(f"    [{f.severity}] {f.id}: {f.title}")
+            out.append("    " + paint(f"[{f.severity}]", _SEVERITY.get(f.severity, "info")) + f" {f.id}: {f.title}")
             ev = ", ".join(f"{k}={_short(v)}" for k, v in f.evidence.items())
             out.append(f"        evidence: {ev}")
             out.append(f"        suggestion: {f.suggestion}")
@@ -243,7 +159,10 @@ def _short(v) -> str:
     return str(v)
 
 
-def render_diff(d) -> str:
+_SEVERITY = {"high": "bad", "error": "bad", "medium": "warn", "warning": "warn", "low": "info", "info": "info"}
+
+
+def render_diff(d, paint=lambda t, k: t) -> str:
     out = [f"kernel {d.a}" + (f" -> {d.b}" if d.b != d.a else "") + f"  [{d.arch[0]}" + (f" -> {d.arch[1]}" if d.arch[1] != d.arch[0] else "") + "]"]
     ic = d.instruction_count
     out.append(f"  instructions {ic[0]} -> {ic[1]} ({ic[1] - ic[0]:+d})")
@@ -273,9 +192,9 @@ def render_diff(d) -> str:
         if len(changed) > 20:
             out.append(f"    ... {len(changed) - 20} more")
     for f in d.findings_resolved:
-        out.append(f"  resolved  {f['id']}: {f['title']}")
+        out.append("  " + paint("resolved", "good") + f"  {f['id']}: {f['title']}")
     for f in d.findings_appeared:
-        out.append(f"  appeared  {f['id']}: {f['title']}")
+        out.append("  " + paint("appeared", "bad") + f"  {f['id']}: {f['title']}")
     if d.findings_kept:
         out.append(f"  unchanged findings: {', '.join(d.findings_kept)}")
     return "\n".join(out)

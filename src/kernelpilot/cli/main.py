@@ -9,7 +9,7 @@ import sys
 import click
 
 from kernelpilot import __version__
-from kernelpilot.errors import KernelpilotError
+from kernelpilot.errors import KernelpilotError, error_json
 
 __all__ = ["cli", "main"]
 
@@ -61,31 +61,32 @@ def main(argv: list[str] | None = None) -> None:
     except KernelpilotError as e:
         if os.environ.get("KPILOT_DEBUG"):
             raise
-        _fail(type(e).__name__, e.message, e.hint, e.details(), e.exit_code, as_json)
+        _fail(error_json(e), as_json)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
     except click.ClickException as e:
-        if not as_json:
-            e.show()
-            sys.exit(e.exit_code)
-        _fail("UsageError", e.format_message(), None, None, e.exit_code, as_json)
+        ctx = getattr(e, "ctx", None)
+        hint = f"See `{ctx.command_path} --help`." if ctx is not None else None
+        _fail({"type": "UsageError", "message": e.format_message(), "hint": hint, "details": None,
+               "exit_code": e.exit_code}, as_json)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
     except Exception as e:  # noqa: BLE001 - a bug of kernelpilot's: said in one line, not a traceback
         if os.environ.get("KPILOT_DEBUG"):
             raise
-        _fail("InternalError", f"internal error: {type(e).__name__}: {e}",
-              "Rerun with KPILOT_DEBUG=1 for the traceback, and report it.", None, 1, as_json)
+        _fail({"type": "InternalError", "message": f"internal error: {type(e).__name__}: {e}",
+               "hint": "Rerun with KPILOT_DEBUG=1 for the traceback, and report it.", "details": None, "exit_code": 1},
+              as_json)
     sys.exit(0)
 
 
-def _fail(kind: str, message: str, hint: str | None, details: str | None, code: int, as_json: bool) -> None:
-    click.echo(f"error: {message}" + (f" {hint}" if hint else ""), err=True)
-    if details:
-        click.echo(details, err=True)
+def _fail(error: dict, as_json: bool) -> None:
+    """One line on stderr (and the diagnostics after it); with ``--json`` the error as JSON on stdout too."""
+    click.echo(f"error: {error['message']}" + (f" {error['hint']}" if error["hint"] else ""), err=True)
+    if error["details"]:
+        click.echo(error["details"], err=True)
     if as_json:
-        click.echo(json.dumps({"error": {"type": kind, "message": message, "hint": hint, "details": details,
-                                         "exit_code": code}}, indent=2))
-    sys.exit(code)
+        click.echo(json.dumps({"error": error}, indent=2))
+    sys.exit(error["exit_code"])

@@ -1,13 +1,75 @@
-"""One place for output: results to stdout (human text or JSON), messages and hints to stderr."""
+"""One place for output: results to stdout (human text or JSON), progress, messages and hints to stderr.
+
+``Output`` is what a command renders through: ``human`` (text; progress lines and colour only on a terminal),
+``json`` (the result as JSON on stdout, progress as JSON lines on stderr) or ``quiet`` (nothing but errors)."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import os
+import sys
+from typing import Any, Callable
 
 import click
 
-__all__ = ["emit_json", "echo", "warn", "table"]
+__all__ = ["Output", "emit_json", "echo", "warn", "table"]
+
+_STYLES = {"bad": {"fg": "red", "bold": True}, "good": {"fg": "green"}, "warn": {"fg": "yellow"},
+           "info": {"fg": "cyan"}, "dim": {"dim": True}}
+
+
+class Output:
+    """How a command shows its result and its progress."""
+
+    def __init__(self, mode: str = "human") -> None:
+        self.mode = mode
+        self.colour = mode == "human" and _colour(sys.stdout)
+        self.live = mode == "json" or (mode == "human" and sys.stderr.isatty())
+
+    @classmethod
+    def from_flags(cls, *, as_json: bool = False, quiet: bool = False) -> Output:
+        return cls("json" if as_json else "quiet" if quiet else "human")
+
+    def result(self, result: Any, render: Callable[..., str]) -> None:
+        """The result: JSON (its ``to_json``), or ``render(result, paint)`` as text, or nothing when quiet."""
+        if self.mode == "json":
+            emit_json(result.to_json() if hasattr(result, "to_json") else result)
+        elif self.mode == "human":
+            echo(render(result, self.paint))
+
+    def paint(self, text: str, kind: str) -> str:
+        """``text`` in the colour of ``kind`` (bad, good, warn, info, dim) on a terminal; as it is elsewhere."""
+        return click.style(text, **_STYLES[kind]) if self.colour and kind in _STYLES else text
+
+    def progress(self, event: dict[str, Any]) -> None:
+        """A progress event: a JSON line on stderr (``--json``), a short line on a terminal, else nothing."""
+        if not self.live:
+            return
+        if self.mode == "json":
+            click.echo(json.dumps(event, default=str), err=True)
+            return
+        line = describe(event)
+        if line:
+            click.echo(click.style(line, dim=True) if _colour(sys.stderr) else line, err=True)
+
+
+def describe(e: dict[str, Any]) -> str | None:
+    """One line for a person about a progress event of check, bench or eval."""
+    stage = e.get("stage")
+    if stage == "case":
+        err = f"rel err {e['rel_err']:.2g}" if isinstance(e.get("rel_err"), (int, float)) else ""
+        return f"  case {e.get('case')} seed {e.get('seed')}: {'ok' if e.get('ok') else 'FAIL'} {err}".rstrip()
+    if stage == "timed":
+        us = e.get("median_us")
+        return f"  timed {e.get('case')}: " + (f"{us:.2f} us" if isinstance(us, (int, float)) else "-")
+    if e.get("what"):
+        n = e.get("cases") or e.get("outputs")
+        return f"{e['what']}" + (f" ({n} {'cases' if e.get('cases') else 'outputs'})" if n else "") + " ..."
+    return None
+
+
+def _colour(stream) -> bool:
+    return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
 
 
 def emit_json(obj: Any) -> None:

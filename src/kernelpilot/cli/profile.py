@@ -7,81 +7,69 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import click
 
-from kernelpilot.cli.output import echo, emit_json, table
-from kernelpilot.errors import KernelpilotError, UsageError
+from kernelpilot.cli.output import Output, table
+from kernelpilot.cli.spec import command
+from kernelpilot.tools import run
 
 __all__ = ["profile_cmd"]
 
 
-@click.command("profile", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--import", "import_path", type=click.Path(), help="Read this report instead of running: .ncu-rep, ncu's raw page as CSV, or rocprofv3's CSV folder.")
-@click.option("--details", type=click.Path(exists=True, dir_okay=False), help="With a CSV: ncu's details page (text) for its rule messages.")
-@click.option("--problem", help="Profile --candidate on one case of this problem (no command needed).")
-@click.option("--candidate", "-c", help="With --problem: the candidate file.")
-@click.option("--case", help="With --problem: the case (default: the first benchmark case).")
-@click.option("--full", is_flag=True, help="Collect every section (ncu --set full); slower.")
-@click.option("--kernel", "-k", help="Only kernels whose name matches this regular expression.")
-@click.option("--launch-count", "-n", type=int, help="Profile at most this many launches.")
-@click.option("--source", is_flag=True, help="Hotspots: the hottest SASS instructions of each launch, and "
-              "source lines where the code has line info (-lineinfo), from ncu's warp samples.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True, help="Where to keep the .ncu-rep.")
-@click.option("--name", default="profile", show_default=True, help="The report's file name (NAME.ncu-rep).")
-@click.option("--gpu", help="The GPU to take peaks and limits from, when the report's device is not known.")
-@click.option("--tool", type=click.Choice(["ncu", "rocprofv3", "torch"]), default="ncu", show_default=True, help="rocprofv3: AMD GPUs (untested on live hardware); torch: kernel times from the PyTorch profiler (Python commands; no counters needed).")
-@click.option("--pmc", "counters", multiple=True, help="With --tool rocprofv3: a hardware counter to collect (repeatable), e.g. FETCH_SIZE.")
-@click.option("--bytes", "bytes_per_launch", type=float, help="Bytes each profiled launch moves, for bandwidth without counters.")
-@click.option("--metrics", "with_metrics", is_flag=True, help="With --json: every raw metric of each launch.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (kernelpilot.profile/1).")
-@click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def profile_cmd(import_path, details, problem, candidate, case, full, kernel, launch_count, source, out, name, gpu,
-                tool, counters, bytes_per_launch, with_metrics, as_json, command) -> None:
-    """Profile COMMAND's kernels and diagnose each: bottleneck class, occupancy, throughput, stalls.
+class _ProfileGroup(click.Group):
+    """`kpilot profile ...` profiles; `kpilot profile diff A B` compares two profiles. Anything but the word
+    `diff` first goes to the profiling command, so `kpilot profile -- ./app` and `kpilot profile --import R`
+    work as they read."""
 
-    \b
-    Examples:
-      kpilot profile -- ./app --size 4096
-      kpilot profile --kernel softmax -- python bench.py
-      kpilot profile --problem examples/problems/row_softmax --candidate my_softmax.py
-      kpilot profile --import run.ncu-rep --json
-      kpilot profile --tool torch --bytes 2.1e9 -- python bench.py
-      kpilot profile diff before.json after.json
-    """
-    from kernelpilot.tools import call
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or args[0] not in self.commands or args[0] == "run":
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
 
-    if command and command[0] == "diff" and not import_path:
-        return _diff(list(command[1:]), as_json)
-    if import_path and command:
-        raise UsageError("give either --import REPORT or a command after `--`, not both.")
-    if not import_path and not command and not problem:
-        raise UsageError("nothing to profile: put the command after `--` (kpilot profile -- ./app), give "
-                         "--problem and --candidate, or read a report with --import.")
-    args = {"report": import_path, "details": details, "command": list(command) or None, "full": full or None,
-            "problem": problem, "candidate": candidate, "case": case,
-            "kernel": kernel, "launch_count": launch_count, "source": source or None, "out": str(out), "name": name,
-            "gpu": gpu, "tool": tool, "pmc": list(counters) or None, "bytes_per_launch": bytes_per_launch,
-            "metrics": with_metrics or None}
-    if import_path:
-        for k in ("out", "name", "tool"):
-            args.pop(k)
-    d = call("profile", {k: v for k, v in args.items() if v is not None})
-    if as_json:
-        emit_json(d)
-        return
-    _print(d)
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self.commands["run"].format_help(ctx, formatter)
+        formatter.write("\nCompare two profiles: kpilot profile diff A B (see kpilot profile diff --help).\n")
+
+
+@click.group("profile", cls=_ProfileGroup)
+def profile_cmd() -> None:
+    """Profile a program's kernels (or read a report) and diagnose each; `profile diff A B` compares two."""
+
+
+@command("profile", name="run", examples="""
+    kpilot profile -- ./app --size 4096
+    kpilot profile --kernel softmax -- python bench.py
+    kpilot profile --problem examples/problems/row_softmax --candidate my_softmax.py
+    kpilot profile --import run.ncu-rep --json
+    kpilot profile --tool torch --bytes 2.1e9 -- python bench.py
+    kpilot profile diff before.json after.json""",
+         context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+def run_cmd(opts, out: Output) -> None:
+    out.result(run("profile", opts), lambda r, paint: _text(r.to_json()))
+
+
+@command("profile_diff", name="diff", examples="""
+    kpilot profile diff before.json after.json
+    kpilot profile diff before.ncu-rep after.ncu-rep --json""")
+def diff_cmd(opts, out: Output) -> None:
+    out.result(run("profile_diff", opts), lambda d, paint: _diff_text(d))
+
+
+profile_cmd.add_command(run_cmd)
+profile_cmd.add_command(diff_cmd)
 
 
 def _pct(v: Any) -> str:
     return "-" if v is None else f"{v:g}%"
 
 
-def _print(p: dict[str, Any]) -> None:
+def _text(p: dict[str, Any]) -> str:
     from kernelpilot.profile.ncu_mix import shares
+
+    lines: list[str] = []
+    echo = lines.append
 
     echo(f"profile ({p['tool']}): {p['source']}" + (f"   report: {p['report']}" if p.get("report") else ""))
     kernels = p["kernels"]
@@ -138,37 +126,12 @@ def _print(p: dict[str, Any]) -> None:
             echo(f"  ncu {r['kind']}{est}: {r['message'][:160]}")
     for n in p.get("notes", []):
         echo(f"note: {n}")
+    return "\n".join(lines)
 
 
-def _load_any(path: str) -> dict[str, Any]:
-    from kernelpilot.profile.load import load_profile
-    from kernelpilot.profile.model import SCHEMA
-
-    p = Path(path)
-    if p.suffix == ".json" and p.is_file():
-        try:
-            d = json.loads(p.read_bytes().decode("utf-8"))
-        except UnicodeDecodeError as e:
-            raise KernelpilotError(f"{p}: not JSON (not UTF-8 text: {e.reason} at byte {e.start}).") from None
-        except json.JSONDecodeError as e:
-            raise KernelpilotError(f"{p}: not JSON ({e.msg}, line {e.lineno}).") from None
-        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
-            raise KernelpilotError(f"{p}: not a kernelpilot profile (expected \"schema\": \"{SCHEMA}\").")
-        if not isinstance(d.get("kernels"), list) or not all(isinstance(k, dict) for k in d["kernels"]):
-            raise KernelpilotError(f"{p}: not a kernelpilot profile (\"kernels\" must be a list of objects).")
-        return d
-    return load_profile(p).to_json()
-
-
-def _diff(args: list[str], as_json: bool) -> None:
-    from kernelpilot.profile.diff import diff_profiles
-
-    if len(args) != 2:
-        raise UsageError("kpilot profile diff A B: two profiles (JSON from `kpilot profile --json`, or reports).")
-    d = diff_profiles(_load_any(args[0]), _load_any(args[1]))
-    if as_json:
-        emit_json(d)
-        return
+def _diff_text(d: dict[str, Any]) -> str:
+    lines: list[str] = []
+    echo = lines.append
     echo(f"A: {d['a']}\nB: {d['b']}")
     echo(f"total kernel time: {d['total_us']['a']} us -> {d['total_us']['b']} us"
          + (f" ({d['speedup']:g}x)" if d.get("speedup") else ""))
@@ -183,3 +146,4 @@ def _diff(args: list[str], as_json: bool) -> None:
     for side in ("only_in_a", "only_in_b"):
         if d[side]:
             echo(f"{side.replace('_', ' ')}: {', '.join(d[side])}")
+    return "\n".join(lines)

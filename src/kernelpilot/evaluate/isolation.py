@@ -22,7 +22,8 @@ from kernelpilot.evaluate.jobs import Job, JobFormatError, WorkerResult
 from kernelpilot.evaluate.supervise import set_dumpable
 from kernelpilot.evaluate.worker_env import cache_dirs, redact, worker_env
 
-__all__ = ["run_job", "Confinement", "WorkerProcess", "WorkerPool", "describe_exit", "default_memory_bytes", "hide_own_memory", "trusted_cache_dirs"]
+__all__ = ["run_job", "run_boxed", "Confinement", "WorkerProcess", "WorkerPool", "describe_exit", "default_memory_bytes",
+           "hide_own_memory", "trusted_cache_dirs"]
 
 _SIGNALS = {
     signal.SIGSEGV: "crashed with a segmentation fault (SIGSEGV)",
@@ -551,3 +552,43 @@ def _reap(proc: subprocess.Popen | ForkedProcess) -> None:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         pass
+
+
+def run_boxed(cmd: list[str], work_dir: Path, *, timeout: float, box: Confinement = Confinement()) -> tuple[int, str]:
+    """Run ``cmd`` (a command that runs untrusted code without a GPU: an offline compile that imports a
+    candidate's Triton file) in the box a candidate's worker gets: its writes confined to ``work_dir`` and the
+    compilers' caches, an environment without credentials, a memory limit, no GPU, and a time limit after which
+    it and everything it started are killed. Returns its exit status (-1: killed at the time limit) and the end
+    of its standard error; -2: the memory limit)."""
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    caches = cache_dirs()
+    env = worker_env(work_dir, extra={"CUDA_VISIBLE_DEVICES": "", **{k: str(v) for k, v in caches.items()}})
+    limit = default_memory_bytes() if box.memory_bytes is None else box.memory_bytes
+    opts = ["--memory-bytes", str(int(limit))]
+    for path in _writable(work_dir, caches, box.writable):
+        opts += ["--writable", path]
+    if not box.sandbox:
+        opts.append("--no-sandbox")
+    stderr, reports = work_dir / "stderr.txt", work_dir / "supervisor.jsonl"
+    with open(stderr, "wb") as se, open(reports, "wb") as so:
+        proc = subprocess.Popen([sys.executable, "-m", "kernelpilot.evaluate.supervise", *opts, "--", *cmd],
+                                stdin=subprocess.DEVNULL, stdout=so, stderr=se, env=env, cwd=work_dir,
+                                start_new_session=True)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.terminate()              # the supervisor ends what it started
+            try:
+                proc.wait(timeout=_GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            return -1, _tail(stderr)
+    # The supervisor's last report says how the command ended (it writes nothing else to its output).
+    exit_ = next((r["exit"] for r in map(_record, reversed(reports.read_bytes().splitlines()))
+                  if r and isinstance(r.get("exit"), dict)), {})
+    if exit_.get("reason") == "memory":
+        return -2, _tail(stderr)
+    status = exit_.get("status")
+    return (status if isinstance(status, int) else 1), _tail(stderr)

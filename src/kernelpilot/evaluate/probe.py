@@ -34,6 +34,7 @@ class Probe:
 
 
 _MARKER = "kpilot_stream_marker"
+_END = "kpilot_stream_end"
 
 
 def probe_call(fn: Callable[[], Any], device: str, *, settle: Callable[[], None] | None = None) -> tuple[Any, Probe]:
@@ -57,6 +58,8 @@ def probe_call(fn: Callable[[], Any], device: str, *, settle: Callable[[], None]
                 result = fn()
                 ran = True
                 if cuda:
+                    with torch.profiler.record_function(_END):
+                        marker.add_(1)    # the timed stream's next kernel: it starts once what it waits for ends
                     torch.cuda.synchronize()
                 if settle is not None:
                     settle()
@@ -118,9 +121,12 @@ def analyze_trace(events: list[dict[str, Any]]) -> Probe:
     A kernel on another stream is inside the timer when the timed stream waited for it (a stream-wait event on
     the timed stream, on the kernel's stream, whose event was recorded after the kernel was launched; followed
     through other streams' waits too: CUDA graphs' warm-up and capture, a library's helper streams), or when it
-    ended before the timed stream's last kernel did. Those are ``other_stream_kernels``, for a warning; the
-    others are ``side_stream_kernels`` (an error for the caller): a timer on the timed stream can stop before
-    them."""
+    ended before the timed stream's last kernel did. Where the profiler does not say which stream a wait was
+    for, a kernel counts as waited for when the timed stream was made to wait after the kernel was launched and
+    the end marker (the timed stream's next kernel, launched as the call returned) started only once the kernel
+    had ended. Those are ``other_stream_kernels``, for a warning; the others are ``side_stream_kernels`` (an
+    error for the caller): a timer on the timed stream can stop before them. (What a wait on an unrelated event
+    could still hide is no longer than the end marker's launch, and the timed calls' tails bound it too.)"""
     probe = Probe()
     main_tid = None
     window = (0.0, -1.0)
@@ -129,26 +135,37 @@ def analyze_trace(events: list[dict[str, Any]]) -> Probe:
             main_tid = ev.get("tid")
             window = (float(ev.get("ts", 0)), float(ev.get("ts", 0)) + float(ev.get("dur", 0)))
             break
+    end_window = next(((float(ev.get("ts", 0)), _end(ev)) for ev in events if ev.get("name") == _END
+                       and ev.get("cat") in ("user_annotation", "cpu_op") and ev.get("tid") == main_tid), None)
     # the first kernel after the marker annotation is the marker's add_
     kernels = sorted((ev for ev in events if ev.get("cat") == "kernel"), key=lambda e: float(e.get("ts", 0)))
     timed_stream = (kernels[0].get("args") or {}).get("stream") if kernels else None
+    end_marker = _end_marker(events, kernels, main_tid, timed_stream, end_window)
+    if end_marker is not None:
+        kernels = [k for k in kernels if k is not end_marker]
     timed_end = max((_end(ev) for ev in kernels if (ev.get("args") or {}).get("stream") == timed_stream),
                     default=0.0)
     waited = _waited_for(events, timed_stream)
+    last_wait = max((_int((ev.get("args") or {}).get("correlation"), -1) for ev in events
+                     if _is_wait(ev) and (ev.get("args") or {}).get("stream") == timed_stream), default=-1)
     for ev in kernels[1:]:
         name = ev.get("name", "")
         probe.kernels.append(name)
         args = ev.get("args") or {}
         stream = args.get("stream")
         if timed_stream is not None and stream is not None and stream != timed_stream:
-            inside = _end(ev) <= timed_end or _int(args.get("correlation"), 1 << 62) < waited.get(stream, -1)
+            corr = _int(args.get("correlation"), 1 << 62)
+            inside = (_end(ev) <= timed_end or corr < waited.get(stream, -1)
+                      or (end_marker is not None and corr < last_wait
+                          and float(end_marker.get("ts", 0)) >= _end(ev)))
             (probe.other_stream_kernels if inside else probe.side_stream_kernels).append(f"{name} (stream {stream})")
     for ev in events:
         cat = ev.get("cat")
         name = ev.get("name", "")
         if cat == "cpu_op" and name.startswith("aten::"):
-            if ev.get("tid") == main_tid and window[0] <= float(ev.get("ts", 0)) <= window[1]:
-                continue  # the marker's own op
+            if ev.get("tid") == main_tid and (window[0] <= float(ev.get("ts", 0)) <= window[1]
+                                              or _in(ev, end_window)):
+                continue  # the markers' own ops
             if main_tid is None or ev.get("tid") == main_tid:
                 probe.ops.add(name)
             else:
@@ -158,6 +175,22 @@ def analyze_trace(events: list[dict[str, Any]]) -> Probe:
     return probe
 
 
+def _end_marker(events: list[dict[str, Any]], kernels: list[dict[str, Any]], main_tid: Any, timed_stream: Any,
+                window: tuple[float, float] | None) -> dict[str, Any] | None:
+    """The end marker's kernel: the one launched on the timed stream inside the ``_END`` annotation."""
+    if window is None:
+        return None
+    launches = {_int((ev.get("args") or {}).get("correlation"), -1) for ev in events
+                if ev.get("cat") == "cuda_runtime" and "Launch" in str(ev.get("name"))
+                and ev.get("tid") == main_tid and _in(ev, window)}
+    return next((k for k in reversed(kernels) if (k.get("args") or {}).get("stream") == timed_stream
+                 and _int((k.get("args") or {}).get("correlation"), -2) in launches), None)
+
+
+def _is_wait(ev: dict[str, Any]) -> bool:
+    return (ev.get("args") or {}).get("cuda_sync_kind") == "Stream Wait Event" or ev.get("name") == "Stream Wait Event"
+
+
 def _waited_for(events: list[dict[str, Any]], timed_stream: Any) -> dict[Any, int]:
     """``{stream: correlation id}``: the timed stream waited for the work launched on ``stream`` before the
     cudaEventRecord with that correlation id: directly, or through another stream whose wait (launched before
@@ -165,7 +198,7 @@ def _waited_for(events: list[dict[str, Any]], timed_stream: Any) -> dict[Any, in
     waits = []      # (waiting stream, the wait's own correlation or None, awaited stream, record's correlation)
     for ev in events:
         args = ev.get("args") or {}
-        if args.get("cuda_sync_kind") == "Stream Wait Event" or ev.get("name") == "Stream Wait Event":
+        if _is_wait(ev):
             on, corr = args.get("wait_on_stream"), _int(args.get("wait_on_cuda_event_record_corr_id"), -1)
             if on is not None and corr >= 0 and args.get("stream") is not None:
                 own = _int(args.get("correlation"), -1)
@@ -184,6 +217,10 @@ def _waited_for(events: list[dict[str, Any]], timed_stream: Any) -> dict[Any, in
                 changed = True
     covered.pop(timed_stream, None)
     return covered
+
+
+def _in(ev: dict[str, Any], window: tuple[float, float] | None) -> bool:
+    return window is not None and window[0] <= float(ev.get("ts", 0)) <= window[1]
 
 
 def _end(ev: dict[str, Any]) -> float:

@@ -10,7 +10,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from kernelpilot.errors import KernelpilotError, UsageError
 from kernelpilot.evaluate.guards import scan_source
@@ -22,25 +22,48 @@ from kernelpilot.evaluate.worker_env import redact, redact_json, secret_values
 from kernelpilot.evaluate.problem import Problem, load_problem
 from kernelpilot.evaluate.result import Baseline, BenchCase, CaseResult, EvalResult, Flag, ratio
 from kernelpilot.evaluate.roofline import floor, gpu_from_device_name
+from kernelpilot.evaluate.timing import TimingOptions
+from kernelpilot.options import Options, param
 
 __all__ = ["EvalOptions", "check", "bench", "evaluate", "default_device"]
 
 
-@dataclass
-class EvalOptions:
-    device: str | None = None            # "cuda" or "cpu"; None: cuda when available
-    seeds: int = 3                       # secret seeds per case (check)
-    timeout: float = 600.0               # seconds per worker process
-    baselines: list[str] = field(default_factory=list)   # "eager", "compile", or a candidate file
-    graphs: bool = False                 # also time CUDA-graph replays
-    cases: list[str] | None = None       # only these cases
-    verify: int = 3                      # timed outputs re-checked per case
-    timing: dict[str, Any] = field(default_factory=dict)   # TimingOptions fields
-    keep: Path | None = None             # keep the workers' files here
-    pool: WorkerPool | None = None       # take worker processes from here (started ahead); else start each
-    memory_limit_gb: float | None = None  # host memory a worker (with what it starts) may hold; None: 80% of RAM
-    writable: list[str] = field(default_factory=list)   # folders a candidate may write besides its own and caches
-    sandbox: bool = True                 # Landlock on workers (where the kernel has it)
+_CHECK, _BENCH = ("check", "eval"), ("bench", "eval")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalOptions(Options):
+    """How check, bench and eval run a candidate: declared once for the Python API, the CLI and the tools
+    (``options.py``); ``only`` marks what check or bench alone does not take. ``pool`` and ``timing`` are for
+    Python callers: a pool of workers started ahead, and TimingOptions fields beyond the budget."""
+
+    device: str | None = param("Where to run (default: cuda when a GPU is present, else cpu for check).",
+                               choices=("cuda", "cpu"))
+    cases: tuple[str, ...] = param("Only this case.", flag="--case")
+    seeds: int = param("Secret random seeds per case.", 3, minimum=1, only=_CHECK)
+    baselines: tuple[str, ...] = param("eager, compile, or a candidate file to compare with.",
+                                       flag="--baseline", only=_BENCH)
+    graphs: bool = param("Also time CUDA-graph replays (removes launch overhead).", False, only=_BENCH)
+    budget: float = param("Seconds of timed samples per case at most.", TimingOptions.budget_s,
+                          exclusive_minimum=0, only=_BENCH)
+    verify: int = param("Timed outputs re-checked per case.", 3, minimum=0, only=_BENCH)
+    timeout: float = param("Seconds each worker process may take.", 600.0, minimum=1)
+    memory_limit_gb: float | None = param("GiB of host memory a worker (with what it starts) may hold before it is "
+                                          "killed (default: 80% of this machine's).", flag="--memory-limit",
+                                          exclusive_minimum=0)
+    writable: tuple[Path, ...] = param("A folder the candidate may write besides its own and the compilers' caches.",
+                                       path=True)
+    keep: Path | None = param("Keep the workers' jobs, logs and tensors in this folder.", path=True)
+    sandbox: bool = param("Confine the candidate's writes to its own folder (Landlock, where the kernel has it); "
+                          "--no-sandbox lets it write anywhere (debugging only; the result says so).", True,
+                          tool=False)
+    pool: WorkerPool | None = None
+    timing: dict[str, Any] = field(default_factory=dict)
+    progress: Callable[[dict[str, Any]], None] | None = None    # gets a progress event at each stage
+
+    def timings(self) -> dict[str, Any]:
+        """The TimingOptions fields this evaluation times with."""
+        return {"budget_s": self.budget, **self.timing}
 
 
 def default_device() -> str:
@@ -301,7 +324,7 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
         base_pool = WorkerPool(spares=len(opts.baselines), refill=False, box=box)
         base_pool.prestart(device, warm=False, trusted=True)
     try:
-        common = dict(problem=prob, candidate=str(cand), device=device, timing=dict(opts.timing),
+        common = dict(problem=prob, candidate=str(cand), device=device, timing=opts.timings(),
                       graphs=opts.graphs, verify=opts.verify)
         key = session.problem_key
         if do_check:
@@ -325,6 +348,8 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
             ref_worker.load(prob.to_json(), session.seal.hashes)
         # run_job returns once the candidate's supervisor has ended it and everything it started, so the
         # reference reads what it left with none of its processes alive.
+        _say(opts, stage="candidate", what="checking the candidate" if do_check else "timing the candidate",
+             cases=len(job.cases), device=device)
         res, cand = session.ran(run_job(job, timeout=opts.timeout, pool=opts.pool,
                                         work_dir=session.worker_dir(job.name), box=box))
         _elapsed(result, "candidate", res)
@@ -339,6 +364,9 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
             return result
         items = _items(res, check=do_check)
         outputs = [cand.dir / "candidate_outputs", cand.dir / "bench_outputs"]
+        if items:
+            _say(opts, stage="reference", what="computing the reference's outputs and comparing",
+                 outputs=len(items))
         ref = (_verify(session, prob, device, items, outputs, opts.timeout, ref_worker, serving=serving)
                if items else None)
         _elapsed(result, "reference", ref)
@@ -351,9 +379,14 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
                                 "kept from an earlier candidate on this problem (same secret seeds, this pool)")
         if do_check:
             _merge_check(result, prob, res, ref)
+            for c in result.cases:
+                _say(opts, stage="case", case=c.case, seed=c.seed, ok=c.ok, rel_err=c.rel_err, hidden=c.hidden)
         if res.bench and (not do_check or result.passed):
             _merge_bench(result, prob, res, ref)
+            for b in result.bench:
+                _say(opts, stage="timed", case=b.case, median_us=b.timing.median_us if b.timing else None)
             for base in opts.baselines:
+                _say(opts, stage="baseline", what=f"timing the baseline {base}", baseline=base)
                 _add_baseline(session, prob, device, bench_names, opts, base, result, base_pool)
         elif do_bench and do_check:
             result.notes.append("not benchmarked: the candidate failed the check" if not result.correct
@@ -366,9 +399,13 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
             base_pool.close()
 
 
+def _say(opts: EvalOptions, **event: Any) -> None:
+    """A progress event to the caller (a terminal line, a JSON line, an MCP progress notice); never its result."""
+    if opts.progress is not None:
+        opts.progress({"event": "progress", **event})
+
+
 def _box(opts: EvalOptions) -> Confinement:
-    if opts.memory_limit_gb is not None and not opts.memory_limit_gb > 0:
-        raise UsageError(f"memory limit {opts.memory_limit_gb} GiB: give a positive number of GiB.")
     memory = None if opts.memory_limit_gb is None else int(opts.memory_limit_gb * (1 << 30))
     return Confinement(memory_bytes=memory, writable=tuple(opts.writable), sandbox=opts.sandbox)
 
@@ -423,7 +460,7 @@ def evaluate(problem: str | Path | Problem, candidate: str | Path, opts: EvalOpt
 
 def _bench_one(session: _Session, prob: Problem, device: str, names: list[str], opts: EvalOptions,
                pool: WorkerPool | None, *, candidate: str | None = None, baseline: str | None = None) -> WorkerResult:
-    job = session.job(BenchJob, problem=prob, device=device, cases=tuple(names), timing=dict(opts.timing),
+    job = session.job(BenchJob, problem=prob, device=device, cases=tuple(names), timing=opts.timings(),
                       graphs=opts.graphs, verify=0, candidate=candidate, baseline=baseline)
     res, _ = session.ran(run_job(job, timeout=opts.timeout, pool=pool, work_dir=session.worker_dir(job.name),
                                  box=session.box))
@@ -436,7 +473,7 @@ def _add_baseline(session: _Session, prob: Problem, device: str, names: list[str
         label = base
         # The problem's own code times the same for every candidate: a pool times it once per problem, case
         # list and timing options, and later candidates are compared with that run (the result says so).
-        cache_key = (session.problem_key, json.dumps([base, device, names, opts.timing, opts.graphs],
+        cache_key = (session.problem_key, json.dumps([base, device, names, opts.timings(), opts.graphs],
                                                            sort_keys=True))
         cached = opts.pool.baselines.get(cache_key) if opts.pool is not None else None
         if cached is not None:

@@ -16,7 +16,7 @@ __all__ = ["load"]
 def load(source: str, kind: str, spec, opts, work: Path) -> list[KernelISA]:
     arch = spec.name if spec is not None else None
     if kind == "hip":
-        build = compile_hip(Path(source), arch=spec.target, defines=opts.defines, extra_flags=opts.extra_flags,
+        build = compile_hip(Path(source), arch=spec.target, defines=opts.defines, extra_flags=list(opts.flags),
                             workdir=work)
         kernels = parse_amdgcn_asm(build.asm_text, source=source, arch=arch)
         notes = []

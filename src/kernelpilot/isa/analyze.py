@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tempfile
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -20,6 +20,7 @@ from kernelpilot.isa.families import classify
 from kernelpilot.isa.findings import Context, run_rules
 from kernelpilot.isa.model import AmdResources, KernelISA, KernelReport, NvidiaResources, Occupancy
 from kernelpilot.isa.stalls import estimate_stalls, stall_cycles
+from kernelpilot.options import Options, param
 
 __all__ = ["AnalyzeOptions", "analyze", "analyze_kernel", "load_kernels", "detect_input"]
 
@@ -36,21 +37,30 @@ _SUFFIX_KIND: dict[str, InputKind] = {
 }
 
 
-@dataclass
-class AnalyzeOptions:
-    """Everything `kpilot isa analyze` takes besides the source."""
+@dataclass(frozen=True, kw_only=True)
+class AnalyzeOptions(Options):
+    """How a kernel is built and read for analysis: everything `kpilot isa analyze` and `isa diff` take besides
+    their sources (declared once for the Python API, the CLI and the tools: ``options.py``)."""
 
-    arch: str | None = None
-    kernel: str | None = None
-    defines: dict[str, str] = field(default_factory=dict)
-    block_size: int | None = None
-    lang: str | None = None               # force "cuda" or "hip" for a C++ source
-    signature: str | dict[str, str] | None = None   # Triton
-    num_warps: int | None = None           # Triton
-    num_stages: int | None = None          # Triton
-    variant: str | None = None             # Triton: a named variant of the file's KPILOT_SPECS
-    extra_flags: list[str] = field(default_factory=list)
-    workdir: Path | None = None            # keep intermediate files here (else a temporary folder)
+    arch: str | None = param("Target: sm_80, sm_89, sm_90, sm_90a, sm_100, gfx90a, gfx942, gfx950, or a GPU name "
+                             "(H200, MI300X); needed to compile a source, read from the file for a binary.",
+                             short="-a")
+    kernel: str | None = param("Only this kernel (mangled or plain name; a substring also matches).", short="-k")
+    defines: dict[str, str] = param("Preprocessor define (C++) or constexpr value (Triton), NAME=VALUE.", {},
+                                    flag="-D", metavar="NAME=VALUE")
+    block_size: int | None = param("Threads per block for occupancy (default: launch bounds, Triton num_warps, or "
+                                   "the code object's max workgroup size).", minimum=1)
+    lang: str | None = param("Language of a C++ source whose suffix does not say (e.g. hip for .cpp).",
+                             choices=("cuda", "hip", "triton"))
+    signature: str | None = param("Triton signature, e.g. 'x_ptr:*fp32,n:i32' (overrides the file's KPILOT_SPECS).")
+    num_warps: int | None = param("Triton num_warps.", minimum=1)
+    num_stages: int | None = param("Triton num_stages.", minimum=1)
+    variant: str | None = param("Triton: a named variant of the file's KPILOT_SPECS declaration.")
+    flags: tuple[str, ...] = param("Extra compiler flag, e.g. -maxrregcount=32 (through a tool, only the forms "
+                                   "tools/isa.py allows: defines, includes in the workspace, optimisation, "
+                                   "fast-math, register and arch settings, warnings).", flag="--flag",
+                                   metavar="FLAG")
+    keep: Path | None = param("Keep the compiler's outputs (binary, assembly, report) in this folder.", path=True)
 
 
 def detect_input(source: str, lang: str | None = None) -> InputKind:
@@ -113,9 +123,9 @@ def load_kernels(source: str | Path, opts: AnalyzeOptions) -> list[KernelISA]:
     spec = _resolve_arch(opts.arch, kind, source)
     if kind != "triton" and not Path(source).is_file():
         raise UsageError(f"{source}: no such file.")
-    if opts.workdir is not None:
-        opts.workdir.mkdir(parents=True, exist_ok=True)
-        return _load(source, kind, spec, opts, opts.workdir)
+    if opts.keep is not None:
+        opts.keep.mkdir(parents=True, exist_ok=True)
+        return _load(source, kind, spec, opts, opts.keep)
     with tempfile.TemporaryDirectory(prefix="kpilot-") as tmp:
         return _load(source, kind, spec, opts, Path(tmp))
 
@@ -225,6 +235,6 @@ def analyze(source: str | Path, *, arch: str | None = None, **options) -> list[K
     """Compile, disassemble and analyze ``source`` for ``arch``; one report per kernel.
 
     ``options`` are the fields of ``AnalyzeOptions`` (kernel, defines, block_size, lang, signature,
-    num_warps, num_stages, extra_flags, workdir)."""
+    num_warps, num_stages, variant, flags, keep)."""
     opts = AnalyzeOptions(arch=arch, **options)
     return [analyze_kernel(k, block_size=opts.block_size) for k in load_kernels(source, opts)]

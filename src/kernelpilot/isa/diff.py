@@ -7,7 +7,7 @@ from typing import Any
 
 from kernelpilot.isa.model import KernelReport
 
-__all__ = ["KernelDiff", "diff_kernel", "diff_reports", "DIFF_SCHEMA"]
+__all__ = ["KernelDiff", "IsaDiff", "diff_kernel", "diff_reports", "DIFF_SCHEMA"]
 
 DIFF_SCHEMA = "kernelpilot.isa-diff/1"
 
@@ -105,3 +105,18 @@ def diff_reports(a: list[KernelReport], b: list[KernelReport]) -> tuple[list[Ker
         else:
             diffs.append(diff_kernel(r, other))
     return diffs, only_a, list(bmap)
+
+
+@dataclass
+class IsaDiff:
+    """Two versions of a file compared: the kernels both have, and those only one has."""
+
+    a: str
+    b: str
+    kernels: list[KernelDiff]
+    only_in_a: list[str]
+    only_in_b: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": DIFF_SCHEMA, "a": self.a, "b": self.b, "kernels": [d.to_json() for d in self.kernels],
+                "only_in_a": self.only_in_a, "only_in_b": self.only_in_b}

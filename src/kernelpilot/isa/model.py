@@ -12,6 +12,7 @@ from typing import Any, Literal
 from kernelpilot.arch.model import Occupancy
 
 __all__ = [
+    "Analysis",
     "SCHEMA",
     "Vendor",
     "Control",
@@ -225,3 +226,13 @@ class KernelReport:
             "findings": [f.to_json() for f in self.findings],
             "notes": list(self.notes),
         }
+
+
+@dataclass
+class Analysis:
+    """The reports of one analysis (``kpilot isa analyze``): every kernel of every source, each naming its source."""
+
+    kernels: list[KernelReport | dict[str, Any]]    # a dict: a report made in another process, as JSON
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "kernels": [k if isinstance(k, dict) else k.to_json() for k in self.kernels]}

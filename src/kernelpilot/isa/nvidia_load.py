@@ -58,13 +58,13 @@ def kernels_from_cubin(cubin: Path, *, source: str, arch: str | None, ptxas_repo
 def load(source: str, kind: str, spec, opts, work: Path) -> list[KernelISA]:
     arch = spec.target if spec is not None else None
     if kind == "cuda":
-        build = compile_cuda(Path(source), arch=arch, defines=opts.defines, extra_flags=opts.extra_flags, workdir=work)
+        build = compile_cuda(Path(source), arch=arch, defines=opts.defines, extra_flags=list(opts.flags), workdir=work)
         kernels = kernels_from_cubin(build.cubin_path, source=source, arch=spec.name if spec else None,
                                      ptxas_report=build.ptxas_report)
         for k in kernels:
             k.metadata.setdefault("notes", []).extend(compiler_warnings(build.stderr))
     elif kind == "ptx":
-        build = assemble_ptx(Path(source), arch=arch, extra_flags=opts.extra_flags, workdir=work)
+        build = assemble_ptx(Path(source), arch=arch, extra_flags=list(opts.flags), workdir=work)
         kernels = kernels_from_cubin(build.cubin_path, source=source, arch=spec.name if spec else None,
                                      ptxas_report=build.ptxas_report)
     elif kind == "cubin":

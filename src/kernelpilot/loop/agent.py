@@ -19,14 +19,12 @@ from typing import Any
 from kernelpilot.errors import KernelpilotError
 from kernelpilot.evaluate.result import ratio
 from kernelpilot.evaluate.runner import evaluate
-from kernelpilot.loop.llm_client import ChatModel, Reply, Turn
+from kernelpilot.loop.llm_client import ChatModel, Reply, ToolSpec, Turn
 from kernelpilot.loop.step_record import case_times, check_summary, diff, median_us, write_variant
 from kernelpilot.runs.store import StepRecord
-from kernelpilot.tools import REGISTRY, Tool, ToolContext, call
 
-__all__ = ["run_agent", "AGENT_TOOLS", "SYSTEM_PROMPT"]
+__all__ = ["run_agent", "SYSTEM_PROMPT"]
 
-AGENT_TOOLS = ("arch_info", "isa_analyze", "isa_diff", "profile", "read_candidate", "docs_search", "docs_show")
 RESULT_LIMIT = 20_000          # characters of a tool result shown to the model
 
 SYSTEM_PROMPT = """You are a GPU kernel engineer optimizing one kernel for speed without changing its results.
@@ -39,20 +37,15 @@ and guards against timing tricks (side streams, caching, patched timers, lazy ou
 count. If the check fails you get the error and may fix it. Call stop_optimizing when you have nothing
 better to try."""
 
-_SUBMIT = Tool("submit_candidate", "Submit a new version of the kernel: it is checked for correctness, then "
+_SUBMIT = ToolSpec("submit_candidate", "Submit a new version of the kernel: it is checked for correctness, then "
                "timed against the start. Give the whole file, not a diff.",
                {"type": "object", "additionalProperties": False, "required": ["hypothesis", "code"],
                 "properties": {"hypothesis": {"type": "string", "description": "What limits the kernel, what you "
                                                                                "changed, and the evidence."},
-                               "code": {"type": "string", "description": "The complete new candidate file."}}},
-               lambda a, c: {})
-_STOP = Tool("stop_optimizing", "End the run: nothing better to try.",
+                               "code": {"type": "string", "description": "The complete new candidate file."}}})
+_STOP = ToolSpec("stop_optimizing", "End the run: nothing better to try.",
              {"type": "object", "additionalProperties": False, "required": ["reason"],
-              "properties": {"reason": {"type": "string", "description": "Why."}}}, lambda a, c: {})
-
-
-def _tools() -> list[Tool]:
-    return [REGISTRY[n] for n in AGENT_TOOLS] + [_SUBMIT, _STOP]
+              "properties": {"reason": {"type": "string", "description": "Why."}}})
 
 
 def _history_table(steps: list[StepRecord]) -> str:
@@ -105,20 +98,19 @@ def candidate_isa(r, path: Path, code: str) -> dict[str, Any] | None:
     return {"arch": arch, "kernels": {k: isa_summary(analyze_file(path, arch, k)) for k in kernels}}
 
 
-def candidate_profile(r, path: Path, n: int) -> dict[str, Any] | None:
+def candidate_profile(r, box, path: Path, n: int) -> dict[str, Any] | None:
     """Each kernel of the candidate on the problem's first benchmark case, profiled (ncu, else the PyTorch
     profiler): time, bound and the first diagnoses. None when profiling is off (default: on a GPU only)."""
     on = r.opts.profile if r.opts.profile is not None else r.device.startswith("cuda")
-    if not on:
+    if not on or box is None:
         return None
     args = {"problem": r.run.problem, "candidate": str(path), "launch_count": 20, "out": str(r.dir),
             "name": f"profile-{n}"}
-    ctx = ToolContext(workspace=r.dir, confined=True, also=(Path(r.run.problem),))
     try:
-        prof = call("profile", args, ctx)
+        prof = box.call("profile", args)
     except KernelpilotError as e:
         try:
-            prof = call("profile", {**args, "tool": "torch"}, ctx)
+            prof = box.call("profile", {**args, "tool": "torch"})
             prof.setdefault("notes", []).insert(0, f"ncu: {e}")
         except KernelpilotError as e2:
             return {"error": str(e2)[:500]}
@@ -144,12 +136,15 @@ def _context(run, best: StepRecord, steps: list[StepRecord], gpu: str | None) ->
             "Analyze, form a hypothesis, and call submit_candidate with the whole new file.")
 
 
-def run_agent(r, model: ChatModel, *, max_turns: int = 12, max_failures: int = 3) -> tuple[str, str]:
-    """Steps until the budget, the target, or the model stops. ``r`` is the engine's run in progress."""
+def run_agent(r, model: ChatModel, toolbox=None, *, max_turns: int = 12, max_failures: int = 3) -> tuple[str, str]:
+    """Steps until the budget, the target, or the model stops. ``r`` is the engine's run in progress;
+    ``toolbox(workspace, pool, problem)`` the tools the model may call (confined to the run's folder and its
+    problem) besides submitting and stopping."""
     opts, run = r.opts, r.run
     first = r.start_step()
-    ctx = ToolContext(workspace=r.dir, pool=r.pool, confined=True, also=(Path(run.problem),))   # and its problem
-    tools = _tools()
+    box = toolbox(r.dir, r.pool, Path(run.problem)) if toolbox is not None else None
+    tools = [*(box.tools if box is not None else ()), _SUBMIT, _STOP]
+    names = [t.name for t in tools]
     while True:
         if r.evaluations() >= opts.budget:
             return "done", f"budget of {opts.budget} evaluations spent"
@@ -158,7 +153,7 @@ def run_agent(r, model: ChatModel, *, max_turns: int = 12, max_failures: int = 3
         if best.isa is None and best.code:
             best.isa = candidate_isa(r, best_file, best.code)
         if best.profile is None and best.code:
-            best.profile = candidate_profile(r, best_file, best.n or 0)
+            best.profile = candidate_profile(r, box, best_file, best.n or 0)
         history = [Turn("user", _context(run, best, r.steps, r.gpu))]
         tokens = [0, 0]
         failures, passed = 0, False
@@ -190,17 +185,17 @@ def run_agent(r, model: ChatModel, *, max_turns: int = 12, max_failures: int = 3
                     if opts.target and r.run.best_speedup and r.run.best_speedup >= opts.target:
                         return "done", f"target {opts.target:g}x reached"
                     continue
-                results.append(_run_tool(c.id, c.name, c.arguments, ctx))
+                results.append(_run_tool(c.id, c.name, c.arguments, box, names))
             history.append(Turn("tool", results=results))
             if passed or failures >= max_failures or r.evaluations() >= opts.budget:
                 break
 
 
-def _run_tool(cid: str, name: str, args: dict[str, Any], ctx: ToolContext) -> tuple[str, str, bool]:
-    if name not in AGENT_TOOLS:
-        return cid, f"no tool named {name!r} here; use {', '.join(AGENT_TOOLS)}, submit_candidate, stop_optimizing.", True
+def _run_tool(cid: str, name: str, args: dict[str, Any], box, names: list[str]) -> tuple[str, str, bool]:
+    if box is None or name not in names or name in (_SUBMIT.name, _STOP.name):
+        return cid, f"no tool named {name!r} here; use {', '.join(names)}.", True
     try:
-        out = json.dumps(call(name, args, ctx), default=str)
+        out = json.dumps(box.call(name, args), default=str)
     except KernelpilotError as e:
         return cid, f"{type(e).__name__}: {e}", True
     except Exception as e:   # a tool's bug must not end the run: the model hears of it

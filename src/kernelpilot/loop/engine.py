@@ -9,11 +9,11 @@ pruned statically where an arch is known (loop/prune.py), narrowed by successive
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from kernelpilot.errors import KernelpilotError, UsageError
+from kernelpilot.errors import KernelpilotError
 from kernelpilot.evaluate.isolation import WorkerPool
 from kernelpilot.evaluate.problem import load_problem
 from kernelpilot.evaluate.result import EvalResult, ratio
@@ -24,45 +24,54 @@ from kernelpilot.loop.prune import spec_kernels, static_verdict
 from kernelpilot.loop.space import config_key, read_space
 from kernelpilot.loop.step_record import case_times, check_summary, diff, median_us, write_variant
 from kernelpilot.runs.lock import RunLock
+from kernelpilot.options import Options, param
+from kernelpilot.options import to_json as options_json
 from kernelpilot.runs.store import DEFAULT_PATH, RunRecord, RunStore, StepRecord
 
 __all__ = ["OptimizeOptions", "optimize", "resume"]
 
 Event = Callable[[dict[str, Any]], None]
+Toolbox = Callable[[Path, WorkerPool, Path], Any]     # (workspace, pool, problem) -> .tools, .call(name, args)
+DEFAULT_BUDGET = 20
 
 
-@dataclass
-class OptimizeOptions:
-    strategy: str = "search"
-    budget: int = 20                    # candidate evaluations at most (the start included)
-    target: float | None = None         # stop once a candidate is this many times faster than the start
-    device: str | None = None           # cuda or cpu (default: cuda when present)
-    arch: str | None = None             # compile variants for this arch and prune (default: none on CPU)
-    min_occupancy_pct: float = 12.5
-    eta: int = 2
-    bench_budget_s: float = 0.5         # timing budget per case in round 0; round r gets eta**r times more
-    cases: list[str] | None = None      # time only these cases (default: the problem's benchmark cases)
-    seeds: int = 2
-    timeout: float = 600.0
-    store: Path = DEFAULT_PATH
-    # strategy llm (the API key is never stored: flags or the environment give it each time)
-    provider: str | None = None
-    model: str | None = None
-    base_url: str | None = None
-    llm_retries: int = 4
-    price_in: float | None = None       # USD per million input tokens
-    price_out: float | None = None
-    max_turns: int = 12                 # model turns per step
-    profile: bool | None = None         # profile each passing candidate for the agent (default: on a GPU)
-    max_failures: int = 3               # failed submissions per step before a fresh start
+@dataclass(frozen=True, kw_only=True)
+class OptimizeOptions(Options):
+    """How a run optimizes (declared once for the Python API, the CLI and the tools: ``options.py``). The API key
+    is not among them: it is never stored, and flags or the environment give it each time."""
+
+    strategy: str = param("search: explore the candidate's declared tuning space (KPILOT_TUNE) with static pruning "
+                          "and successive halving; llm: an agent loop proposing new versions.", "search",
+                          choices=("search", "llm"))
+    budget: int | None = param(f"Candidate evaluations at most, the start included (default {DEFAULT_BUDGET}; a "
+                               "resumed run keeps its own unless given).", minimum=1)
+    target: float | None = param("Stop once a candidate is this many times faster than the start.",
+                                 exclusive_minimum=0)
+    device: str | None = param("Where candidates run (default: cuda when present).", choices=("cuda", "cpu"))
+    arch: str | None = param("Compile each variant for this arch first and drop those that spill or starve "
+                             "occupancy (search).")
+    cases: tuple[str, ...] = param("Time only this case.", flag="--case")
+    bench_budget_s: float = param("Seconds of timing per case in the first halving round; round r gets eta**r "
+                                  "times more.", 0.5, flag="--bench-budget", exclusive_minimum=0)
+    min_occupancy_pct: float = param("search with arch: drop variants below this occupancy.", 12.5, minimum=0)
+    eta: int = param("search: the halving factor (keep 1/eta of the variants each round).", 2, minimum=2)
+    seeds: int = param("Secret random seeds per case when checking a candidate.", 2, minimum=1)
+    timeout: float = param("Seconds each worker process may take.", 600.0, minimum=1)
+    store: Path = param("The run store (SQLite).", DEFAULT_PATH, path=True)
+    provider: str | None = param("llm: Anthropic's Messages API, or any OpenAI-compatible endpoint (default: "
+                                 "KPILOT_LLM_PROVIDER, .kpilot/config.toml, anthropic).",
+                                 choices=("anthropic", "openai"))
+    model: str | None = param("llm: the model name.")
+    base_url: str | None = param("llm: the endpoint (vLLM, Ollama, OpenRouter, a proxy).")
+    llm_retries: int = param("llm: retries with backoff on rate limits and network errors.", 4, minimum=0)
+    price_in: float | None = param("llm: USD per million input tokens, for the cost per step.", minimum=0)
+    price_out: float | None = param("llm: USD per million output tokens.", minimum=0)
+    max_turns: int = param("llm: model turns per step.", 12, minimum=1)
+    profile: bool | None = param("llm: profile each passing candidate for the agent (default: on a GPU).")
+    max_failures: int = param("llm: failed submissions per step before a fresh start.", 3, minimum=1)
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["store"] = str(self.store)
-        return d
-
-
-
+        return options_json(self)
 
 
 class _Run:
@@ -145,19 +154,17 @@ def _model(opts: OptimizeOptions, api_key: str | None):
 
     cfg = load_config(provider=opts.provider, model=opts.model, api_key=api_key, base_url=opts.base_url,
                       max_retries=opts.llm_retries, price_in=opts.price_in, price_out=opts.price_out)
-    opts.provider, opts.model, opts.base_url = cfg.provider, cfg.model, cfg.base_url
     model = connect(cfg)
     model.verify()          # a rejected key or an unreachable endpoint: said now, not after the start's evaluation
-    return cfg, model
+    return opts.replace(provider=cfg.provider, model=cfg.model, base_url=cfg.base_url), (cfg, model)
 
 
 def optimize(problem: str | Path, candidate: str | Path, opts: OptimizeOptions, *, api_key: str | None = None,
-             on_event: Event | None = None) -> RunRecord:
-    """Start a run: returns its record when it ends (done, stopped, or failed)."""
-    if opts.strategy not in ("search", "llm"):
-        raise KernelpilotError(f"unknown strategy {opts.strategy!r}: search or llm.")
-    if opts.budget < 1:
-        raise UsageError(f"--budget must be at least 1 (evaluations, the start included), not {opts.budget}.")
+             on_event: Event | None = None, toolbox: Toolbox | None = None) -> RunRecord:
+    """Start a run: returns its record when it ends (done, stopped, or failed). ``toolbox(workspace, pool,
+    problem)`` gives the llm strategy's model the tools it may call besides submitting (``tools.runs``); without
+    one it can only submit and stop."""
+    opts = opts.replace(budget=opts.budget or DEFAULT_BUDGET)
     load_problem(problem)        # a malformed problem fails here, before a run is recorded
     cand = Path(candidate).resolve()
     if not cand.is_file():
@@ -166,17 +173,17 @@ def optimize(problem: str | Path, candidate: str | Path, opts: OptimizeOptions, 
     if opts.strategy == "search":
         read_space(cand)         # a search needs a tuning space: say so before anything runs
     else:
-        model = _model(opts, api_key)     # no key, no SDK: say so before anything runs
+        opts, model = _model(opts, api_key)     # no key, no SDK: say so before anything runs
     with RunStore(opts.store) as store:
         run_id = store.create_run(problem=str(Path(problem).resolve()), strategy=opts.strategy,
                                   start_candidate=str(cand), target=opts.target, budget=opts.budget,
                                   options=opts.to_json(), device=opts.device or default_device())
         with RunLock(opts.store, run_id):
-            return _drive(store, store.run(run_id), opts, on_event, model)
+            return _drive(store, store.run(run_id), opts, on_event, model, toolbox)
 
 
 def resume(run_id: int, store_path: Path = DEFAULT_PATH, *, budget: int | None = None, target: float | None = None,
-           api_key: str | None = None, on_event: Event | None = None) -> RunRecord:
+           api_key: str | None = None, on_event: Event | None = None, toolbox: Toolbox | None = None) -> RunRecord:
     """Carry on a stopped (or killed) run from its last recorded step, with the options it was started with;
     ``budget`` and ``target``, when given, replace its own."""
     with RunStore(store_path, create=False) as store:
@@ -184,16 +191,19 @@ def resume(run_id: int, store_path: Path = DEFAULT_PATH, *, budget: int | None =
         if run.status == "done":
             raise KernelpilotError(f"run {run_id} has finished ({run.stop_reason}); start a new one.")
         saved = OptimizeOptions(**{k: v for k, v in run.options.items() if k in OptimizeOptions.__dataclass_fields__})
-        saved.store = Path(store_path)
-        saved.budget = budget if budget is not None else saved.budget
-        saved.target = target if target is not None else saved.target
+        saved = saved.replace(store=Path(store_path), budget=budget if budget is not None else saved.budget,
+                              target=target if target is not None else saved.target)
         with RunLock(store_path, run_id):      # before anything is changed: a second resume is refused here
-            model = _model(saved, api_key) if saved.strategy == "llm" else None
+            if saved.strategy == "llm":
+                saved, model = _model(saved, api_key)
+            else:
+                model = None
             store.update_run(run_id, status="running", stop_reason=None, budget=saved.budget, target=saved.target)
-            return _drive(store, store.run(run_id), saved, on_event, model)
+            return _drive(store, store.run(run_id), saved, on_event, model, toolbox)
 
 
-def _drive(store: RunStore, run: RunRecord, opts: OptimizeOptions, on_event: Event | None, model=None) -> RunRecord:
+def _drive(store: RunStore, run: RunRecord, opts: OptimizeOptions, on_event: Event | None, model=None,
+           toolbox: Toolbox | None = None) -> RunRecord:
     if on_event:
         on_event({"event": "run", "run": run.id, "store": str(Path(opts.store).resolve()), "strategy": opts.strategy})
     r = _Run(store, run, opts, on_event)
@@ -203,7 +213,7 @@ def _drive(store: RunStore, run: RunRecord, opts: OptimizeOptions, on_event: Eve
             from kernelpilot.loop.agent import run_agent
 
             r.llm_config = model[0]
-            status, reason = run_agent(r, model[1], max_turns=opts.max_turns, max_failures=opts.max_failures)
+            status, reason = run_agent(r, model[1], toolbox, max_turns=opts.max_turns, max_failures=opts.max_failures)
         else:
             status, reason = _search(r)
     except KeyboardInterrupt:

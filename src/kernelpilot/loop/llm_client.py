@@ -75,6 +75,23 @@ def load_config(*, provider: str | None = None, model: str | None = None, api_ke
     return cfg
 
 
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool as a model sees it: name, description and the JSON schema of its arguments, in either provider's
+    wire form."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]            # JSON schema (type object)
+
+    def to_anthropic(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "input_schema": self.parameters}
+
+    def to_openai(self) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": self.name, "description": self.description,
+                                                 "parameters": self.parameters}}
+
+
 @dataclass
 class ToolCall:
     id: str

@@ -1,20 +1,22 @@
 """Static pruning of a variant before it runs: compile its Triton kernels offline for the target arch (in a
-separate process: the variant is candidate code) and drop it when a kernel spills registers or its
-occupancy falls below a floor. Kernels are those the file names in ``KPILOT_SPECS``."""
+box: the variant is candidate code, and importing a Triton file runs it) and drop it when a kernel spills
+registers or its occupancy falls below a floor. Kernels are those the file names in ``KPILOT_SPECS``."""
 
 from __future__ import annotations
 
 import ast
 import json
-import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernelpilot.toolchain.run import kernelpilot_env
+from kernelpilot.isa.analyze import AnalyzeOptions
 
-__all__ = ["Verdict", "spec_kernels", "static_verdict", "analyze_file", "isa_summary"]
+_RESULT_LIMIT = 64 << 20        # bytes of a boxed analysis's result read at most
+
+__all__ = ["Verdict", "spec_kernels", "static_verdict", "analyze_boxed", "analyze_file", "isa_summary"]
 
 
 @dataclass
@@ -37,18 +39,48 @@ def spec_kernels(source: str) -> list[str]:
     return []
 
 
+def analyze_boxed(source: str, opts: AnalyzeOptions, *, timeout: float = 300.0) -> dict[str, Any]:
+    """The analysis (``kernelpilot.isa/1`` JSON) of ``source``, made in a box (``isa/offline.py`` under
+    ``run_boxed``): a Triton source is imported to compile it, and a candidate's file is untrusted code. A failure
+    is ``{"error": ...}`` with one line, never an exception of the caller's."""
+    from kernelpilot.evaluate.isolation import run_boxed
+    from kernelpilot.options import to_json
+
+    with tempfile.TemporaryDirectory(prefix="kpilot-offline-") as tmp:
+        work = Path(tmp)
+        request, result = work / "request.json", work / "result.json"
+        request.write_text(json.dumps({"source": source, "options": {k: v for k, v in to_json(opts).items()
+                                                                     if v not in (None, [], {})}}))
+        rc, err = run_boxed([sys.executable, "-m", "kernelpilot.isa.offline", str(request), str(result)], work,
+                            timeout=timeout)
+        if rc == -1:
+            return {"error": f"the offline compile took over {timeout:.0f} s"}
+        if rc == -2:
+            return {"error": "the offline compile ran out of memory"}
+        try:
+            if result.stat().st_size > _RESULT_LIMIT:
+                return {"error": "the offline compile's result is too large to read"}
+            out = json.loads(result.read_text())
+        except (OSError, ValueError):
+            last = (err.strip().splitlines() or [f"exit status {rc}"])[-1]
+            return {"error": f"the offline compile failed: {last[:300]}"}
+    if not isinstance(out, dict) or not (isinstance(out.get("kernels"), list) or isinstance(out.get("error"), dict)):
+        return {"error": "the offline compile's result is not an analysis"}
+    if "error" in out:
+        e = out["error"]
+        return {"error": f"does not compile: {str(e.get('message'))[:500]}", "details": e.get("details")}
+    return out
+
+
 def analyze_file(path: Path, arch: str, kernel: str, *, timeout: float = 300.0) -> dict[str, Any]:
-    """``kpilot isa analyze PATH:KERNEL --arch ARCH --json`` in a separate process (the file is candidate code):
-    the kernel's report, or ``{"error": ...}``."""
-    cmd = [sys.executable, "-m", "kernelpilot", "isa", "analyze", f"{path}:{kernel}", "--arch", arch, "--json"]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=kernelpilot_env())
-    except subprocess.TimeoutExpired:
-        return {"error": f"the offline compile took over {timeout:.0f} s"}
-    if p.returncode != 0:
-        line = next((l for l in p.stderr.splitlines() if l.startswith("error:")), p.stderr.strip()[-300:])
-        return {"error": f"does not compile: {line.removeprefix('error: ')}"}
-    return json.loads(p.stdout)["kernels"][0]
+    """The report of the Triton kernel ``kernel`` of the file ``path`` (a candidate's: compiled in a box) for
+    ``arch``, or ``{"error": ...}``."""
+    out = analyze_boxed(f"{Path(path).resolve()}:{kernel}", AnalyzeOptions(arch=arch), timeout=timeout)
+    if "error" in out:
+        return {"error": out["error"]}
+    if not out["kernels"] or not isinstance(out["kernels"][0], dict):
+        return {"error": "no kernel in the offline compile's result"}
+    return out["kernels"][0]
 
 
 def isa_summary(report: dict[str, Any]) -> dict[str, Any]:

@@ -6,9 +6,13 @@ rewritten under a new name) are paired in launch order, and the row says so (``n
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
-__all__ = ["diff_profiles"]
+from kernelpilot.errors import KernelpilotError
+
+__all__ = ["diff_profiles", "load_either"]
 
 _FIELDS = (("duration_us", ("duration_us",)), ("waves_per_sm", ("waves_per_sm",)),
            ("registers_per_thread", ("registers_per_thread",)),
@@ -82,3 +86,24 @@ def diff_profiles(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         "only_in_a": [f"{n} #{i}" for (n, i) in left_a],
         "only_in_b": [f"{n} #{i}" for (n, i) in left_b],
     }
+
+
+def load_either(path: str | Path) -> dict[str, Any]:
+    """A profile to compare: the JSON of ``kpilot profile --json``, or a report ``load_profile`` reads."""
+    from kernelpilot.profile.load import load_profile
+    from kernelpilot.profile.model import SCHEMA
+
+    p = Path(path)
+    if p.suffix == ".json" and p.is_file():
+        try:
+            d = json.loads(p.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise KernelpilotError(f"{p}: not JSON (not UTF-8 text: {e.reason} at byte {e.start}).") from None
+        except json.JSONDecodeError as e:
+            raise KernelpilotError(f"{p}: not JSON ({e.msg}, line {e.lineno}).") from None
+        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+            raise KernelpilotError(f"{p}: not a kernelpilot profile (expected \"schema\": \"{SCHEMA}\").")
+        if not isinstance(d.get("kernels"), list) or not all(isinstance(k, dict) for k in d["kernels"]):
+            raise KernelpilotError(f"{p}: not a kernelpilot profile (\"kernels\" must be a list of objects).")
+        return d
+    return load_profile(p).to_json()

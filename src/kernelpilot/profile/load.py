@@ -10,6 +10,7 @@ from typing import Any
 
 from kernelpilot.arch.registry import ArchSpec, GPUSpec, resolve
 from kernelpilot.errors import InputFormatError, KernelpilotError, ToolNotFoundError, UsageError
+from kernelpilot.options import Options, param
 from kernelpilot.profile.diagnose import diagnose_profile
 from kernelpilot.profile.model import Profile
 from kernelpilot.profile.ncu_csv import read_raw_csv
@@ -21,19 +22,26 @@ from kernelpilot.profile.torch_timing import python_script
 __all__ = ["ProfileOptions", "from_ncu_pages", "load_profile", "run_profile", "run_torch_profile", "device_specs"]
 
 
-@dataclass
-class ProfileOptions:
-    full: bool = False
-    kernel: str | None = None           # regex on kernel names
-    launch_count: int | None = None
-    source: bool = False                # per-line hotspots (needs line info: -lineinfo)
-    out_dir: Path = Path(".")           # where the .ncu-rep (or the fallback's trace) is kept
-    name: str = "profile"
-    timeout: float = 3600.0
-    tool: str = "ncu"                   # "ncu", "rocprofv3", or "torch" (kernel times only, no counters needed)
-    counters: list[str] | None = None   # rocprofv3 --pmc counters
+@dataclass(frozen=True, kw_only=True)
+class ProfileOptions(Options):
+    """How a command is profiled (declared once for the Python API, the CLI and the tools: ``options.py``)."""
+
+    tool: str = param("The profiler: ncu (Nsight Compute), rocprofv3 (AMD GPUs; untested on live hardware), or "
+                      "torch (kernel times from the PyTorch profiler for Python commands; no counters needed).",
+                      "ncu", choices=("ncu", "rocprofv3", "torch"))
+    kernel: str | None = param("Only kernels whose name matches this regular expression.", short="-k")
+    launch_count: int | None = param("Profile at most this many launches.", short="-n", minimum=1)
+    full: bool = param("Collect every ncu section (ncu --set full); slower.", False)
+    source: bool = param("Hotspots: each launch's hottest SASS instructions, and source lines where the code has "
+                         "line info (-lineinfo), from ncu's warp samples; and the instructions (lines) whose "
+                         "accesses are uncoalesced or bank-conflicted.", False)
+    out: Path = param("The folder to keep the report in.", Path("."), path=True)
+    name: str = param("The report's file name (NAME.ncu-rep).", "profile")
+    pmc: tuple[str, ...] = param("With tool rocprofv3: a hardware counter to collect, e.g. FETCH_SIZE.")
+    bytes_per_launch: float | None = param("Bytes each profiled launch moves, for bandwidth without counters.",
+                                           flag="--bytes", minimum=0)
+    timeout: float = param("Seconds the profiled command may take.", 3600.0, minimum=1)
     from_start: bool = True             # False: only the range the program marks (cudaProfilerStart/Stop)
-    bytes_per_launch: float | None = None   # declared bytes each launch moves (bandwidth without counters)
 
 
 def device_specs(device_name: str | None, override: str | None = None) -> tuple[GPUSpec | None, ArchSpec | None]:
@@ -221,23 +229,23 @@ def load_profile(path: str | Path, *, details: str | Path | None = None, gpu: st
 
 def run_profile(command: list[str], opts: ProfileOptions, *, gpu: str | None = None,
                 all_metrics: bool = False) -> Profile:
-    """Profile ``command`` now, under ncu (the report kept in ``opts.out_dir``); where ncu may not read the
+    """Profile ``command`` now, under ncu (the report kept in ``opts.out``); where ncu may not read the
     GPU's counters and the command is a Python program, its kernels are timed with the PyTorch profiler
     instead, and the profile says why in its notes."""
     from kernelpilot.toolchain.ncu import CounterPermissionError, export_pages, profile_command
 
-    opts.out_dir.mkdir(parents=True, exist_ok=True)
+    opts.out.mkdir(parents=True, exist_ok=True)
     if opts.tool == "torch":
         return run_torch_profile(command, opts, gpu=gpu)
     if opts.tool == "rocprofv3":
         from kernelpilot.toolchain.rocprof import trace_command
 
-        out = trace_command(command, opts.out_dir / opts.name, counters=opts.counters, timeout=opts.timeout)
+        out = trace_command(command, opts.out / opts.name, counters=list(opts.pmc) or None, timeout=opts.timeout)
         prof = read_rocprof(out, gpu=gpu)
         prof.source = " ".join(command)
         return prof
     try:
-        run = profile_command(command, opts.out_dir / f"{opts.name}.ncu-rep", full=opts.full, kernel=opts.kernel,
+        run = profile_command(command, opts.out / f"{opts.name}.ncu-rep", full=opts.full, kernel=opts.kernel,
                               launch_count=opts.launch_count, source=opts.source, from_start=opts.from_start,
                               timeout=opts.timeout)
     except CounterPermissionError as e:
@@ -271,8 +279,8 @@ def run_torch_profile(command: list[str], opts: ProfileOptions, *, gpu: str | No
     script, args = found
     if not Path(script).is_file():
         raise KernelpilotError(f"{script}: no such file.")
-    opts.out_dir.mkdir(parents=True, exist_ok=True)
-    trace = opts.out_dir / f"{opts.name}.trace.json"
+    opts.out.mkdir(parents=True, exist_ok=True)
+    trace = opts.out / f"{opts.name}.trace.json"
     try:
         p = subprocess.run([sys.executable, "-m", "kernelpilot.profile.torch_timing", str(trace), script, *args],
                            capture_output=True, text=True, env=kernelpilot_env(), timeout=opts.timeout)

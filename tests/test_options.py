@@ -1,0 +1,149 @@
+"""One declaration per operation: the options classes check their values, and the CLI's flags, the tools' JSON
+schemas (hence MCP) and the Python API all come from them, with the same help, defaults and bounds."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES, ROOT, require_module
+
+from kernelpilot.cli.main import _register, cli
+from kernelpilot.evaluate.runner import EvalOptions
+from kernelpilot.options import OptionError, Options, from_json, json_schema, offered, param, params
+from kernelpilot.tools import REGISTRY, call
+
+ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+
+# The CLI command made from each tool: its path under `kpilot`.
+COMMANDS = {"isa_analyze": ("isa", "analyze"), "isa_diff": ("isa", "diff"), "arch_info": ("arch", "show"),
+            "check": ("check",), "bench": ("bench",), "eval": ("eval",), "profile": ("profile", "run"),
+            "profile_diff": ("profile", "diff"), "optimize_start": ("optimize",), "runs": ("runs", "show"),
+            "runs_export": ("runs", "export"), "docs_search": ("docs", "search"), "docs_show": ("docs", "show")}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sample(Options):
+    n: int = param("How many.", 3, minimum=1)
+    rate: float | None = param("A rate.", exclusive_minimum=0)
+    mode: str = param("The mode.", "a", choices=("a", "b"))
+    files: tuple[Path, ...] = param("Files.", path=True)
+    env: dict[str, str] = param("Pairs.", {})
+    name: str = param("A name.", required=True, argument=True)
+
+
+def test_an_options_class_checks_every_value_and_normalizes():
+    s = Sample(name="x", files=["a", Path("b")], rate=2)
+    assert s.files == (Path("a"), Path("b")) and s.rate == 2.0 and s.env == {} and s.n == 3
+    for kwargs, needle in (({"n": 0}, "n must be at least 1, not 0"), ({"n": True}, "n must be an integer"),
+                           ({"rate": 0}, "rate must be more than 0"), ({"rate": float("nan")}, "finite"),
+                           ({"mode": "c"}, "mode must be one of a, b"), ({"files": "a"}, "files must be an array"),
+                           ({"files": [1]}, "files[0] must be a string"), ({"env": {"K": 1}}, "env.K must be a string"),
+                           ({"name": "a\x00b"}, "must not contain a NUL")):
+        with pytest.raises(OptionError, match=needle.replace("[", r"\[").replace("]", r"\]")):
+            Sample(**{"name": "x", **kwargs})
+    with pytest.raises(OptionError, match="unknown argument"):
+        from_json(Sample, {"name": "x", "colour": "red"})
+    with pytest.raises(OptionError, match="missing required argument"):
+        from_json(Sample, {})
+    schema = json_schema(Sample)
+    assert schema["required"] == ["name"] and schema["properties"]["n"] == {
+        "type": "integer", "minimum": 1, "default": 3, "description": "How many."}
+    assert schema["properties"]["files"]["items"] == {"type": "string", "format": "path"}
+
+
+def _command(path: tuple[str, ...]):
+    _register()
+    cmd = cli
+    for word in path:
+        cmd = cmd.commands[word]
+    return cmd
+
+
+@pytest.mark.parametrize("tool", sorted(COMMANDS))
+def test_the_cli_and_the_tool_come_from_one_declaration(tool):
+    t = REGISTRY[tool]
+    cmd = _command(COMMANDS[tool])
+    cli_names = {p.name for p in cmd.params} - {"as_json", "quiet", "help", "all_opcodes", "sources"}
+    declared = {p.name for p in offered(t.options, "cli", tool)}
+    assert declared - {"sources"} <= cli_names, declared - cli_names
+    tool_only = {p.name for p in offered(t.options, "tool", tool)} - declared
+    cli_only = declared - set(t.parameters["properties"])
+    assert not tool_only and cli_only <= {"sandbox", "api_key"}, (tool_only, cli_only)
+    by_name = {p.name: p for p in cmd.params}
+    for p in offered(t.options, "tool", tool):
+        spec = t.parameters["properties"][p.name]
+        c = by_name.get(p.name)
+        if c is None:
+            continue
+        help_text = getattr(c, "help", None)
+        if help_text is not None:                      # options carry the help; arguments are listed in the text
+            assert help_text.startswith(spec["description"]), (p.name, help_text)
+        else:
+            assert spec["description"] in " ".join(cmd.help.split())
+        if "default" in spec:
+            assert f"[default: {spec['default']}]" in help_text
+        if "enum" in spec:
+            assert list(c.type.choices) == spec["enum"]
+
+
+def test_check_and_bench_offer_only_what_they_take():
+    check, bench = REGISTRY["check"].parameters["properties"], REGISTRY["bench"].parameters["properties"]
+    assert "seeds" in check and "baselines" not in check and "budget" not in check
+    assert "baselines" in bench and "budget" in bench and "seeds" not in bench
+    assert "sandbox" not in check and "pool" not in check      # not a tool's to turn off; runtime state
+    assert set(REGISTRY["eval"].parameters["properties"]) == set(check) | set(bench)
+    assert {p.name for p in params(EvalOptions)} >= {"seeds", "baselines", "sandbox"}
+
+
+def _kp(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "kernelpilot", *map(str, args)], capture_output=True, text=True,
+                          env=ENV, timeout=600, cwd=cwd)
+
+
+def test_no_sandbox_reaches_the_evaluation(tmp_path):
+    require_module("triton")
+    row = EXAMPLES / "problems" / "row_softmax"
+    r = _kp("check", row, "-c", row / "candidates" / "triton_softmax.py", "--device", "cpu", "--seeds", "1",
+            "--case", "rows=64,cols=128,dtype=float32", "--no-sandbox", "--json")
+    d = json.loads(r.stdout)
+    assert r.returncode == 0 and any("sandbox" in n and "turned off" in n for n in d["notes"]), d["notes"]
+
+
+def test_quiet_prints_nothing_and_json_progress_goes_to_stderr(tmp_path):
+    require_module("triton")
+    row = EXAMPLES / "problems" / "row_softmax"
+    args = ["check", row, "-c", row / "candidates" / "triton_softmax.py", "--device", "cpu", "--seeds", "1",
+            "--case", "rows=64,cols=128,dtype=float32"]
+    q = _kp(*args, "-q")
+    assert q.returncode == 0 and q.stdout == "" and q.stderr == ""
+    j = _kp(*args, "--json")
+    events = [json.loads(line) for line in j.stderr.splitlines()]
+    stages = [e["stage"] for e in events]
+    assert stages[0] == "candidate" and "reference" in stages and stages.count("case") == 1, stages
+    assert json.loads(j.stdout)["passed"] is True
+    human = _kp(*args)                                 # not a terminal: the result only, no progress lines
+    assert human.returncode == 0 and human.stderr == "" and "PASSED" in human.stdout
+
+
+def test_results_match_their_declared_output_schema(tmp_path):
+    jsonschema = require_module("jsonschema")
+    hip = str(EXAMPLES / "kernels" / "wave_argmax_dpp.hip")
+    for name, args in (("arch_info", {}), ("arch_info", {"name": "gfx942"}),
+                       ("isa_analyze", {"sources": [hip], "arch": "gfx942"}),
+                       ("isa_diff", {"a": hip, "b": str(EXAMPLES / "kernels" / "wave_argmax_bpermute.hip"),
+                                     "arch": "gfx942"}),
+                       ("docs_search", {"query": "row_bcast", "limit": 2}),
+                       ("write_candidate", {"path": str(tmp_path / "x.py"), "text": "x = 1\n"}),
+                       ("read_candidate", {"path": str(tmp_path / "x.py")})):
+        from kernelpilot.tools import ToolContext
+
+        jsonschema.validate(call(name, args, ToolContext(workspace=tmp_path if "candidate" in name else Path.cwd())),
+                            REGISTRY[name].output)
+    hit = call("docs_search", {"query": "row_bcast", "limit": 1})["hits"][0]
+    jsonschema.validate(call("docs_show", {"citation": hit["citation"]}), REGISTRY["docs_show"].output)
