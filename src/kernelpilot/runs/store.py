@@ -130,8 +130,9 @@ class StepRecord:
 
 
 def _guarded(method):
-    """A store method whose failures from a damaged file (a corrupted page, a JSON column that is not JSON) are
-    one ``KernelpilotError`` naming the store, not SQLite's or json's exception."""
+    """A store method whose failures from a damaged file (a corrupted page, a JSON column that is not JSON, a
+    value of the wrong type or a column renamed where a flipped byte changed the file) are one ``KernelpilotError``
+    naming the store, not SQLite's, json's or Python's exception."""
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
@@ -139,7 +140,7 @@ def _guarded(method):
             return method(self, *args, **kwargs)
         except (sqlite3.IntegrityError, sqlite3.OperationalError):
             raise                      # a step written twice, a busy file: not damage
-        except (sqlite3.DatabaseError, json.JSONDecodeError) as e:
+        except (sqlite3.DatabaseError, ValueError, TypeError, KeyError) as e:
             raise KernelpilotError(f"{self.path}: the run store is damaged ({e}).",
                                    hint="Runs recorded in it may be lost; keep a copy, and record new runs with "
                                         "--store NEW.db.") from None

@@ -84,7 +84,9 @@ def _spec(value: Any, key: str, path: Path) -> tuple[str, str]:
 def load(path: Path) -> Problem:
     toml = path / "problem.toml" if path.is_dir() else path
     try:
-        data = tomllib.loads(toml.read_text())
+        data = tomllib.loads(toml.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise InputFormatError(str(toml), f"not UTF-8 text ({e.reason} at byte {e.start}).") from None
     except tomllib.TOMLDecodeError as e:
         raise InputFormatError(str(toml), f"not valid TOML: {e}.") from None
     unknown = set(data) - _KNOWN_KEYS
