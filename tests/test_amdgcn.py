@@ -15,6 +15,7 @@ import yaml
 from conftest import EXAMPLES, in_ci, require_module, require_tool
 from kernelpilot.errors import CompileError, InputFormatError, KernelpilotError, ToolError
 from kernelpilot.isa.amdgcn import parse_amdgcn_asm, parse_amdgcn_objdump
+from kernelpilot.isa.analyze import analyze
 from kernelpilot.isa.model import AmdResources, KernelISA
 from kernelpilot.toolchain.amd_binary import (
     code_object_arch,
@@ -429,3 +430,22 @@ def test_assembly_cut_short_is_an_error_not_a_clean_kernel(builds):
     with pytest.raises(InputFormatError, match="ends inside wave_argmax_dpp's code"):
         parse_amdgcn_asm(cut, source="cut.s")
     assert parse_amdgcn_asm(text, source="whole.s")      # the whole file reads as before
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx90a"])
+def test_a_float_through_an_int_only_dpp_builtin_is_a_conversion_finding(arch):
+    """The planted wrong rewrite (a float passed to __builtin_amdgcn_update_dpp) converts each value on its way
+    through the exchange; the right one (its bits) is clean, and so are the other example kernels."""
+    require_tool("clang++")
+    reports = {r.name: r for r in analyze(EXAMPLES / "kernels" / "row_sum_dpp_converted.hip", arch=arch)}
+    bad = next(r for n, r in reports.items() if "converted" in n)
+    good = next(r for n, r in reports.items() if "converted" not in n)
+    (f,) = [f for f in bad.findings if f.id == "crosslane.conversion"]
+    assert f.severity == "high" and f.evidence["round_trips"] >= 3
+    assert any(op.startswith("v_cvt_f32_i32") for op in f.evidence["conversions"])
+    assert any(op.startswith("v_cvt_i32_f32") for op in f.evidence["conversions"])
+    assert not [f for f in good.findings if f.id == "crosslane.conversion"]
+    assert good.families.get("crosslane.dpp", 0) >= 3 and "v_add_f32_dpp" in good.opcodes
+    for name in ("wave_argmax_dpp.hip", "wave_argmax_bpermute.hip", "wave_argmax_readlane.hip"):
+        for r in analyze(EXAMPLES / "kernels" / name, arch=arch):
+            assert "crosslane.conversion" not in {f.id for f in r.findings}, name

@@ -565,3 +565,21 @@ def test_triton_ptxas_cubins():
             (k,) = load_nvidia_kernels(cubin)
             assert k.arch == arch and back_edges(k) and k.resources.registers
             check_controls(k)
+
+
+def test_a_float_shuffled_through_an_int_is_a_conversion_finding():
+    """F2I before each SHFL and I2F after it: the planted wrong warp sum; the right one is clean."""
+    require_tool("nvcc")
+    from kernelpilot.isa.analyze import analyze
+
+    reports = {r.display_name or r.name: r for r in analyze(EXAMPLES / "kernels" / "warp_sum_shfl_converted.cu",
+                                                            arch="sm_90")}
+    bad = next(r for n, r in reports.items() if "converted" in n)
+    good = next(r for n, r in reports.items() if "converted" not in n)
+    (f,) = [f for f in bad.findings if f.id == "crosslane.conversion"]
+    assert f.severity == "high" and {op.split(".")[0] for op in f.evidence["conversions"]} >= {"F2I", "I2FP"}
+    assert f.evidence["source_lines"]
+    assert not [f for f in good.findings if f.id == "crosslane.conversion"]
+    for name in ("vector_add.cu", "loop_reduce.cu", "hmma_wmma.cu", "smem_heavy.cu"):
+        for r in analyze(EXAMPLES / "kernels" / name, arch="sm_90"):
+            assert "crosslane.conversion" not in {f.id for f in r.findings}, name

@@ -8,6 +8,7 @@ __all__ = ["FINDING_DOCS", "for_finding"]
 
 FINDING_DOCS: dict[str, list[str]] = {
     "amd.lds-crosslane": ["builtin/amdgcn.md#ds-bpermute-vs-dpp", "builtin/amdgcn.md#dpp-row-bcast"],
+    "crosslane.conversion": ["builtin/amdgcn.md#crosslane-builtin-types"],
     "amd.readlane-chain": ["builtin/amdgcn.md#readlane", "builtin/amdgcn.md#dpp-row-bcast"],
     "amd.spills": ["builtin/amdgcn.md#occupancy"],
     "nvidia.spills": ["builtin/nvidia.md#spills"],

@@ -133,6 +133,86 @@ def rule_lds_crosslane(ctx: Context) -> list[Finding]:
     ]
 
 
+# ------------------------------------------------------------------ conversions on a cross-lane path
+
+_AMD_REG = re.compile(r"\b([vs](?:\d+|\[\d+:\d+\]))\b")
+_NV_REG = re.compile(r"\b(R\d+)\b")
+_NV_CONVERT = ("F2I", "I2F", "F2F", "I2I", "F2IP", "I2FP")
+_PATH_WINDOW = 12
+
+
+def _is_conversion(ins: Instruction, vendor: str) -> bool:
+    return ins.opcode.startswith("v_cvt_") if vendor == "amd" else ins.base in _NV_CONVERT
+
+
+def _dest_and_sources(ins: Instruction, vendor: str) -> tuple[str | None, list[str]]:
+    """The register an instruction writes (its first register operand) and those it reads (the others)."""
+    regs = (_AMD_REG if vendor == "amd" else _NV_REG).findall(ins.operands)
+    return (regs[0], regs[1:]) if regs else (None, [])
+
+
+def _producer(ins: list[Instruction], i: int, reg: str, vendor: str) -> int | None:
+    """The instruction before ``i`` (within the window) that last wrote ``reg``."""
+    for j in range(i - 1, max(-1, i - 1 - _PATH_WINDOW), -1):
+        if _dest_and_sources(ins[j], vendor)[0] == reg:
+            return j
+    return None
+
+
+def _consumer(ins: list[Instruction], i: int, reg: str, vendor: str) -> int | None:
+    """The first instruction after ``i`` (within the window) that reads ``reg``."""
+    for j in range(i + 1, min(len(ins), i + 1 + _PATH_WINDOW)):
+        dest, sources = _dest_and_sources(ins[j], vendor)
+        if reg in sources or (dest == reg and ins[j].opcode.startswith(("global_store", "ST", "buffer_store"))):
+            return j
+        if dest == reg:
+            return None
+    return None
+
+
+def rule_crosslane_conversion(ctx: Context) -> list[Finding]:
+    """A value converted on its way into or out of a cross-lane exchange (a DPP move, a shuffle, a swizzle, a
+    readlane): the usual trace of a float passed to an int-only builtin, whose fraction is then lost."""
+    ins, vendor = ctx.isa.instructions, ctx.vendor
+    hits: list[int] = []
+    ops: Counter[str] = Counter()
+    round_trips = 0
+    for i in ctx.having("crosslane"):
+        x = ins[i]
+        if ctx.fams_of[i] and any(f.startswith("crosslane.vote") or f == "crosslane.match" for f in ctx.fams_of[i]):
+            continue                      # votes and matches move predicates, not values
+        dest, sources = _dest_and_sources(x, vendor)
+        before = [j for r in sources[:1] if (j := _producer(ins, i, r, vendor)) is not None
+                  and _is_conversion(ins[j], vendor)]
+        after = _consumer(ins, i, dest, vendor) if dest else None
+        after = after if after is not None and _is_conversion(ins[after], vendor) else None
+        itself = _is_conversion(x, vendor)
+        if not (before or after is not None or itself):
+            continue
+        round_trips += bool((before or itself) and (after is not None or itself))
+        for j in [*before, i if itself else None, after]:
+            if j is not None and j not in hits:
+                hits.append(j)
+                ops[ins[j].opcode] += 1
+    if not hits:
+        return []
+    builtin = ("__builtin_amdgcn_update_dpp / __builtin_amdgcn_mov_dpp / __builtin_amdgcn_ds_swizzle / "
+               "__builtin_amdgcn_ds_bpermute take ints: pass __float_as_int(v) and turn the result back with "
+               "__int_as_float()" if vendor == "amd" else
+               "a shuffle of an int variable holding a float value converts it: shuffle the float itself, or "
+               "its bits (__float_as_int / __int_as_float)")
+    return [Finding(
+        id="crosslane.conversion",
+        severity="high" if round_trips else "medium",
+        title=f"values are converted on their way through a cross-lane exchange "
+              f"({', '.join(f'{k} x{v}' for k, v in ops.most_common(4))})",
+        evidence=_evidence(ctx, sorted(hits), conversions=dict(ops), round_trips=round_trips),
+        suggestion=("A conversion next to the exchange changes the values it moves (a float sent as an int loses "
+                    f"its fraction): {builtin}. If the conversion is meant (an index turned into a float on "
+                    "purpose), nothing needs to change."),
+    )]
+
+
 _READLANE_LANE = re.compile(r",\s*(\d+)\s*$")
 
 
@@ -454,6 +534,7 @@ RULES: list[Callable[[Context], list[Finding]]] = [
     rule_narrow_loads,
     rule_hmma_on_hopper,
     rule_full_wait_in_loop,
+    rule_crosslane_conversion,
 ]
 
 _SEV = {"high": 0, "medium": 1, "low": 2, "info": 3}
