@@ -24,7 +24,15 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
 COMMANDS = {"isa_analyze": ("isa", "analyze"), "isa_diff": ("isa", "diff"), "arch_info": ("arch", "show"),
             "check": ("check",), "bench": ("bench",), "eval": ("eval",), "profile": ("profile", "run"),
             "profile_diff": ("profile", "diff"), "optimize_start": ("optimize",), "runs": ("runs", "show"),
-            "runs_export": ("runs", "export"), "docs_search": ("docs", "search"), "docs_show": ("docs", "show")}
+            "runs_export": ("runs", "export"), "docs_search": ("docs", "search"), "docs_show": ("docs", "show"),
+            "docs_add": ("docs", "add"), "docs_list": ("docs", "list"), "docs_remove": ("docs", "remove"),
+            "docs_ask": ("docs", "ask")}
+# Tools for agents only: a person edits files and follows a run with `kpilot runs show`.
+AGENT_ONLY = {"read_candidate", "write_candidate", "optimize_status"}
+
+
+def test_every_operation_is_a_command_or_an_agents_tool():
+    assert set(REGISTRY) == set(COMMANDS) | AGENT_ONLY
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -539,3 +539,17 @@ def test_gpumode_output_buffer_among_the_inputs_through_the_harness():
     by_case = {c.case: c for c in wrong.cases}
     assert not by_case["size=127"].ok and "mismatch" in by_case["size=127"].message
     assert by_case["size=128"].ok            # 128 x 128 is a whole number of the wrong kernel's blocks
+
+
+def test_a_submission_wrong_only_on_the_benchmark_sizes_fails_the_check():
+    """Right on every test size, wrong on the benchmark sizes: check covers the shapes that get timed too, with one
+    secret seed each."""
+    require_module("torch")
+    from kernelpilot.evaluate.runner import EvalOptions, check
+
+    res = check(GM_DIR, GM_DIR / "submission_wrong_on_benchmarks.py", EvalOptions(device="cpu", seeds=1))
+    by_case = {c.case: c for c in res.cases}
+    assert not res.correct and not res.passed
+    assert all(by_case[n].ok for n in ("size=127", "size=128", "size=129", "size=256"))
+    assert {n for n, c in by_case.items() if not c.ok} == {"size=1024", "size=2048", "size=4096"}
+    assert [c.seed for c in res.cases if c.case == "size=4096"] != [2146]      # never the published seed

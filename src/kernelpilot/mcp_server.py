@@ -54,7 +54,7 @@ def build_server(workspace: Path | None = None, pool: Any = None):
     import mcp_types as types
     from mcp.server.lowlevel import Server
 
-    from kernelpilot.cli.output import describe
+    from kernelpilot.evaluate.progress import describe
     from kernelpilot.tools import REGISTRY, ToolContext, call
 
     ctx_tools = ToolContext(workspace=(workspace or Path.cwd()).resolve(), pool=pool, confined=True)

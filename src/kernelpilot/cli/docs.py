@@ -9,11 +9,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from kernelpilot.cli.output import Output, echo, emit_json, table
+from kernelpilot.cli.output import Output, table
 from kernelpilot.cli.spec import command
 from kernelpilot.tools import run
 
@@ -59,69 +57,35 @@ docs.add_command(search_cmd)
 docs.add_command(show_cmd)
 
 
-@docs.command("add")
-@click.argument("path", type=click.Path(path_type=Path))
-@click.option("--name", help="The corpus name (default: from the file or folder name).")
-def add_cmd(path: Path, name: str | None) -> None:
-    """Index a folder, PDF, HTML, Markdown or text file as a corpus of your own."""
-    from kernelpilot.docs.index import DocsIndex
-
-    with DocsIndex() as d:
-        r = d.add(path, name)
-    echo(f"indexed {r['documents']} document(s), {r['passages']} passages as corpus {r['corpus']!r}")
+@command("docs_add", name="add", help="Index a folder, PDF, HTML, Markdown or text file as a corpus of your own.",
+         examples="kpilot docs add ~/manuals/mi300-isa.pdf --name mi300-isa")
+def add_cmd(opts, out: Output) -> None:
+    out.result(run("docs_add", opts), lambda r, paint: f"indexed {r['documents']} document(s), {r['passages']} "
+                                                      f"passages as corpus {r['corpus']!r}")
 
 
-@docs.command("list")
-@click.option("--json", "as_json", is_flag=True)
-def list_cmd(as_json: bool) -> None:
-    """The corpora in the index."""
-    from kernelpilot.docs.index import DocsIndex
-
-    with DocsIndex() as d:
-        rows = d.corpora()
-    if as_json:
-        emit_json({"corpora": rows})
-        return
-    echo(table([[r["name"], r["passages"], r["source"]] for r in rows], ["corpus", "passages", "from"]))
+@command("docs_list", name="list", help="The corpora in the index.", examples="kpilot docs list --json")
+def list_cmd(opts, out: Output) -> None:
+    out.result(run("docs_list", opts), lambda r, paint: table([[c["name"], c["passages"], c["source"]]
+                                                              for c in r["corpora"]], ["corpus", "passages", "from"]))
 
 
-@docs.command("remove")
-@click.argument("name")
-def remove_cmd(name: str) -> None:
-    """Remove a corpus of your own."""
-    from kernelpilot.docs.index import DocsIndex
-
-    with DocsIndex() as d:
-        d.remove(name)
-    echo(f"removed {name!r}")
+@command("docs_remove", name="remove", help="Remove a corpus of your own.", examples="kpilot docs remove mi300-isa")
+def remove_cmd(opts, out: Output) -> None:
+    out.result(run("docs_remove", opts), lambda r, paint: f"removed {r['removed']!r}")
 
 
-@docs.command("ask")
-@click.argument("question", nargs=-1, required=True)
-@click.option("--corpus", help="Only this corpus.")
-@click.option("--provider", type=click.Choice(["anthropic", "openai"]), help="As for kpilot optimize --strategy llm.")
-@click.option("--model", help="The model.")
-@click.option("--base-url", help="The endpoint (any OpenAI-compatible server with --provider openai).")
-@click.option("--api-key", help="The key (default: the provider's environment variable).")
-@click.option("--json", "as_json", is_flag=True)
-def ask_cmd(question, corpus, provider, model, base_url, api_key, as_json) -> None:
-    """Answer QUESTION from the documentation only, citing the passages used."""
-    from kernelpilot.docs.ask import ask
-    from kernelpilot.docs.index import DocsIndex
-    from kernelpilot.loop.llm_client import connect, load_config
+@command("docs_ask", name="ask", help="Answer QUESTION from the documentation only, citing the passages used.",
+         examples="""
+    kpilot docs ask how does row_bcast:31 finish a wave reduction
+    kpilot docs ask what is a long scoreboard stall --provider openai --base-url http://localhost:8000/v1""")
+def ask_cmd(opts, out: Output) -> None:
+    out.result(run("docs_ask", opts), _answer_text)
 
-    with DocsIndex() as d:
-        text = " ".join(question)
-        if not d.search(text, corpus=corpus, limit=1):
-            from kernelpilot.docs.ask import NO_ANSWER
 
-            out = {"answer": NO_ANSWER, "citations": [], "passages": []}
-        else:
-            cfg = load_config(provider=provider, model=model, api_key=api_key, base_url=base_url)
-            out = ask(text, connect(cfg), index=d, corpus=corpus)
-    if as_json:
-        emit_json(out)
-        return
-    echo(out["answer"])
-    if out["citations"]:
-        echo("\ncited: " + ", ".join(out["citations"]))
+def _answer_text(r, paint) -> str:
+    return r["answer"] + ("\n\ncited: " + ", ".join(r["citations"]) if r["citations"] else "")
+
+
+for _cmd in (add_cmd, list_cmd, remove_cmd, ask_cmd):
+    docs.add_command(_cmd)

@@ -12,6 +12,8 @@ from typing import Any, Callable
 
 import click
 
+from kernelpilot.evaluate.progress import describe
+
 __all__ = ["Output", "emit_json", "echo", "warn", "table"]
 
 _STYLES = {"bad": {"fg": "red", "bold": True}, "good": {"fg": "green"}, "warn": {"fg": "yellow"},
@@ -51,21 +53,6 @@ class Output:
         line = describe(event)
         if line:
             click.echo(click.style(line, dim=True) if _colour(sys.stderr) else line, err=True)
-
-
-def describe(e: dict[str, Any]) -> str | None:
-    """One line for a person about a progress event of check, bench or eval."""
-    stage = e.get("stage")
-    if stage == "case":
-        err = f"rel err {e['rel_err']:.2g}" if isinstance(e.get("rel_err"), (int, float)) else ""
-        return f"  case {e.get('case')} seed {e.get('seed')}: {'ok' if e.get('ok') else 'FAIL'} {err}".rstrip()
-    if stage == "timed":
-        us = e.get("median_us")
-        return f"  timed {e.get('case')}: " + (f"{us:.2f} us" if isinstance(us, (int, float)) else "-")
-    if e.get("what"):
-        n = e.get("cases") or e.get("outputs")
-        return f"{e['what']}" + (f" ({n} {'cases' if e.get('cases') else 'outputs'})" if n else "") + " ..."
-    return None
 
 
 def _colour(stream) -> bool:

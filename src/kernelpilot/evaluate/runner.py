@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import tempfile
 import time
@@ -332,6 +333,11 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
             # In a pool, every candidate on the problem gets the same secret seeds, whose reference outputs the
             # pool's reference worker keeps; alone, the candidate's worker draws them.
             seeds = ({n: opts.pool.seeds_for(key, n, opts.seeds) for n in names} if opts.pool is not None else {})
+            # The shapes that are timed are checked too, one secret seed each: a candidate right on the test
+            # shapes and wrong on the benchmark's (a branch on the size) does not pass.
+            for n in ([] if opts.cases else [c.name for c in prob.benchmark_cases if c.name not in names]):
+                names.append(n)
+                seeds[n] = opts.pool.seeds_for(key, n, 1) if opts.pool is not None else [secrets.randbelow(1 << 31)]
             job = session.job(CheckJob, cases=tuple(names), seeds=opts.seeds, seeds_by_case=seeds,
                               bench_cases=tuple(bench_names), **common)
         else:

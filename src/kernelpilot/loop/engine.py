@@ -16,15 +16,15 @@ from typing import Any, Callable
 from kernelpilot.errors import KernelpilotError
 from kernelpilot.evaluate.isolation import WorkerPool
 from kernelpilot.evaluate.problem import load_problem
-from kernelpilot.evaluate.result import EvalResult, ratio
+from kernelpilot.evaluate.result import ratio
 from kernelpilot.evaluate.runner import EvalOptions, bench, default_device, evaluate
 from kernelpilot.loop.halving import Result, next_trials
-from kernelpilot.loop.llm_client import LLMError
+from kernelpilot.loop.llm_client import LLMChoice, LLMError
 from kernelpilot.loop.prune import spec_kernels, static_verdict
 from kernelpilot.loop.space import config_key, read_space
 from kernelpilot.loop.step_record import case_times, check_summary, diff, median_us, write_variant
 from kernelpilot.runs.lock import RunLock
-from kernelpilot.options import Options, param
+from kernelpilot.options import param
 from kernelpilot.options import to_json as options_json
 from kernelpilot.runs.store import DEFAULT_PATH, RunRecord, RunStore, StepRecord
 
@@ -36,7 +36,7 @@ DEFAULT_BUDGET = 20
 
 
 @dataclass(frozen=True, kw_only=True)
-class OptimizeOptions(Options):
+class OptimizeOptions(LLMChoice):
     """How a run optimizes (declared once for the Python API, the CLI and the tools: ``options.py``). The API key
     is not among them: it is never stored, and flags or the environment give it each time."""
 
@@ -58,11 +58,6 @@ class OptimizeOptions(Options):
     seeds: int = param("Secret random seeds per case when checking a candidate.", 2, minimum=1)
     timeout: float = param("Seconds each worker process may take.", 600.0, minimum=1)
     store: Path = param("The run store (SQLite).", DEFAULT_PATH, path=True)
-    provider: str | None = param("llm: Anthropic's Messages API, or any OpenAI-compatible endpoint (default: "
-                                 "KPILOT_LLM_PROVIDER, .kpilot/config.toml, anthropic).",
-                                 choices=("anthropic", "openai"))
-    model: str | None = param("llm: the model name.")
-    base_url: str | None = param("llm: the endpoint (vLLM, Ollama, OpenRouter, a proxy).")
     llm_retries: int = param("llm: retries with backoff on rate limits and network errors.", 4, minimum=0)
     price_in: float | None = param("llm: USD per million input tokens, for the cost per step.", minimum=0)
     price_out: float | None = param("llm: USD per million output tokens.", minimum=0)

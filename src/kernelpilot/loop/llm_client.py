@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from kernelpilot.errors import KernelpilotError
+from kernelpilot.options import Options, param
 
-__all__ = ["LLMConfig", "LLMError", "ToolCall", "Reply", "Turn", "ChatModel", "load_config", "connect"]
+__all__ = ["LLMConfig", "LLMChoice", "WithKey", "LLMError", "ToolCall", "ToolSpec", "Reply", "Turn", "ChatModel",
+           "load_config", "connect"]
 
 DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-5"}
 # How long ``ChatModel.verify`` waits for its one request.
@@ -43,6 +45,27 @@ class LLMConfig:
     timeout: float = 300.0
     price_in: float | None = None             # USD per million input tokens (for the cost per step)
     price_out: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LLMChoice(Options):
+    """Which model to talk to (declared once for `optimize --strategy llm` and `docs ask`); each unset one comes
+    from the environment or ``.kpilot/config.toml`` (``load_config``)."""
+
+    provider: str | None = param("The model's API: Anthropic's Messages API, or any OpenAI-compatible endpoint "
+                                 "(default: KPILOT_LLM_PROVIDER, .kpilot/config.toml, anthropic).",
+                                 choices=tuple(DEFAULT_MODELS))
+    model: str | None = param("The model name.")
+    base_url: str | None = param("The endpoint (vLLM, Ollama, OpenRouter, a proxy).")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WithKey(Options):
+    """The API key, from the command line only: never stored, never a tool's argument (a server's model takes
+    its key from the server's environment)."""
+
+    api_key: str | None = param("The model's API key (default: KPILOT_LLM_API_KEY, ANTHROPIC_API_KEY or "
+                                "OPENAI_API_KEY); never stored.", tool=False)
 
 
 def load_config(*, provider: str | None = None, model: str | None = None, api_key: str | None = None,

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from kernelpilot.errors import KernelpilotError
 from kernelpilot.loop.engine import OptimizeOptions
+from kernelpilot.loop.llm_client import WithKey
 from kernelpilot.options import OptionError, Options, param
 from kernelpilot.runs.store import DEFAULT_PATH
 from kernelpilot.tools.registry import REGISTRY, ToolContext, call, register
@@ -24,15 +25,13 @@ AGENT_TOOLS = ("arch_info", "isa_analyze", "isa_diff", "profile", "read_candidat
 
 
 @dataclass(frozen=True, kw_only=True)
-class OptimizeRequest(OptimizeOptions):
+class OptimizeRequest(OptimizeOptions, WithKey):
     problem: Path | None = param("The problem: a native problem folder, a KernelBench .py, or a GPU MODE folder.",
                                  argument=True, path=True)
     candidate: Path | None = param("The starting candidate (search: it declares KPILOT_TUNE).", short="-c",
                                    path=True)
     resume: int | None = param("Carry on this stopped run, with the options it was started with (budget and "
                                "target, when given, replace its own).", minimum=1)
-    api_key: str | None = param("llm: the key (default: KPILOT_LLM_API_KEY, ANTHROPIC_API_KEY or OPENAI_API_KEY); "
-                                "never stored.", tool=False)
 
     def check(self) -> None:
         if self.resume is not None and (self.problem or self.candidate):
