@@ -26,7 +26,9 @@ COMMANDS = {"isa_analyze": ("isa", "analyze"), "isa_diff": ("isa", "diff"), "arc
             "profile_diff": ("profile", "diff"), "optimize_start": ("optimize",), "runs": ("runs", "show"),
             "runs_export": ("runs", "export"), "docs_search": ("docs", "search"), "docs_show": ("docs", "show"),
             "docs_add": ("docs", "add"), "docs_list": ("docs", "list"), "docs_remove": ("docs", "remove"),
-            "docs_ask": ("docs", "ask")}
+            "docs_ask": ("docs", "ask"), "target_list": ("target", "list"), "target_add": ("target", "add"),
+            "target_remove": ("target", "remove"), "target_setup": ("target", "setup"),
+            "target_test": ("target", "test")}
 # Tools for agents only: a person edits files and follows a run with `kpilot runs show`.
 AGENT_ONLY = {"read_candidate", "write_candidate", "optimize_status"}
 
@@ -83,6 +85,11 @@ def test_the_cli_and_the_tool_come_from_one_declaration(tool):
     tool_only = {p.name for p in offered(t.options, "tool", tool)} - declared
     cli_only = declared - set(t.parameters["properties"])
     assert not tool_only and cli_only <= {"sandbox", "api_key"}, (tool_only, cli_only)
+    if not t.agents:                                   # the CLI's only: never offered to a confined caller
+        from kernelpilot.tools import ToolArgumentError, ToolContext
+
+        with pytest.raises(ToolArgumentError, match="no tool named"):
+            call(tool, {}, ToolContext(confined=True))
     by_name = {p.name: p for p in cmd.params}
     for p in offered(t.options, "tool", tool):
         spec = t.parameters["properties"][p.name]

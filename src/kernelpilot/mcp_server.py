@@ -62,7 +62,7 @@ def build_server(workspace: Path | None = None, pool: Any = None):
     async def list_tools(ctx, params) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[types.Tool(name=t.name, description=t.description,
                                                        inputSchema=t.parameters, outputSchema=t.output)
-                                            for t in REGISTRY.values()])
+                                            for t in REGISTRY.values() if t.agents])
 
     async def call_tool(ctx, params) -> types.CallToolResult:
         name, args = params.name, dict(params.arguments or {})

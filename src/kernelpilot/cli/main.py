@@ -32,6 +32,7 @@ def _register() -> None:
     from kernelpilot.cli import isa as isa_cmd
     from kernelpilot.cli import optimize as optimize_cmd
     from kernelpilot.cli import profile as profile_cmd
+    from kernelpilot.cli import target as target_cmd
 
     cli.add_command(arch_cmd.arch)
     cli.add_command(isa_cmd.isa)
@@ -45,6 +46,7 @@ def _register() -> None:
     cli.add_command(agents_cmd.mcp_cmd)
     cli.add_command(agents_cmd.skill)
     cli.add_command(docs_cmd.docs)
+    cli.add_command(target_cmd.target)
 
 
 def main(argv: list[str] | None = None) -> None:

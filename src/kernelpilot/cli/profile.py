@@ -47,7 +47,7 @@ def profile_cmd() -> None:
     kpilot profile diff before.json after.json""",
          context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 def run_cmd(opts, out: Output) -> None:
-    out.result(run("profile", opts), lambda r, paint: _text(r.to_json()))
+    out.result(run("profile", opts), lambda r, paint: _text(r.to_json() if hasattr(r, "to_json") else r))
 
 
 @command("profile_diff", name="diff", examples="""

@@ -37,7 +37,8 @@ def click_params(cls: type, operation: str | None = None) -> list[click.Paramete
     for i, klass in enumerate(cls.__mro__):
         for name in getattr(klass, "__annotations__", {}):
             depth.setdefault(name, i)
-    for p in sorted(offered(cls, "cli", operation), key=lambda p: depth.get(p.name, 0)):
+    # Arguments keep their declared order (base class first), as they are positional.
+    for p in sorted(offered(cls, "cli", operation), key=lambda p: 99 if p.argument else depth.get(p.name, 0)):
         if p.argument:
             many = p.kind == "array"
             many = many or p.words

@@ -93,6 +93,7 @@ class EvalResult:
     error: str | None = None                  # the candidate could not be evaluated at all (crash, hang, import)
     notes: list[str] = field(default_factory=list)
     elapsed_s: dict[str, Any] = field(default_factory=dict)   # where the evaluation's wall time went
+    target: dict[str, Any] | None = None      # where it ran: the target's name, host, device (targets/)
 
     @property
     def rejected(self) -> bool:
@@ -151,4 +152,27 @@ class EvalResult:
             "flags": [f.to_json() for f in self.flags],
             "notes": list(self.notes),
             "elapsed_s": dict(self.elapsed_s),
+            "target": self.target,
         }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> EvalResult:
+        """A result read back from ``to_json`` (a target's answer): what ``render`` and ``passed`` need."""
+        def timing(t: dict[str, Any] | None) -> Timing | None:
+            return Timing.from_json(t) if isinstance(t, dict) and "median_us" in t else None
+
+        bench = []
+        for b in d.get("bench") or []:
+            graph = b.get("graph_timing")
+            bench.append(BenchCase(
+                case=b["case"], params=b.get("params") or {}, timing=timing(b.get("timing")),
+                checked=b.get("checked", 0), check_ok=b.get("check_ok", True), message=b.get("message", ""),
+                roofline=b.get("roofline"),
+                baselines={n: Baseline(Timing.from_json(x), x.get("speedup")) for n, x in
+                           (b.get("baselines") or {}).items()},
+                graph_timing=timing(graph), graph_error=(graph or {}).get("error", "") if isinstance(graph, dict)
+                else ""))
+        return cls(problem=d["problem"], candidate=d["candidate"], device=d["device"], correct=d.get("correct"),
+                   cases=[CaseResult(**c) for c in d.get("cases") or []], bench=bench,
+                   flags=[Flag(**f) for f in d.get("flags") or []], gpu=d.get("gpu"), error=d.get("error"),
+                   notes=list(d.get("notes") or []), elapsed_s=dict(d.get("elapsed_s") or {}), target=d.get("target"))

@@ -21,6 +21,7 @@ class EvalRequest(EvalOptions):
                           argument=True, path=True, required=True)
     candidate: Path = param("The candidate file (native: defines the entry function; KernelBench: ModelNew; GPU "
                             "MODE: custom_kernel).", short="-c", path=True, required=True)
+    target: str | None = param("Where to run: a target's name (`kpilot target list`); default: here.", short="-t")
 
 
 _RESULT = shape("kernelpilot.eval/1", optional=("gpu", "error", "correct", "speedup"),
@@ -31,11 +32,18 @@ _RESULT = shape("kernelpilot.eval/1", optional=("gpu", "error", "correct", "spee
 
 def _run(kind: str, opts: EvalRequest, ctx: ToolContext):
     from kernelpilot.evaluate import runner
+    from kernelpilot.evaluate.result import EvalResult
+    from kernelpilot.targets.dispatch import local_info, run_remote
 
+    if opts.target not in (None, "local"):
+        return EvalResult.from_json(run_remote(opts.target, "eval" if kind == "evaluate" else kind, opts,
+                                               ctx.on_event))
     if ctx.pool is not None or ctx.on_event is not None:
         opts = opts.replace(pool=ctx.pool or opts.pool, progress=ctx.on_event or opts.progress)
     with ctx.evaluating:
-        return getattr(runner, kind)(opts.problem, opts.candidate, opts)
+        result = getattr(runner, kind)(opts.problem, opts.candidate, opts)
+    result.target = local_info(result.device)
+    return result
 
 
 @register("check", """Check a candidate's correctness against the problem's reference on every case

@@ -30,6 +30,8 @@ class ProfileRequest(ProfileOptions):
     details: Path | None = param("With a CSV report: ncu's details page (text), for its rule messages.", path=True)
     gpu: str | None = param("The GPU to take peaks and limits from, when the report's device is not known.")
     metrics: bool = param("Every raw metric of each launch in the result.", False)
+    target: str | None = param("With problem and candidate: where to run, a target's name (`kpilot target "
+                               "list`); default: here.", short="-t")
 
     def check(self) -> None:
         if (self.problem is None) != (self.candidate is None):
@@ -39,6 +41,8 @@ class ProfileRequest(ProfileOptions):
         if len(given) != 1:
             raise OptionError("arguments", "give exactly one of command (to run), problem and candidate, or report "
                                            "(to read)" + (f"; got {' and '.join(given)}." if given else "."))
+        if self.target not in (None, "local") and self.problem is None:
+            raise OptionError("target", "runs a candidate on a problem there: give problem and candidate.")
 
 
 @dataclass
@@ -66,6 +70,10 @@ def profile(opts: ProfileRequest, ctx: ToolContext) -> Profiled:
     if opts.report is not None:
         return Profiled(load_profile(opts.report, details=opts.details, gpu=opts.gpu, all_metrics=opts.metrics,
                                      hotspots=opts.source), opts.metrics)
+    if opts.target not in (None, "local"):
+        from kernelpilot.targets.dispatch import run_remote
+
+        return run_remote(opts.target, "profile", opts, ctx.on_event)
     command = list(opts.command)
     if opts.problem is not None:
         from kernelpilot.evaluate.drive import command as drive_command

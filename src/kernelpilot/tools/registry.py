@@ -54,18 +54,21 @@ class Tool(ToolSpec):
     fn: Callable[[Any, ToolContext], Any] = None      # type: ignore[assignment]
     options: type = None                              # type: ignore[assignment]
     output: dict[str, Any] | None = None
+    agents: bool = True                               # offered to MCP clients and models (else the CLI's only)
 
 
 REGISTRY: dict[str, Tool] = {}
 
 
-def register(name: str, description: str, options: type, output: dict[str, Any]):
+def register(name: str, description: str, options: type, output: dict[str, Any], *, agents: bool = True):
     """Register ``fn(options, ctx)`` as the tool ``name``: its schema from ``options`` (the fields offered to
-    tools for this operation), its result described by ``output``."""
+    tools for this operation), its result described by ``output``. ``agents=False``: an operation that reaches
+    beyond the workspace with the user's own rights (adding a host to run on): the CLI's, never a confined
+    caller's."""
 
     def wrap(fn: Callable[[Any, ToolContext], Any]):
         REGISTRY[name] = Tool(name, " ".join(description.split()), json_schema(options, name), fn=fn,
-                              options=options, output=output)
+                              options=options, output=output, agents=agents)
         return fn
 
     return wrap
@@ -73,10 +76,11 @@ def register(name: str, description: str, options: type, output: dict[str, Any])
 
 def run(name: str, opts: Any, ctx: ToolContext | None = None) -> Any:
     """Run the tool ``name`` with an options instance (or JSON arguments); its result as the tool returns it."""
-    tool = REGISTRY.get(name)
-    if tool is None:
-        raise ToolArgumentError(f"no tool named {name!r}; tools: {', '.join(sorted(REGISTRY))}.")
     ctx = ctx or ToolContext()
+    tool = REGISTRY.get(name)
+    if tool is None or (ctx.confined and not tool.agents):
+        offered = sorted(n for n, t in REGISTRY.items() if t.agents or not ctx.confined)
+        raise ToolArgumentError(f"no tool named {name!r}; tools: {', '.join(offered)}.")
     if not isinstance(opts, tool.options):
         try:
             opts = from_json(tool.options, opts, name)

@@ -1,0 +1,105 @@
+"""Running an operation on a target: open its channels (``local``: one ``serve`` process per visible GPU, or one
+on the CPU; ``ssh``: one per GPU of the host), ship the job's bundle, and read the answer.
+
+``remote_options`` turns an operation's options into the arguments a target runs it with: the problem, the
+candidate and baseline files become their places in the bundle, and options that name this machine's folders
+(``keep``, ``writable``) are refused, since the target cannot reach them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from kernelpilot.errors import UsageError
+from kernelpilot.options import offered, to_json
+from kernelpilot.targets.bundle import Bundle, make_bundle
+from kernelpilot.targets.channel import Channel
+from kernelpilot.targets.config import TargetSpec, get_target
+
+__all__ = ["open_channels", "remote_options", "run_remote", "local_info", "serve_argv"]
+
+
+def local_info(device: str | None) -> dict[str, Any]:
+    """The ``target`` a result run here records."""
+    return {"name": "local", "host": socket.gethostname(), "device": device}
+
+
+def serve_argv(root: Path | None = None) -> list[str]:
+    return [sys.executable, "-m", "kernelpilot.targets.serve", "--root",
+            str(root or Path.home() / ".kpilot" / "target-local")]
+
+
+def _local_gpus() -> int:
+    from kernelpilot.evaluate.runner import _nvidia_device_count
+
+    return _nvidia_device_count() or 0
+
+
+def open_channels(spec: TargetSpec, *, slots: int | None = None, build: str | None = None) -> list[Channel]:
+    """Connected channels to ``spec``: ``slots`` of them, or one per GPU there (one where it has none)."""
+    from kernelpilot.targets.serve import build_id
+
+    build = build or build_id()
+    if spec.kind == "local":
+        gpus = _local_gpus()
+        n = slots or max(gpus, 1)
+        src = str(Path(__file__).resolve().parents[2])
+        channels = []
+        for i in range(n):
+            env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+            if gpus:
+                env["CUDA_VISIBLE_DEVICES"] = str(i % gpus)        # one worker per GPU, pinned
+            ch = Channel(f"local:{i}", serve_argv(), env=env)
+            ch.open(expect_build=build)
+            channels.append(ch)
+        return channels
+    if spec.kind == "ssh":
+        from kernelpilot.targets.ssh import serve_command
+
+        first = Channel(spec.name, serve_command(spec, build))
+        remote = first.open(expect_build=build)
+        channels = [first]
+        for _ in range((slots or max(remote.gpus, 1)) - 1):
+            ch = Channel(spec.name, serve_command(spec, build))
+            ch.open(expect_build=build)
+            channels.append(ch)
+        return channels
+    raise UsageError(f"target {spec.name} is a {spec.kind} target: it runs batches (kpilot eval-batch), not one job.")
+
+
+def remote_options(operation: str, opts: Any, bundle: Bundle) -> dict[str, Any]:
+    """``opts`` as a target's arguments: paths into the bundle; nothing that names this machine's folders."""
+    offered_names = {p.name for p in offered(type(opts), "tool", operation)}
+    args = {k: v for k, v in to_json(opts).items() if k in offered_names and v not in (None, [], {}, ())}
+    args.pop("target", None)
+    args.pop("out", None)                  # a profile's report stays with the job there
+    for local_only in ("keep", "writable", "report", "details", "command"):
+        if local_only in args:
+            raise UsageError(f"{local_only}: names a folder or a program of this machine, which a target cannot "
+                             "reach; run without it, or on the local target.")
+    args["problem"] = bundle.problem
+    if bundle.candidate:
+        args["candidate"] = bundle.candidate
+    if "baselines" in args:
+        args["baselines"] = [bundle.baselines.get(b, b) for b in args["baselines"]]
+    return args
+
+
+def run_remote(target: str, operation: str, opts: Any,
+               on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run one job of ``operation`` on the named target; its JSON result with ``"target"`` saying where."""
+    spec = get_target(target)
+    bundle = make_bundle(opts.problem, opts.candidate, tuple(getattr(opts, "baselines", ()) or ()))
+    args = remote_options(operation, opts, bundle)
+    (channel,) = open_channels(spec, slots=1)
+    try:
+        return channel.run(operation, args, bundle, on_event)
+    except KeyboardInterrupt:
+        channel.kill()             # Ctrl-C stops the work there too
+        raise
+    finally:
+        channel.close()

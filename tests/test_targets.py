@@ -1,0 +1,185 @@
+"""Execution targets, with real parts: a `serve` process over pipes (the local target), and an OpenSSH server
+started here on 127.0.0.1 with keys made for the test (the SSH target): add, setup, test, then check, eval and
+profile through it on the CPU, with the results saying where they ran."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES, ROOT, in_ci, require_module
+
+from kernelpilot.errors import KernelpilotError
+from kernelpilot.targets.bundle import BlobStore, make_bundle, materialize
+
+ROW = EXAMPLES / "problems" / "row_softmax"
+GOOD = ROW / "candidates" / "triton_softmax.py"
+SMALL = "rows=64,cols=128,dtype=float32"
+GM = EXAMPLES / "problems" / "gpumode_vectoradd"
+
+
+def test_a_bundle_is_content_addressed_and_lays_out_the_same(tmp_path):
+    b = make_bundle(ROW, GOOD, ("eager", str(ROW / "candidates" / "triton_softmax_tunable.py")))
+    assert b.problem == "problem" and b.candidate == "candidate/triton_softmax.py"
+    assert "problem/problem.toml" in b.files and "problem/reference.py" in b.files
+    assert b.baselines == {str(ROW / "candidates" / "triton_softmax_tunable.py"): "baselines/1/triton_softmax_tunable.py"}
+    store = BlobStore(tmp_path / "blobs")
+    assert store.missing(list(b.files.values())) == sorted(set(b.files.values()))
+    for digest, data in b.blobs.items():
+        store.put(digest, data)
+    assert store.missing(list(b.files.values())) == []
+    materialize(b.files, store, tmp_path / "job")
+    assert (tmp_path / "job" / "problem" / "problem.toml").read_bytes() == (ROW / "problem.toml").read_bytes()
+    with pytest.raises(KernelpilotError, match="does not match its hash"):
+        store.put("0" * 64, b"x")
+    with pytest.raises(KernelpilotError, match="leaves the job's folder"):
+        materialize({"../outside.py": next(iter(b.files.values()))}, store, tmp_path / "job2")
+    # GPU MODE's task.yml may take files from the folder above: the bundle keeps the layout
+    g = make_bundle(GM, GM / "submission_triton.py")
+    assert g.problem == "problem" and "problem/task.yml" in g.files
+
+
+def _kp(*args, cwd=None, env=None, timeout=600):
+    return subprocess.run([sys.executable, "-m", "kernelpilot", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})},
+                          timeout=timeout)
+
+
+def test_the_local_target_runs_a_job_through_a_serve_process():
+    require_module("triton")
+    from kernelpilot.targets.config import LOCAL
+    from kernelpilot.targets.dispatch import open_channels, remote_options
+    from kernelpilot.tools.evaluate import EvalRequest
+
+    opts = EvalRequest(problem=ROW, candidate=GOOD, device="cpu", seeds=1, cases=[SMALL])
+    bundle = make_bundle(ROW, GOOD)
+    (channel,) = open_channels(LOCAL, slots=1)
+    try:
+        events = []
+        result = channel.run("check", remote_options("check", opts, bundle), bundle, events.append)
+        assert result["passed"] and result["target"]["host"] == socket.gethostname()
+        assert [e["stage"] for e in events][:1] == ["candidate"]
+        again = channel.ship(bundle)
+        assert again == 0                          # the target holds every file already: nothing is sent again
+    finally:
+        channel.close()
+    with pytest.raises(KernelpilotError, match="cannot reach"):
+        remote_options("check", opts.replace(keep=Path("/tmp/x")), bundle)
+
+
+# ------------------------------------------------------------------ a real sshd on 127.0.0.1
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    """An OpenSSH server on 127.0.0.1, for this user, with a host key and a client key made here."""
+    daemon = shutil.which("sshd") or ("/usr/sbin/sshd" if Path("/usr/sbin/sshd").exists() else None)
+    if daemon is None or not shutil.which("ssh-keygen"):
+        if in_ci():
+            pytest.fail("CI: sshd (openssh-server) is missing")
+        pytest.skip("sshd (openssh-server) is not installed")
+    d = tmp_path_factory.mktemp("sshd")
+    os.chmod(d, 0o700)
+    for name in ("host", "client"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True)
+    (d / "authorized_keys").write_text((d / "client.pub").read_text())
+    os.chmod(d / "authorized_keys", 0o600)
+    port = _free_port()
+    config = d / "sshd_config"
+    config.write_text(f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host'}\nPidFile {d / 'sshd.pid'}\n"
+                      f"AuthorizedKeysFile {d / 'authorized_keys'}\nPasswordAuthentication no\n"
+                      "KbdInteractiveAuthentication no\nPubkeyAuthentication yes\nStrictModes no\nUsePAM no\n"
+                      "AcceptEnv LANG\nLogLevel ERROR\n")
+    Path("/run/sshd").mkdir(exist_ok=True)
+    proc = subprocess.Popen([daemon, "-D", "-e", "-f", str(config)], stderr=subprocess.PIPE)
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None:
+                pytest.fail(f"sshd did not start: {proc.stderr.read().decode()[-500:]}")
+            time.sleep(0.1)
+    # known_hosts for this server only, in a private ssh config the client is pointed at (KPILOT_SSH_CONFIG)
+    pub = (d / "host.pub").read_text().split()
+    (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {pub[0]} {pub[1]}\n")
+    (d / "ssh_config").write_text(f"Host 127.0.0.1\n  UserKnownHostsFile {d / 'known_hosts'}\n"
+                                  "  StrictHostKeyChecking yes\n")
+    yield {"port": port, "key": d / "client", "config": d / "ssh_config", "dir": d / "remote"}
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def ssh_project(sshd, tmp_path_factory):
+    """A project folder with the target added (its config in .kpilot/) and set up."""
+    require_module("triton")
+    project = tmp_path_factory.mktemp("project")
+    env = {"KPILOT_SSH_CONFIG": str(sshd["config"])}        # the client's known_hosts: this server's key
+    user = os.environ.get("USER") or __import__("getpass").getuser()
+    r = _kp("target", "add", "box", f"ssh://{user}@127.0.0.1:{sshd['port']}", "--identity", sshd["key"],
+            "--python", sys.executable, "--dir", sshd["dir"], cwd=project, env=env)
+    assert r.returncode == 0, r.stderr
+    r = _kp("target", "setup", "box", "--json", cwd=project, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    setup = json.loads(r.stdout)
+    assert setup["site"].endswith(setup["build"]) and (sshd["dir"] / "site" / setup["build"] / "kernelpilot").is_dir()
+    return project, env
+
+
+def test_an_ssh_target_runs_check_eval_and_profile(ssh_project, sshd):
+    project, env = ssh_project
+    r = _kp("target", "test", "box", "--json", cwd=project, env=env)
+    assert r.returncode == 0, r.stderr
+    t = json.loads(r.stdout)
+    assert t["host"] == socket.gethostname() and t["device"] == "cpu"
+    common = [ROW, "-c", GOOD, "--device", "cpu", "--case", SMALL, "--target", "box", "--json"]
+    r = _kp("check", *common, "--seeds", "1", cwd=project, env=env)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["passed"] and d["target"]["name"] == "box" and d["target"]["host"] == socket.gethostname()
+    assert any(json.loads(line).get("stage") == "case" for line in r.stderr.splitlines())   # events came back
+    r = _kp("eval", *common, "--seeds", "1", "--budget", "0.05", cwd=project, env=env)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["passed"] and d["bench"] and d["target"]["name"] == "box"
+    wrong = _kp("check", ROW, "-c", ROW / "cheats" / "precision_downgrade.py", *common[3:], "--seeds", "1",
+                cwd=project, env=env)
+    assert wrong.returncode == 3 and not json.loads(wrong.stdout)["passed"]
+    # the job's files stayed there: the blobs, and no job folder left behind
+    assert any((sshd["dir"] / "target" / "blobs").rglob("*")) and not any((sshd["dir"] / "target" / "jobs").iterdir())
+    human = _kp("check", *common[:-1], "--seeds", "1", cwd=project, env=env)
+    assert human.returncode == 0 and "PASSED" in human.stdout, human.stderr
+
+
+def test_an_unreachable_or_stale_target_is_one_line(ssh_project, sshd, tmp_path):
+    project, env = ssh_project
+    r = _kp("target", "add", "gone", "ssh://nobody@127.0.0.1:1", cwd=project, env=env)
+    assert r.returncode == 0
+    r = _kp("check", ROW, "-c", GOOD, "--device", "cpu", "--target", "gone", cwd=project, env=env, timeout=120)
+    assert r.returncode == 1 and r.stderr.startswith("error: target gone") and "Traceback" not in r.stderr
+    r = _kp("check", ROW, "-c", GOOD, "--target", "nowhere", cwd=project, env=env)
+    assert r.returncode == 2 and "no target named 'nowhere'" in r.stderr
+    # a build that differs from this one is refused with what to do
+    stale = tmp_path / "src"
+    shutil.copytree(ROOT / "src" / "kernelpilot", stale / "kernelpilot", ignore=shutil.ignore_patterns("__pycache__"))
+    (stale / "kernelpilot" / "targets" / "extra_note.py").write_text("# a change\n")
+    r = subprocess.run([sys.executable, "-m", "kernelpilot", "target", "test", "box"], capture_output=True,
+                       text=True, cwd=project, env={**os.environ, **env, "PYTHONPATH": str(stale)}, timeout=120)
+    assert r.returncode == 1 and "kpilot target setup box" in r.stderr
+    r = _kp("target", "remove", "gone", cwd=project, env=env)
+    assert r.returncode == 0 and "removed gone" in r.stdout
