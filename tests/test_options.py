@@ -28,7 +28,7 @@ COMMANDS = {"isa_analyze": ("isa", "analyze"), "isa_diff": ("isa", "diff"), "arc
             "docs_add": ("docs", "add"), "docs_list": ("docs", "list"), "docs_remove": ("docs", "remove"),
             "docs_ask": ("docs", "ask"), "target_list": ("target", "list"), "target_add": ("target", "add"),
             "target_remove": ("target", "remove"), "target_setup": ("target", "setup"),
-            "target_test": ("target", "test")}
+            "target_test": ("target", "test"), "eval_batch": ("eval-batch",)}
 # Tools for agents only: a person edits files and follows a run with `kpilot runs show`.
 AGENT_ONLY = {"read_candidate", "write_candidate", "optimize_status"}
 

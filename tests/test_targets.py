@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -146,7 +147,7 @@ def test_an_ssh_target_runs_check_eval_and_profile(ssh_project, sshd):
     r = _kp("target", "test", "box", "--json", cwd=project, env=env)
     assert r.returncode == 0, r.stderr
     t = json.loads(r.stdout)
-    assert t["host"] == socket.gethostname() and t["device"] == "cpu"
+    assert t["host"] == socket.gethostname() and t["device"] in (None, "cpu")
     common = [ROW, "-c", GOOD, "--device", "cpu", "--case", SMALL, "--target", "box", "--json"]
     r = _kp("check", *common, "--seeds", "1", cwd=project, env=env)
     assert r.returncode == 0, r.stderr
@@ -183,3 +184,126 @@ def test_an_unreachable_or_stale_target_is_one_line(ssh_project, sshd, tmp_path)
     assert r.returncode == 1 and "kpilot target setup box" in r.stderr
     r = _kp("target", "remove", "gone", cwd=project, env=env)
     assert r.returncode == 0 and "removed gone" in r.stdout
+
+
+# ------------------------------------------------------------------ eval-batch on local CPU workers
+
+
+def _batch_tree(tmp_path: Path) -> tuple[Path, Path]:
+    relu = EXAMPLES / "problems" / "kernelbench_relu"
+    problems, cands = tmp_path / "problems", tmp_path / "cands"
+    (problems / "level1").mkdir(parents=True)
+    shutil.copy(relu / "19_ReLU.py", problems / "level1" / "19_ReLU.py")
+    samples = {"sample_0": "relu_triton.py", "sample_1": "relu_wrong.py", "sample_2": "relu_library.py",
+               "sample_3": "relu_triton.py"}
+    for sample, name in samples.items():
+        (cands / "level1" / "19").mkdir(parents=True, exist_ok=True)
+        shutil.copy(relu / "candidates" / name, cands / "level1" / "19" / f"{sample}.py")
+    (cands / "level1" / "77").mkdir(parents=True)
+    shutil.copy(relu / "candidates" / "relu_triton.py", cands / "level1" / "77" / "sample_0.py")
+    return problems, cands
+
+
+def test_eval_batch_on_two_workers_records_everything_and_resumes(tmp_path):
+    require_module("triton")
+    problems, cands = _batch_tree(tmp_path)
+    r = _kp("eval-batch", problems, cands, "--workers", "2", "--device", "cpu", "--seeds", "1", "--budget", "0.05",
+            "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["jobs"] == 4 and d["evaluated"] == 4 and d["workers"] == 2 and d["orphans"] == ["level1/77/sample_0.py"]
+    by = {row["key"]: row for row in d["rows"]}
+    assert not by["level1/19/sample_1"]["correct"] and by["level1/19/sample_0"]["correct"]
+    assert d["fast_p"]["fast_0"] == 0.75 and all(row["target"]["name"] == "local" for row in d["rows"])
+    events = [json.loads(line) for line in r.stderr.splitlines() if line.startswith("{")]
+    assert [e["done"] for e in events if e.get("stage") == "batch"] == [1, 2, 3, 4]
+    again = _kp("eval-batch", problems, cands, "--resume", str(d["run"]), "--device", "cpu", "--json", cwd=tmp_path)
+    resumed = json.loads(again.stdout)
+    assert again.returncode == 0 and resumed["evaluated"] == 0 and len(resumed["rows"]) == 4
+
+
+def test_a_worker_killed_mid_batch_loses_nothing(tmp_path):
+    require_module("triton")
+    import signal
+    import threading
+
+    from kernelpilot.targets.batch import find_jobs, run_batch
+    from kernelpilot.targets.config import LOCAL
+    from kernelpilot.targets.dispatch import open_channels, remote_options
+    from kernelpilot.tools.evaluate import EvalRequest
+
+    problems, cands = _batch_tree(tmp_path)
+    jobs, _ = find_jobs(problems, cands)
+    channels = open_channels(LOCAL, slots=2)
+
+    def options(job):
+        req = EvalRequest(problem=job.problem, candidate=job.candidate, device="cpu", seeds=1, budget=0.05,
+                          baselines=["eager"])
+        bundle = make_bundle(job.problem, job.candidate)
+        return remote_options("eval", req, bundle), bundle
+
+    recorded = []
+    killed = threading.Timer(3.0, lambda: os.killpg(channels[0].proc.pid, signal.SIGKILL))
+    killed.start()
+    try:
+        rows = run_batch(jobs, channels, options, lambda job, row: recorded.append(row))
+    finally:
+        killed.cancel()
+        for c in channels:
+            c.close()
+    assert channels[0].proc.poll() is not None                 # the worker was killed mid-batch
+    assert sorted(r["key"] for r in rows) == sorted(j.key for j in jobs) and len(recorded) == len(jobs)
+    assert {r["key"] for r in rows if r["correct"]} == {"level1/19/sample_0", "level1/19/sample_2",
+                                                        "level1/19/sample_3"}   # the killed worker's job ran again
+
+
+# ------------------------------------------------------------------ a real local Ray cluster
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory):
+    """`ray start --head` with two CPU workers, on ports of its own; kernelpilot importable by its workers."""
+    if in_ci():
+        require_module("ray")
+    else:
+        pytest.importorskip("ray")
+    ray_bin = Path(sys.executable).parent / "ray"
+    tmp = Path(tempfile.mkdtemp(prefix="kpray-", dir="/tmp"))     # Ray's socket paths must stay short
+    gcs = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "RAY_USAGE_STATS_ENABLED": "0"}
+    r = subprocess.run([str(ray_bin), "start", "--head", "--num-cpus", "2", "--port", str(gcs),
+                        "--min-worker-port", "31000", "--max-worker-port", "31999", "--include-dashboard=false",
+                        "--disable-usage-stats", "--temp-dir", str(tmp)], capture_output=True, text=True, env=env,
+                       timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    yield {"address": f"127.0.0.1:{gcs}", "env": env}
+    subprocess.run([str(ray_bin), "stop", "--force"], capture_output=True, env=env, timeout=120)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_eval_batch_on_a_ray_cluster_survives_a_killed_worker(ray_cluster, tmp_path):
+    require_module("triton")
+    problems, cands = _batch_tree(tmp_path)
+    for i in range(4, 8):                                        # more jobs than workers, so a kill lands mid-batch
+        shutil.copy(cands / "level1" / "19" / "sample_0.py", cands / "level1" / "19" / f"sample_{i}.py")
+    r = _kp("target", "add", "cluster", f"ray:{ray_cluster['address']}", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "kernelpilot", "eval-batch", str(problems), str(cands), "--target",
+                             "cluster", "--device", "cpu", "--seeds", "1", "--budget", "0.05", "--json"],
+                            cwd=tmp_path, env=ray_cluster["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    killed = None
+    deadline = time.time() + 120
+    while killed is None and time.time() < deadline and proc.poll() is None:
+        busy = subprocess.run(["pgrep", "-f", "ray::run_job"], capture_output=True, text=True).stdout.split()
+        if busy:
+            killed = int(busy[0])
+            os.kill(killed, 9)                                   # a worker dies mid-job
+        time.sleep(0.2)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-2000:]
+    d = json.loads(out)
+    assert killed is not None, "no Ray worker was seen running a job"
+    assert d["jobs"] == 8 and len(d["rows"]) == 8 and d["workers"] == 2
+    assert {r["key"] for r in d["rows"] if r["correct"]} == {f"level1/19/sample_{i}" for i in (0, 2, 3, 4, 5, 6, 7)}
+    assert all(r["target"]["name"] == "cluster" and r["target"]["node"] for r in d["rows"] if r["correct"])

@@ -47,6 +47,7 @@ def _register() -> None:
     cli.add_command(agents_cmd.skill)
     cli.add_command(docs_cmd.docs)
     cli.add_command(target_cmd.target)
+    cli.add_command(target_cmd.eval_batch_cmd)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -45,9 +45,30 @@ def setup_cmd(opts, out: Output) -> None:
 @command("target_test", name="test", examples="kpilot target test h200 --json")
 def test_cmd(opts, out: Output) -> None:
     out.result(run("target_test", opts), lambda d, paint: (
-        f"target {d['target']}: host {d['host']}, kernelpilot {d['build']}, device {d['device']}, "
+        f"target {d['target']}: host {d['host']}, kernelpilot {d['build']}, device {d['device'] or 'cpu or unknown (no NVIDIA driver)'}, "
         f"{d['gpus']} GPU(s); connected in {d['connect_s']:.2f} s"))
 
 
 for _cmd in (list_cmd, add_cmd, remove_cmd, setup_cmd, test_cmd):
     target.add_command(_cmd)
+
+
+@command("eval_batch", name="eval-batch", examples="""
+    kpilot eval-batch KernelBench/KernelBench runs/my_model --target box --json
+    kpilot eval-batch problems/ candidates/ --workers 2 --device cpu
+    kpilot eval-batch problems/ candidates/ --resume 4""")
+def eval_batch_cmd(opts, out: Output) -> None:
+    out.result(run("eval_batch", opts, ToolContext(on_event=out.progress)), _batch_text)
+
+
+def _batch_text(d, paint) -> str:
+    rows = [[r["key"], "yes" if r["correct"] else "no", f"{r['speedup']:.3g}x" if r["speedup"] else "-",
+             f"{r['median_us']:.2f}" if r["median_us"] else "-", (r["target"] or {}).get("host", "-"),
+             (r["error"] or "")[:60]] for r in d["rows"]]
+    lines = [table(rows, ["candidate", "correct", "speedup", "us", "host", "error"]), "",
+             f"run {d['run']}: {d['evaluated']} evaluated now on {d['workers']} worker(s) in {d['wall_s']} s; "
+             f"{len(d['rows'])} of {d['jobs']} recorded"]
+    lines.append("  ".join(f"{k} {v:.2f}" for k, v in d["fast_p"].items()))
+    if d["orphans"]:
+        lines.append(f"no problem for: {', '.join(d['orphans'][:10])}")
+    return "\n".join(lines)

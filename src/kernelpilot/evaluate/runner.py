@@ -29,7 +29,7 @@ from kernelpilot.options import Options, param
 __all__ = ["EvalOptions", "check", "bench", "evaluate", "default_device"]
 
 
-_CHECK, _BENCH = ("check", "eval"), ("bench", "eval")
+_CHECK, _BENCH = ("check", "eval", "eval_batch"), ("bench", "eval", "eval_batch")   # the operations taking each
 
 
 @dataclass(frozen=True, kw_only=True)

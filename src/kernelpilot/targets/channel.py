@@ -46,7 +46,7 @@ class Remote:
 
     target: str
     host: str
-    device: str
+    device: str | None             # from the NVIDIA driver: cuda, cpu, or None without one
     build: str
     gpus: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
@@ -118,7 +118,7 @@ class Channel:
         hello = msg.get("hello")
         if not isinstance(hello, dict):
             raise TargetLost(f"target {self.name}: no hello ({msg.get('error') or msg}).")
-        self.remote = Remote(self.name, str(hello.get("host")), str(hello.get("device")), str(hello.get("build")),
+        self.remote = Remote(self.name, str(hello.get("host")), hello.get("device"), str(hello.get("build")),
                              int(hello.get("gpus") or 0))
         if expect_build and self.remote.build != expect_build:
             self.close()

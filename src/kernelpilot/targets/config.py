@@ -10,7 +10,7 @@ are added with ``kpilot target add NAME URL`` and kept in ``[targets.NAME]`` tab
     dir = "/scratch/me/kpilot"          # optional: the folder there for kernelpilot's files (default ~/.kpilot)
 
     [targets.cluster]
-    url = "ray://head:10001"            # or "ray:auto"
+    url = "ray://head:10001"            # Ray Client; or "ray:head:6379" (the GCS address, from a node), "ray:auto"
 """
 
 from __future__ import annotations
@@ -71,10 +71,13 @@ def parse_url(name: str, url: str, *, identity: str | None = None, python: str |
         return TargetSpec(name, "local", "local:", host="localhost", origin=origin)
     if url in ("ray:auto", "ray://auto", "auto"):
         return TargetSpec(name, "ray", "auto", origin=origin, python=python or "python3")
+    gcs = re.match(r"^ray:([A-Za-z0-9.-]+):(\d+)$", url)
+    if gcs:       # a cluster's GCS address: this process joins it as a driver (on one of its nodes)
+        return TargetSpec(name, "ray", url, host=gcs.group(1), port=int(gcs.group(2)), origin=origin)
     parts = urlsplit(url)
     if parts.scheme not in ("ssh", "ray") or not parts.hostname:
-        raise UsageError(f"target {name}: {url!r} is not ssh://[user@]host[:port], ray://host:port, ray:auto or "
-                         "local:.")
+        raise UsageError(f"target {name}: {url!r} is not ssh://[user@]host[:port], ray://host:port (Ray Client), "
+                         "ray:HOST:PORT (a cluster's GCS address, from one of its nodes), ray:auto or local:.")
     try:
         port = parts.port
     except ValueError:

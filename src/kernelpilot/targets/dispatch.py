@@ -51,10 +51,13 @@ def open_channels(spec: TargetSpec, *, slots: int | None = None, build: str | No
         channels = []
         for i in range(n):
             env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+            if gpus:    # one worker per GPU: the i-th of those this process sees
+                visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+                env["CUDA_VISIBLE_DEVICES"] = visible[i % gpus] if len(visible) == gpus else str(i % gpus)
+            ch = Channel("local", serve_argv(), env=env)
+            ch.open().extra["worker"] = i          # this very install: nothing to compare
             if gpus:
-                env["CUDA_VISIBLE_DEVICES"] = str(i % gpus)        # one worker per GPU, pinned
-            ch = Channel(f"local:{i}", serve_argv(), env=env)
-            ch.open(expect_build=build)
+                ch.remote.extra["gpu"] = i % gpus
             channels.append(ch)
         return channels
     if spec.kind == "ssh":
@@ -62,10 +65,15 @@ def open_channels(spec: TargetSpec, *, slots: int | None = None, build: str | No
 
         first = Channel(spec.name, serve_command(spec, build))
         remote = first.open(expect_build=build)
-        channels = [first]
-        for _ in range((slots or max(remote.gpus, 1)) - 1):
-            ch = Channel(spec.name, serve_command(spec, build))
-            ch.open(expect_build=build)
+        if remote.gpus <= 1 and (slots or 1) == 1:
+            remote.extra["worker"] = 0
+            return [first]
+        first.close()                       # several workers there: one per GPU, each pinned to its own
+        channels = []
+        for i in range(slots or remote.gpus):
+            gpu = i % remote.gpus if remote.gpus else None
+            ch = Channel(spec.name, serve_command(spec, build, gpu))
+            ch.open(expect_build=build).extra.update({"worker": i, **({"gpu": gpu} if gpu is not None else {})})
             channels.append(ch)
         return channels
     raise UsageError(f"target {spec.name} is a {spec.kind} target: it runs batches (kpilot eval-batch), not one job.")

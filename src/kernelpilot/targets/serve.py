@@ -8,8 +8,11 @@ object per line, on its standard input and answers on its standard output, one j
                                                      -> {"event": {...}, "id": N} ... then {"result": {...}, "id": N}
                                                         or {"error": {"type", "message", ...}, "id": N}
 
-A job's files (the bundle) are laid out in a folder of their own under ``--root`` (default ``~/.kpilot/target``)
-and its options' paths resolve there (the tool registry's confinement), so a job reaches its own files only. The
+A job's files (the bundle) are laid out under ``--root`` (default ``~/.kpilot/target``): the problem's once per
+content (``problems/``, kept: later jobs on it find the same paths, and the process's worker pool keeps its
+reference worker, the reference's outputs for the secret seeds and the baselines' timings), the candidate's in a
+folder of the job's own, removed afterwards. Its options' paths resolve there only (the tool registry's
+confinement). The
 process's own standard output is kept for the protocol: anything else printing to it goes to standard error.
 """
 
@@ -55,14 +58,39 @@ def build_id() -> str:
 
 
 def _hello() -> dict[str, Any]:
+    """Who answers. The device comes from the NVIDIA driver alone (milliseconds; asking torch would cost a second
+    of import on every connection): "cuda" with a GPU, "cpu" with a driver and none, null without a driver (a
+    job's own default then decides)."""
     from kernelpilot import __version__
-    from kernelpilot.evaluate.runner import _nvidia_device_count, default_device
+    from kernelpilot.evaluate.runner import _nvidia_device_count
 
+    gpus = _nvidia_device_count()
     return {"protocol": PROTOCOL, "version": __version__, "build": build_id(), "host": socket.gethostname(),
-            "python": sys.version.split()[0], "device": default_device(), "gpus": _nvidia_device_count() or 0}
+            "python": sys.version.split()[0], "device": None if gpus is None else ("cuda" if gpus else "cpu"),
+            "gpus": gpus or 0}
 
 
-def _run(request: dict[str, Any], root: Path, store: BlobStore, say) -> dict[str, Any]:
+def _problem_dir(files: dict[str, str], root: Path, store: BlobStore) -> Path:
+    """The job's problem files, laid out once per content under ``root/problems`` and kept: a later job on the
+    same problem finds the same paths, so the worker pool's reference worker (which imported the problem from
+    there) and its kept outputs serve it."""
+    import hashlib
+
+    mine = {k: v for k, v in sorted(files.items()) if k == "problem" or k.startswith("problem/")}
+    key = hashlib.sha256(json.dumps(mine).encode()).hexdigest()[:24]
+    home = root / "problems" / key
+    if not (home / ".complete").exists():
+        tmp = root / "problems" / f"{key}.{uuid.uuid4().hex[:8]}"
+        materialize(mine, store, tmp)
+        (tmp / ".complete").touch()
+        try:
+            os.rename(tmp, home)
+        except OSError:                       # another job laid it out first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return home
+
+
+def _run(request: dict[str, Any], root: Path, store: BlobStore, say, pool: Any) -> dict[str, Any]:
     from kernelpilot.tools import ToolContext, call
 
     operation = request.get("operation")
@@ -73,12 +101,18 @@ def _run(request: dict[str, Any], root: Path, store: BlobStore, say) -> dict[str
     missing = store.missing(list(files.values()))
     if missing:
         raise KernelpilotError(f"{len(missing)} of the job's files were not sent.")
+    problem_home = _problem_dir(files, root, store)
+    args = dict(request.get("options") or {})
+    named = str(bundle.get("problem") or "problem")
+    if named != "problem" and not named.startswith("problem/"):
+        raise KernelpilotError(f"the job's problem {named!r} is not among its problem files.")
+    args["problem"] = str(problem_home / named)
     job = root / "jobs" / uuid.uuid4().hex
     try:
-        materialize(files, store, job)
-        ctx = ToolContext(workspace=job, confined=True,
+        materialize({k: v for k, v in files.items() if not (k == "problem" or k.startswith("problem/"))}, store, job)
+        ctx = ToolContext(workspace=job, confined=True, also=(problem_home,), pool=pool,
                           on_event=lambda e: say({"event": e, "id": request.get("id")}))
-        return call(operation, dict(request.get("options") or {}), ctx)
+        return call(operation, args, ctx)
     finally:
         shutil.rmtree(job, ignore_errors=True)
 
@@ -93,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     lock = threading.Lock()
+    pool = None
 
     def say(message: dict[str, Any]) -> None:
         with lock:
@@ -118,7 +153,11 @@ def main(argv: list[str] | None = None) -> int:
                 store.put(str(msg.get("sha")), base64.b64decode(msg.get("data") or ""))
                 say({"stored": msg.get("sha")})
             elif op == "run":
-                say({"result": _run(msg, root, store, say), "id": ident})
+                if pool is None:
+                    from kernelpilot.evaluate.isolation import WorkerPool
+
+                    pool = WorkerPool(spares=1, problems=2)    # workers start ahead of this target's next job
+                say({"result": _run(msg, root, store, say, pool), "id": ident})
             elif op == "bye":
                 break
             else:
@@ -129,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # noqa: BLE001 - a job's failure is its answer; the target goes on serving
             say({"error": {"type": "InternalError", "message": f"internal error: {type(e).__name__}: {e}",
                            "hint": None, "details": None, "exit_code": 1}, "id": ident})
+    if pool is not None:
+        pool.close()
     return 0
 
 

@@ -65,10 +65,11 @@ def site_dir(spec: TargetSpec, build: str) -> str:
     return _there(spec, "site", build)
 
 
-def serve_command(spec: TargetSpec, build: str) -> list[str]:
+def serve_command(spec: TargetSpec, build: str, gpu: int | None = None) -> list[str]:
     """The argv that starts ``targets/serve.py`` there, with the installed kernelpilot of ``build`` first on the
-    path."""
-    remote = (f"PYTHONPATH={site_dir(spec, build)} exec {shlex.quote(spec.python)} -m kernelpilot.targets.serve "
+    path (and pinned to one GPU, where ``gpu`` is given)."""
+    pin = f"CUDA_VISIBLE_DEVICES={int(gpu)} HIP_VISIBLE_DEVICES={int(gpu)} " if gpu is not None else ""
+    remote = (f"{pin}PYTHONPATH={site_dir(spec, build)} exec {shlex.quote(spec.python)} -m kernelpilot.targets.serve "
               f"--root {_there(spec, 'target')}")
     return [*ssh_base(spec), remote]
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from kernelpilot.evaluate.runner import EvalOptions
 from kernelpilot.options import Options, param
+from kernelpilot.runs.store import DEFAULT_PATH
 from kernelpilot.tools.registry import ToolContext, register
 from kernelpilot.tools.shapes import array_of, shape
 
-__all__ = ["TargetListRequest", "TargetAddRequest", "TargetNameRequest"]
+__all__ = ["TargetListRequest", "TargetAddRequest", "TargetNameRequest", "BatchRequest"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,7 +29,8 @@ class TargetNameRequest(Options):
 
 @dataclass(frozen=True, kw_only=True)
 class TargetAddRequest(TargetNameRequest):
-    url: str = param("ssh://[user@]host[:port], ray://host:port, or ray:auto.", argument=True, required=True)
+    url: str = param("ssh://[user@]host[:port]; ray://host:port (Ray Client), ray:HOST:PORT (a cluster's GCS "
+                     "address, from one of its nodes) or ray:auto.", argument=True, required=True)
     identity: str | None = param("SSH: the private key to log in with (as ssh -i takes it).")
     python: str | None = param("SSH: the Python interpreter there (default python3); it needs torch and Triton "
                                "for GPU jobs.")
@@ -99,3 +103,92 @@ def target_test(opts: TargetNameRequest, ctx: ToolContext) -> dict[str, Any]:
     assert r is not None
     return {"target": spec.name, "host": r.host, "build": r.build, "device": r.device, "gpus": r.gpus,
             "connect_s": round(took, 3)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchRequest(EvalOptions):
+    problems: Path = param("The problems: LEVEL/PROBLEM_ID_NAME.py (KernelBench) or LEVEL/PROBLEM/ folders.",
+                           argument=True, path=True, required=True)
+    candidates: Path = param("The candidates, KernelBench's generations layout: LEVEL/PROBLEM_ID/SAMPLE.py.",
+                             argument=True, path=True, required=True)
+    target: str | None = param("Where to run: a target's name (`kpilot target list`); default: here.", short="-t")
+    workers: int | None = param("Jobs at once (default: one per GPU of the target, or one).", minimum=1)
+    store: Path = param("The run store (SQLite) the batch is recorded in.", DEFAULT_PATH, path=True)
+    resume: int | None = param("Carry on this batch run: the candidates it recorded are not run again.", minimum=1)
+
+
+@register("eval_batch", """Evaluate a folder of candidates (KernelBench's layout, LEVEL/PROBLEM_ID/SAMPLE.py)
+    against their problems, spread over a target's workers, each against eager PyTorch; every result recorded in
+    the run store as it finishes (resume a stopped batch), and KernelBench's fast_p (the fraction correct and more
+    than p times faster than eager) for p = 0, 1, 1.5, 2.""", BatchRequest,
+          shape(run="integer", jobs="integer", evaluated="integer", workers="integer", wall_s="number",
+                fast_p="object", rows=array_of(), orphans=array_of("string")))
+def eval_batch(opts: BatchRequest, ctx: ToolContext) -> dict[str, Any]:
+    from kernelpilot.options import params
+    from kernelpilot.runs.lock import RunLock
+    from kernelpilot.runs.store import RunStore, StepRecord
+    from kernelpilot.targets.batch import fast_p, find_jobs, run_batch
+    from kernelpilot.targets.bundle import make_bundle
+    from kernelpilot.targets.config import get_target
+    from kernelpilot.targets.dispatch import open_channels, remote_options
+    from kernelpilot.tools.evaluate import EvalRequest
+
+    jobs, orphans = find_jobs(opts.problems, opts.candidates)
+    spec = get_target(opts.target)
+    cluster = None
+    if spec.kind == "ray":                 # reach the cluster before a run is recorded
+        from kernelpilot.targets.ray_target import RayTarget
+
+        cluster = RayTarget(spec, slots=opts.workers)
+    evaluation = {p.name: getattr(opts, p.name) for p in params(EvalOptions)}
+    evaluation["baselines"] = ("eager",)
+
+    def options(job):
+        request = EvalRequest(problem=job.problem, candidate=job.candidate, **evaluation)
+        bundle = make_bundle(job.problem, job.candidate)
+        return remote_options("eval", request, bundle), bundle
+
+    t0 = time.perf_counter()
+    try:
+        with RunStore(opts.store) as store:
+            if opts.resume is not None:
+                run_id = store.run(opts.resume).id
+            else:
+                run_id = store.create_run(problem=str(opts.problems), strategy="batch", start_candidate=str(opts.candidates),
+                                          target=None, budget=len(jobs), options={"target": spec.name,
+                                                                                  "workers": opts.workers},
+                                          device=opts.device)
+            with RunLock(opts.store, run_id):
+                seen = {(s.params or {}).get("key") for s in store.steps(run_id)}
+                todo = [j for j in jobs if j.key not in seen]
+
+                def record(job, row) -> None:
+                    store.add_step(run_id, StepRecord(
+                        kind="batch", params={"key": job.key, "problem": str(job.problem), "candidate": str(job.candidate)},
+                        correct=row["correct"], passed=row["passed"], median_us=row["median_us"], speedup=row["speedup"],
+                        error=(row["error"] or "")[:2000] or None, check_summary={"target": row["target"]}))
+
+                if cluster is not None:
+                    from kernelpilot.targets.batch import run_batch_ray
+
+                    workers = cluster.slots
+                    run_batch_ray(todo, cluster, options, record, on_event=ctx.on_event)
+                else:
+                    channels = open_channels(spec, slots=opts.workers) if todo else []
+                    workers = len(channels)
+                    try:
+                        run_batch(todo, channels, options, record, on_event=ctx.on_event)
+                    finally:
+                        for c in channels:
+                            c.close()
+                steps = store.steps(run_id)
+                rows = [{"key": s.params["key"], "correct": s.correct, "passed": s.passed, "speedup": s.speedup,
+                         "median_us": s.median_us, "error": s.error, "target": (s.check_summary or {}).get("target")}
+                        for s in steps if s.kind == "batch"]
+                rows.sort(key=lambda r: r["key"])
+                store.update_run(run_id, status="done", stop_reason=f"{len(rows)} of {len(jobs)} candidates evaluated")
+    finally:
+        if cluster is not None:
+            cluster.close()
+    return {"run": run_id, "jobs": len(jobs), "evaluated": len(todo), "workers": workers,
+            "wall_s": round(time.perf_counter() - t0, 2), "fast_p": fast_p(rows), "rows": rows, "orphans": orphans}
