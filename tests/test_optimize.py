@@ -295,3 +295,20 @@ def test_variants_find_the_files_beside_their_start(tmp_path):
     assert origin_of(stray) is None and origin_of(start) is None
     with RunStore(work / ".kpilot" / "runs.db", create=False) as s:
         assert all(PREFIX not in (x.code or "") for x in s.steps(1))
+
+
+def test_a_search_with_two_workers_evaluates_a_round_at_once(tmp_path):
+    """--parallel 2: every evaluation (the start's included) through two local workers, a round's variants two at
+    a time; the run records the same steps a serial search does, each saying where it ran."""
+    require_module("torch")
+    require_module("triton")
+    r = kp("optimize", SCALE, "-c", TUNABLE, "--device", "cpu", "--budget", "5", "--bench-budget", "0.05",
+           "--parallel", "2", "--goal", "1000", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(line) for line in r.stdout.splitlines()]
+    steps, end = [e for e in events if e["event"] == "step"], events[-1]
+    assert end["status"] == "done" and "budget of 5" in end["reason"] and len(steps) == 5
+    assert all(s["passed"] for s in steps) and steps[0]["kind"] == "start"
+    with RunStore(tmp_path / ".kpilot" / "runs.db", create=False) as s:
+        (run,) = s.runs()
+        assert run.options["parallel"] == 2 and run.options["goal"] == 1000 and run.target == 1000

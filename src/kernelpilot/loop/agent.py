@@ -182,8 +182,8 @@ def run_agent(r, model: ChatModel, toolbox=None, *, max_turns: int = 12, max_fai
                     else:
                         failures += 1
                         results.append((c.id, f"the candidate failed (step {step.n} recorded): {_failure(step)}", True))
-                    if opts.target and r.run.best_speedup and r.run.best_speedup >= opts.target:
-                        return "done", f"target {opts.target:g}x reached"
+                    if opts.goal and r.run.best_speedup and r.run.best_speedup >= opts.goal:
+                        return "done", f"goal of {opts.goal:g}x reached"
                     continue
                 results.append(_run_tool(c.id, c.name, c.arguments, box, names))
             history.append(Turn("tool", results=results))

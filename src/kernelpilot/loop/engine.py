@@ -16,7 +16,7 @@ from typing import Any, Callable
 from kernelpilot.errors import KernelpilotError
 from kernelpilot.evaluate.isolation import WorkerPool
 from kernelpilot.evaluate.problem import load_problem
-from kernelpilot.evaluate.result import ratio
+from kernelpilot.evaluate.result import EvalResult, ratio
 from kernelpilot.evaluate.runner import EvalOptions, bench, default_device, evaluate
 from kernelpilot.loop.halving import Result, next_trials
 from kernelpilot.loop.llm_client import LLMChoice, LLMError
@@ -45,8 +45,8 @@ class OptimizeOptions(LLMChoice):
                           choices=("search", "llm"))
     budget: int | None = param(f"Candidate evaluations at most, the start included (default {DEFAULT_BUDGET}; a "
                                "resumed run keeps its own unless given).", minimum=1)
-    target: float | None = param("Stop once a candidate is this many times faster than the start.",
-                                 exclusive_minimum=0)
+    goal: float | None = param("Stop once a candidate is this many times faster than the start.",
+                               exclusive_minimum=0)
     device: str | None = param("Where candidates run (default: cuda when present).", choices=("cuda", "cpu"))
     arch: str | None = param("Compile each variant for this arch first and drop those that spill or starve "
                              "occupancy (search).")
@@ -57,6 +57,11 @@ class OptimizeOptions(LLMChoice):
     eta: int = param("search: the halving factor (keep 1/eta of the variants each round).", 2, minimum=2)
     seeds: int = param("Secret random seeds per case when checking a candidate.", 2, minimum=1)
     timeout: float = param("Seconds each worker process may take.", 600.0, minimum=1)
+    target: str | None = param("Where candidates run: a target's name (`kpilot target list`), every evaluation "
+                               "there, the start's included; default: here.", short="-t")
+    parallel: int = param("search: evaluations at once, each on a worker of its own (one per GPU of the target, "
+                          "or on CPU workers); with more than one, they run through the target's workers.", 1,
+                          minimum=1)
     store: Path = param("The run store (SQLite).", DEFAULT_PATH, path=True)
     llm_retries: int = param("llm: retries with backoff on rate limits and network errors.", 4, minimum=0)
     price_in: float | None = param("llm: USD per million input tokens, for the cost per step.", minimum=0)
@@ -78,7 +83,11 @@ class _Run:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.steps = store.steps(run.id)
         self.pool = WorkerPool()
-        self.device = run.device or opts.device or default_device()
+        # Through a target's workers where one is named or several evaluations run at once (each worker a
+        # process with its own pool); else here, in this process's pool.
+        self.remote = opts.target not in (None, "local") or opts.parallel > 1
+        self.workers: list[Any] | None = None
+        self.device = run.device or opts.device or (None if self.remote else default_device())
         self.gpu = run.gpu
         self.llm_config = None
 
@@ -89,7 +98,7 @@ class _Run:
         if first is None:
             start = Path(self.run.start_candidate or "")
             t0 = time.time()
-            res = evaluate(self.run.problem, start, self.eval_options(self.opts.bench_budget_s))
+            (res,) = self.evaluate_many([(start, self.opts.bench_budget_s, False)])
             params = dict(read_space(start).defaults) if self.opts.strategy == "search" else None
             first = self.record(StepRecord(kind="start", hypothesis="the starting candidate as given", params=params,
                                            code=start.read_text(), correct=res.correct, passed=res.passed,
@@ -115,7 +124,61 @@ class _Run:
 
     def eval_options(self, budget_s: float) -> EvalOptions:
         return EvalOptions(device=self.device, seeds=self.opts.seeds, timeout=self.opts.timeout, cases=self.opts.cases,
-                           timing={"budget_s": budget_s}, pool=self.pool)
+                           budget=budget_s, pool=self.pool)
+
+    def evaluate_many(self, items: list[tuple[Path, float, bool]]) -> list[EvalResult]:
+        """Each ``(candidate, timing budget per case, bench only)``: here one after another, or on the target's
+        workers, as many at once as there are workers. Results in the items' order."""
+        if not self.remote:
+            return [(bench if only else evaluate)(self.run.problem, path, self.eval_options(budget_s))
+                    for path, budget_s, only in items]
+        import queue
+        import threading
+
+        from kernelpilot.targets.bundle import make_bundle
+        from kernelpilot.targets.channel import TargetLost
+        from kernelpilot.targets.config import get_target
+        from kernelpilot.targets.dispatch import open_channels, remote_options
+
+        if self.workers is None:
+            self.workers = open_channels(get_target(self.opts.target), slots=self.opts.parallel)
+        todo: queue.Queue = queue.Queue()
+        for i, item in enumerate(items):
+            todo.put((i, item))
+        out: dict[int, EvalResult | BaseException] = {}
+
+        def work(channel) -> None:
+            while True:
+                try:
+                    i, (path, budget_s, only) = todo.get_nowait()
+                except queue.Empty:
+                    return
+                operation = "bench" if only else "eval"
+                try:
+                    bundle = make_bundle(self.run.problem, path)
+                    opts = self.eval_options(budget_s)
+                    answer = channel.run(operation, remote_options(operation, opts, bundle), bundle)
+                    out[i] = EvalResult.from_json(answer)
+                except TargetLost as e:
+                    out[i] = e
+                    return                       # this worker is gone; the others carry on
+                except KernelpilotError as e:
+                    out[i] = e
+
+        threads = [threading.Thread(target=work, args=(c,), daemon=True) for c in self.workers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        results = []
+        for i, (path, _, _) in enumerate(items):
+            got = out.get(i)
+            if isinstance(got, EvalResult):
+                results.append(got)
+            else:
+                results.append(EvalResult(problem=str(self.run.problem), candidate=str(path), device=str(self.device),
+                                          correct=False, error=f"not evaluated: {got or 'no worker left'}"))
+        return results
 
     def record(self, step: StepRecord) -> StepRecord:
         step.n = self.store.add_step(self.run.id, step)
@@ -142,6 +205,8 @@ class _Run:
 
     def close(self) -> None:
         self.pool.close()
+        for channel in self.workers or []:
+            channel.close()
 
 
 def _model(opts: OptimizeOptions, api_key: str | None):
@@ -171,29 +236,32 @@ def optimize(problem: str | Path, candidate: str | Path, opts: OptimizeOptions, 
         opts, model = _model(opts, api_key)     # no key, no SDK: say so before anything runs
     with RunStore(opts.store) as store:
         run_id = store.create_run(problem=str(Path(problem).resolve()), strategy=opts.strategy,
-                                  start_candidate=str(cand), target=opts.target, budget=opts.budget,
+                                  start_candidate=str(cand), target=opts.goal, budget=opts.budget,
                                   options=opts.to_json(), device=opts.device or default_device())
         with RunLock(opts.store, run_id):
             return _drive(store, store.run(run_id), opts, on_event, model, toolbox)
 
 
-def resume(run_id: int, store_path: Path = DEFAULT_PATH, *, budget: int | None = None, target: float | None = None,
+def resume(run_id: int, store_path: Path = DEFAULT_PATH, *, budget: int | None = None, goal: float | None = None,
            api_key: str | None = None, on_event: Event | None = None, toolbox: Toolbox | None = None) -> RunRecord:
     """Carry on a stopped (or killed) run from its last recorded step, with the options it was started with;
-    ``budget`` and ``target``, when given, replace its own."""
+    ``budget`` and ``goal``, when given, replace its own."""
     with RunStore(store_path, create=False) as store:
         run = store.run(run_id)
         if run.status == "done":
             raise KernelpilotError(f"run {run_id} has finished ({run.stop_reason}); start a new one.")
-        saved = OptimizeOptions(**{k: v for k, v in run.options.items() if k in OptimizeOptions.__dataclass_fields__})
+        recorded = dict(run.options)
+        if isinstance(recorded.get("target"), (int, float)):      # runs recorded when the goal was named target
+            recorded["goal"] = recorded.pop("target")
+        saved = OptimizeOptions(**{k: v for k, v in recorded.items() if k in OptimizeOptions.__dataclass_fields__})
         saved = saved.replace(store=Path(store_path), budget=budget if budget is not None else saved.budget,
-                              target=target if target is not None else saved.target)
+                              goal=goal if goal is not None else saved.goal)
         with RunLock(store_path, run_id):      # before anything is changed: a second resume is refused here
             if saved.strategy == "llm":
                 saved, model = _model(saved, api_key)
             else:
                 model = None
-            store.update_run(run_id, status="running", stop_reason=None, budget=saved.budget, target=saved.target)
+            store.update_run(run_id, status="running", stop_reason=None, budget=saved.budget, target=saved.goal)
             return _drive(store, store.run(run_id), saved, on_event, model, toolbox)
 
 
@@ -263,18 +331,21 @@ def _search(r: _Run) -> tuple[str, str]:
         trials = next_trials(keys, results, opts.eta)
         if not trials:
             return "done", "search finished"
+        room = opts.budget - r.evaluations()
+        if room <= 0:
+            return "done", f"budget of {opts.budget} evaluations spent"
+        trials = trials[:room]
+        # A round's trials are independent: with several workers they run at once, recorded in order.
+        items, texts = [], []
         for trial in trials:
-            if r.evaluations() >= opts.budget:
-                return "done", f"budget of {opts.budget} evaluations spent"
             cfg = by_key[trial.key]
             text = space.variant(cfg)
-            path = write_variant(r.dir, f"step-{len(r.steps)}", text, r.run.start_candidate)
-            budget_s = opts.bench_budget_s * opts.eta ** trial.round
-            t0 = time.time()
-            if trial.round == 0:
-                res = evaluate(run.problem, path, r.eval_options(budget_s))
-            else:
-                res = bench(run.problem, path, r.eval_options(budget_s))
+            path = write_variant(r.dir, f"step-{len(r.steps) + len(texts)}", text, r.run.start_candidate)
+            texts.append(text)
+            items.append((path, opts.bench_budget_s * opts.eta ** trial.round, trial.round > 0))
+        t0 = time.time()
+        for trial, text, (path, budget_s, _), res in zip(trials, texts, items, r.evaluate_many(items)):
+            cfg = by_key[trial.key]
             med = median_us(res)
             r.record(StepRecord(
                 kind="variant", parent=first.n, params={**cfg, "round": trial.round},
@@ -282,8 +353,10 @@ def _search(r: _Run) -> tuple[str, str]:
                 code=text, diff=diff(base_text, text, start.name), correct=res.correct, passed=res.passed,
                 check_summary=check_summary(res), median_us=med, timing=case_times(res),
                 speedup=ratio(baseline, med) if med else None, error=res.error, started=t0))
-            if opts.target and r.run.best_speedup and r.run.best_speedup >= opts.target:
-                return "done", f"target {opts.target:g}x reached"
+            if opts.goal and r.run.best_speedup and r.run.best_speedup >= opts.goal:
+                return "done", f"goal of {opts.goal:g}x reached"
+        if r.evaluations() >= opts.budget:
+            return "done", f"budget of {opts.budget} evaluations spent"
 
 
 def _config(step: StepRecord) -> dict[str, Any]:

@@ -31,7 +31,7 @@ class OptimizeRequest(OptimizeOptions, WithKey):
     candidate: Path | None = param("The starting candidate (search: it declares KPILOT_TUNE).", short="-c",
                                    path=True)
     resume: int | None = param("Carry on this stopped run, with the options it was started with (budget and "
-                               "target, when given, replace its own).", minimum=1)
+                               "goal, when given, replace its own).", minimum=1)
 
     def check(self) -> None:
         if self.resume is not None and (self.problem or self.candidate):
@@ -59,7 +59,7 @@ def optimize_run(opts: OptimizeRequest, on_event: Callable[[dict[str, Any]], Non
 
     base = OptimizeOptions(**{k: getattr(opts, k) for k in OptimizeOptions.__dataclass_fields__})
     if opts.resume is not None:
-        return resume(opts.resume, opts.store, budget=opts.budget, target=opts.target, api_key=opts.api_key, on_event=on_event, toolbox=agent_toolbox)
+        return resume(opts.resume, opts.store, budget=opts.budget, goal=opts.goal, api_key=opts.api_key, on_event=on_event, toolbox=agent_toolbox)
     return optimize(opts.problem, opts.candidate, base, api_key=opts.api_key, on_event=on_event,
                     toolbox=agent_toolbox)
 
