@@ -156,3 +156,24 @@ def test_network_failure_is_one_line(tmp_path):
     r = _optimize("anthropic", f"http://127.0.0.1:{port}", tmp_path, "--api-key", "k", "--llm-retries", "0")
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: cannot reach anthropic"), r.stderr
+
+
+def test_parallel_proposals_are_evaluated_together(tmp_path):
+    """--parallel 2: two conversations per step, each ending at its submission; both submissions evaluated at once
+    on two workers and recorded; the second step's context shows the first step's two results."""
+    wrong = {"text": "", "tool_calls": [("submit_candidate", {"hypothesis": "scale by three", "code": WRONG})]}
+    right = {"text": "", "tool_calls": [("submit_candidate", {"hypothesis": "a bigger block", "code": RIGHT})]}
+    stop = {"text": "", "tool_calls": [("stop_optimizing", {"reason": "enough"})]}
+    with ScriptedLLM([wrong, right, stop]) as llm:
+        r = _optimize("openai", llm.url("openai"), tmp_path, "--api-key", "k", "--parallel", "2")
+        reqs = llm.requests
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(line) for line in r.stdout.splitlines()]
+    steps = [e for e in events if e["event"] == "step"]
+    assert [(s["kind"], s["passed"]) for s in steps] == [("start", True), ("proposal", False), ("proposal", True)]
+    assert events[-1]["reason"] == "the model stopped: enough"
+    assert len(reqs) == 3
+    # both conversations of the first step began from the same context; the second step's knows both results
+    first_two = [q["body"]["messages"][1]["content"] for q in reqs[:2]]
+    assert first_two[0] == first_two[1]
+    assert "FAILED" in reqs[2]["body"]["messages"][1]["content"] and "a bigger block" in reqs[2]["body"]["messages"][1]["content"]

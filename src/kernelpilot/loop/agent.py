@@ -18,7 +18,6 @@ from typing import Any
 
 from kernelpilot.errors import KernelpilotError
 from kernelpilot.evaluate.result import ratio
-from kernelpilot.evaluate.runner import evaluate
 from kernelpilot.loop.llm_client import ChatModel, Reply, ToolSpec, Turn
 from kernelpilot.loop.step_record import case_times, check_summary, diff, median_us, write_variant
 from kernelpilot.runs.store import StepRecord
@@ -154,17 +153,19 @@ def run_agent(r, model: ChatModel, toolbox=None, *, max_turns: int = 12, max_fai
             best.isa = candidate_isa(r, best_file, best.code)
         if best.profile is None and best.code:
             best.profile = candidate_profile(r, box, best_file, best.n or 0)
+        if opts.parallel > 1:
+            status = _parallel_step(r, model, box, tools, names, best, max_turns)
+            if status is not None:
+                return status
+            if opts.goal and r.run.best_speedup and r.run.best_speedup >= opts.goal:
+                return "done", f"goal of {opts.goal:g}x reached"
+            continue
         history = [Turn("user", _context(run, best, r.steps, r.gpu))]
         tokens = [0, 0]
         failures, passed = 0, False
         for _ in range(max_turns):
-            reply: Reply = model.reply(SYSTEM_PROMPT, history, tools)
-            tokens[0] += reply.tokens_in
-            tokens[1] += reply.tokens_out
-            history.append(Turn("assistant", reply.text, reply.tool_calls))
-            if not reply.tool_calls:
-                history.append(Turn("user", "Call submit_candidate with your hypothesis and the whole new file, or "
-                                            "stop_optimizing."))
+            reply = _turn(model, history, tools, tokens)
+            if reply is None:
                 continue
             results: list[tuple[str, str, bool]] = []
             for c in reply.tool_calls:
@@ -191,6 +192,57 @@ def run_agent(r, model: ChatModel, toolbox=None, *, max_turns: int = 12, max_fai
                 break
 
 
+def _turn(model: ChatModel, history: list[Turn], tools, tokens: list[int]) -> Reply | None:
+    """The model's next turn, added to ``history`` with its tokens counted; None (and a nudge added) when it called
+    no tool."""
+    reply: Reply = model.reply(SYSTEM_PROMPT, history, tools)
+    tokens[0] += reply.tokens_in
+    tokens[1] += reply.tokens_out
+    history.append(Turn("assistant", reply.text, reply.tool_calls))
+    if reply.tool_calls:
+        return reply
+    history.append(Turn("user", "Call submit_candidate with your hypothesis and the whole new file, or "
+                                "stop_optimizing."))
+    return None
+
+
+def _parallel_step(r, model: ChatModel, box, tools, names: list[str], best: StepRecord,
+                   max_turns: int) -> tuple[str, str] | None:
+    """One step of ``--parallel N``: N conversations from the same context, each ending at its submission (or
+    its turns), then the N submissions evaluated at once on the run's workers and recorded. A failure is not fed
+    back within the step: the next step's history shows it. Returns the run's end, or None to go on."""
+    opts, run = r.opts, r.run
+    prepared: list[tuple[StepRecord, Path | None]] = []
+    room = opts.budget - r.evaluations()
+    for _ in range(min(opts.parallel, room)):
+        history = [Turn("user", _context(run, best, r.steps, r.gpu))]
+        tokens = [0, 0]
+        submitted = False
+        for _ in range(max_turns):
+            reply = _turn(model, history, tools, tokens)
+            if reply is None:
+                continue
+            results: list[tuple[str, str, bool]] = []
+            for c in reply.tool_calls:
+                if c.name == "stop_optimizing":
+                    _evaluated(r, prepared)
+                    return "done", f"the model stopped: {str(c.arguments.get('reason', ''))[:200]}"
+                if c.name == "submit_candidate" and not submitted:
+                    prepared.append(_prepare(r, c.arguments, best, tokens, slot=len(prepared)))
+                    submitted = True
+                    continue
+                results.append(_run_tool(c.id, c.name, c.arguments, box, names))
+            if submitted:
+                break
+            history.append(Turn("tool", results=results))
+    _evaluated(r, prepared)
+    if not prepared:
+        return "done", "the model submitted nothing"
+    if r.evaluations() >= opts.budget:
+        return "done", f"budget of {opts.budget} evaluations spent"
+    return None
+
+
 def _run_tool(cid: str, name: str, args: dict[str, Any], box, names: list[str]) -> tuple[str, str, bool]:
     if box is None or name not in names or name in (_SUBMIT.name, _STOP.name):
         return cid, f"no tool named {name!r} here; use {', '.join(names)}.", True
@@ -205,26 +257,42 @@ def _run_tool(cid: str, name: str, args: dict[str, Any], box, names: list[str]) 
     return cid, out, False
 
 
-def _submit(r, args: dict[str, Any], parent: StepRecord, tokens: list[int]) -> StepRecord:
+def _prepare(r, args: dict[str, Any], parent: StepRecord, tokens: list[int],
+             slot: int = 0) -> tuple[StepRecord, Path | None]:
+    """A submission as a step to record, and the file its code was written to (None: nothing to evaluate)."""
     code = args.get("code")
     hypothesis = str(args.get("hypothesis") or "")[:2000]
-    t0 = time.time()
     cfg = r.llm_config
     cost = None
     if cfg is not None and cfg.price_in is not None and cfg.price_out is not None:
         cost = round((tokens[0] * cfg.price_in + tokens[1] * cfg.price_out) / 1e6, 6)
+    step = StepRecord(kind="proposal", parent=parent.n, hypothesis=hypothesis, tokens_in=tokens[0],
+                      tokens_out=tokens[1], cost_usd=cost, started=time.time())
     if not isinstance(code, str) or not code.strip():
-        return r.record(StepRecord(kind="proposal", parent=parent.n, hypothesis=hypothesis, correct=False,
-                                   passed=False, error="submit_candidate needs the whole file in `code`",
-                                   tokens_in=tokens[0], tokens_out=tokens[1], cost_usd=cost, started=t0))
-    path = write_variant(r.dir, f"step-{len(r.steps)}", code, r.run.start_candidate)
-    isa = candidate_isa(r, path, code)
-    res = evaluate(r.run.problem, path, r.eval_options(r.opts.bench_budget_s))
-    med = median_us(res)
-    return r.record(StepRecord(
-        kind="proposal", parent=parent.n, hypothesis=hypothesis, code=code, isa=isa,
-        diff=diff(parent.code or "", code, Path(r.run.start_candidate or "candidate.py").name),
-        correct=res.correct, passed=res.passed, check_summary=check_summary(res), median_us=med,
-        timing=case_times(res),
-        speedup=ratio(r.run.baseline_us, med) if med and r.run.baseline_us else None, error=res.error,
-        tokens_in=tokens[0], tokens_out=tokens[1], cost_usd=cost, started=t0))
+        step.correct, step.passed, step.error = False, False, "submit_candidate needs the whole file in `code`"
+        return step, None
+    path = write_variant(r.dir, f"step-{len(r.steps) + slot}", code, r.run.start_candidate)
+    step.code, step.isa = code, candidate_isa(r, path, code)
+    step.diff = diff(parent.code or "", code, Path(r.run.start_candidate or "candidate.py").name)
+    return step, path
+
+
+def _evaluated(r, prepared: list[tuple[StepRecord, Path | None]]) -> list[StepRecord]:
+    """Evaluate the prepared submissions (at once, where the run has several workers) and record each."""
+    runnable = [(step, path) for step, path in prepared if path is not None]
+    results = iter(r.evaluate_many([(path, r.opts.bench_budget_s, False) for _, path in runnable]))
+    out = []
+    for step, path in prepared:
+        if path is not None:
+            res = next(results)
+            med = median_us(res)
+            step.correct, step.passed, step.check_summary = res.correct, res.passed, check_summary(res)
+            step.median_us, step.timing, step.error = med, case_times(res), res.error
+            step.speedup = ratio(r.run.baseline_us, med) if med and r.run.baseline_us else None
+        out.append(r.record(step))
+    return out
+
+
+def _submit(r, args: dict[str, Any], parent: StepRecord, tokens: list[int]) -> StepRecord:
+    (step,) = _evaluated(r, [_prepare(r, args, parent, tokens)])
+    return step
