@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from kernelpilot.errors import KernelpilotError, UsageError
 
-__all__ = ["Job", "find_jobs", "fast_p", "run_batch", "run_batch_ray", "FAST_P"]
+__all__ = ["Job", "find_jobs", "fast_p", "run_batch", "run_batch_ray", "evaluate_batch", "FAST_P"]
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 
@@ -212,3 +212,61 @@ def run_batch_ray(jobs: list[Job], target: Any, options: Callable[[Job], tuple[d
             ray.cancel(ref, force=True)     # Ctrl-C stops the cluster's work on this batch too
         raise
     return [rows[j.key] for j in jobs if j.key in rows]
+
+
+def evaluate_batch(problems: Path, candidates: Path, job_args: Callable[[Job], tuple[dict[str, Any], Any]], *,
+                   target: str | None, workers: int | None, store_path: Path, resume: int | None,
+                   device: str | None, on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """The whole of `kpilot eval-batch`: find the jobs, reach the target, record a run (or carry one on), run what
+    it has not recorded, and summarize every recorded row with fast_p."""
+    from kernelpilot.runs.lock import RunLock
+    from kernelpilot.runs.store import RunStore, StepRecord
+    from kernelpilot.targets.config import get_target
+    from kernelpilot.targets.dispatch import open_channels
+
+    jobs, orphans = find_jobs(problems, candidates)
+    spec = get_target(target)
+    cluster = None
+    if spec.kind == "ray":                 # reach the cluster before a run is recorded
+        from kernelpilot.targets.ray_target import RayTarget
+
+        cluster = RayTarget(spec, slots=workers)
+    t0 = time.perf_counter()
+    try:
+        with RunStore(store_path) as store:
+            run_id = store.run(resume).id if resume is not None else store.create_run(
+                problem=str(problems), strategy="batch", start_candidate=str(candidates), target=None,
+                budget=len(jobs), options={"target": spec.name, "workers": workers}, device=device)
+            with RunLock(store_path, run_id):
+                seen = {(s.params or {}).get("key") for s in store.steps(run_id)}
+                todo = [j for j in jobs if j.key not in seen]
+
+                def record(job: Job, row: dict[str, Any]) -> None:
+                    store.add_step(run_id, StepRecord(
+                        kind="batch", params={"key": job.key, "problem": str(job.problem),
+                                              "candidate": str(job.candidate)},
+                        correct=row["correct"], passed=row["passed"], median_us=row["median_us"],
+                        speedup=row["speedup"], error=(row["error"] or "")[:2000] or None,
+                        check_summary={"target": row["target"]}))
+
+                if cluster is not None:
+                    used = cluster.slots
+                    run_batch_ray(todo, cluster, job_args, record, on_event=on_event)
+                else:
+                    channels = open_channels(spec, slots=workers) if todo else []
+                    used = len(channels)
+                    try:
+                        run_batch(todo, channels, job_args, record, on_event=on_event)
+                    finally:
+                        for c in channels:
+                            c.close()
+                rows = sorted(({"key": s.params["key"], "correct": s.correct, "passed": s.passed,
+                                "speedup": s.speedup, "median_us": s.median_us, "error": s.error,
+                                "target": (s.check_summary or {}).get("target")}
+                               for s in store.steps(run_id) if s.kind == "batch"), key=lambda r: r["key"])
+                store.update_run(run_id, status="done", stop_reason=f"{len(rows)} of {len(jobs)} candidates evaluated")
+    finally:
+        if cluster is not None:
+            cluster.close()
+    return {"run": run_id, "jobs": len(jobs), "evaluated": len(todo), "workers": used,
+            "wall_s": round(time.perf_counter() - t0, 2), "fast_p": fast_p(rows), "rows": rows, "orphans": orphans}

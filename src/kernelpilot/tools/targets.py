@@ -125,70 +125,18 @@ class BatchRequest(EvalOptions):
                 fast_p="object", rows=array_of(), orphans=array_of("string")))
 def eval_batch(opts: BatchRequest, ctx: ToolContext) -> dict[str, Any]:
     from kernelpilot.options import params
-    from kernelpilot.runs.lock import RunLock
-    from kernelpilot.runs.store import RunStore, StepRecord
-    from kernelpilot.targets.batch import fast_p, find_jobs, run_batch
+    from kernelpilot.targets.batch import evaluate_batch
     from kernelpilot.targets.bundle import make_bundle
-    from kernelpilot.targets.config import get_target
-    from kernelpilot.targets.dispatch import open_channels, remote_options
+    from kernelpilot.targets.dispatch import remote_options
     from kernelpilot.tools.evaluate import EvalRequest
 
-    jobs, orphans = find_jobs(opts.problems, opts.candidates)
-    spec = get_target(opts.target)
-    cluster = None
-    if spec.kind == "ray":                 # reach the cluster before a run is recorded
-        from kernelpilot.targets.ray_target import RayTarget
-
-        cluster = RayTarget(spec, slots=opts.workers)
     evaluation = {p.name: getattr(opts, p.name) for p in params(EvalOptions)}
     evaluation["baselines"] = ("eager",)
 
-    def options(job):
+    def job_args(job):
         request = EvalRequest(problem=job.problem, candidate=job.candidate, **evaluation)
         bundle = make_bundle(job.problem, job.candidate)
         return remote_options("eval", request, bundle), bundle
 
-    t0 = time.perf_counter()
-    try:
-        with RunStore(opts.store) as store:
-            if opts.resume is not None:
-                run_id = store.run(opts.resume).id
-            else:
-                run_id = store.create_run(problem=str(opts.problems), strategy="batch", start_candidate=str(opts.candidates),
-                                          target=None, budget=len(jobs), options={"target": spec.name,
-                                                                                  "workers": opts.workers},
-                                          device=opts.device)
-            with RunLock(opts.store, run_id):
-                seen = {(s.params or {}).get("key") for s in store.steps(run_id)}
-                todo = [j for j in jobs if j.key not in seen]
-
-                def record(job, row) -> None:
-                    store.add_step(run_id, StepRecord(
-                        kind="batch", params={"key": job.key, "problem": str(job.problem), "candidate": str(job.candidate)},
-                        correct=row["correct"], passed=row["passed"], median_us=row["median_us"], speedup=row["speedup"],
-                        error=(row["error"] or "")[:2000] or None, check_summary={"target": row["target"]}))
-
-                if cluster is not None:
-                    from kernelpilot.targets.batch import run_batch_ray
-
-                    workers = cluster.slots
-                    run_batch_ray(todo, cluster, options, record, on_event=ctx.on_event)
-                else:
-                    channels = open_channels(spec, slots=opts.workers) if todo else []
-                    workers = len(channels)
-                    try:
-                        run_batch(todo, channels, options, record, on_event=ctx.on_event)
-                    finally:
-                        for c in channels:
-                            c.close()
-                steps = store.steps(run_id)
-                rows = [{"key": s.params["key"], "correct": s.correct, "passed": s.passed, "speedup": s.speedup,
-                         "median_us": s.median_us, "error": s.error, "target": (s.check_summary or {}).get("target")}
-                        for s in steps if s.kind == "batch"]
-                rows.sort(key=lambda r: r["key"])
-                store.update_run(run_id, status="done", stop_reason=f"{len(rows)} of {len(jobs)} candidates evaluated")
-    finally:
-        if cluster is not None:
-            cluster.close()
-    return {"run": run_id, "jobs": len(jobs), "evaluated": len(todo), "workers": workers,
-            "wall_s": round(time.perf_counter() - t0, 2), "fast_p": fast_p(rows), "rows": rows, "orphans": orphans}
+    return evaluate_batch(opts.problems, opts.candidates, job_args, target=opts.target, workers=opts.workers,
+                          store_path=opts.store, resume=opts.resume, device=opts.device, on_event=ctx.on_event)
