@@ -307,3 +307,34 @@ def test_eval_batch_on_a_ray_cluster_survives_a_killed_worker(ray_cluster, tmp_p
     assert d["jobs"] == 8 and len(d["rows"]) == 8 and d["workers"] == 2
     assert {r["key"] for r in d["rows"] if r["correct"]} == {f"level1/19/sample_{i}" for i in (0, 2, 3, 4, 5, 6, 7)}
     assert all(r["target"]["name"] == "cluster" and r["target"]["node"] for r in d["rows"] if r["correct"])
+
+
+def test_ctrl_c_stops_the_work_on_an_ssh_target(ssh_project, sshd):
+    """Ctrl-C during a job on an SSH target ends the connection, and with it the target's serve process and the
+    candidate's worker there (a candidate that hangs)."""
+    import signal
+
+    project, env = ssh_project
+    proc = subprocess.Popen([sys.executable, "-m", "kernelpilot", "check", str(ROW), "-c",
+                             str(ROW / "cheats" / "hang.py"), "--device", "cpu", "--case", SMALL, "--seeds", "1",
+                             "--target", "box"], cwd=project, env={**os.environ, "PYTHONPATH": str(ROOT / "src"),
+                                                                   **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    root = str(sshd["dir"] / "target")
+
+    def serving() -> list[str]:
+        return subprocess.run(["pgrep", "-f", f"kernelpilot.targets.serve --root {root}"], capture_output=True,
+                              text=True).stdout.split()
+
+    deadline = time.time() + 60
+    while not serving() and time.time() < deadline:
+        time.sleep(0.2)
+    assert serving(), "the job never started there"
+    time.sleep(3)                                               # the candidate is hanging in its worker there
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err
+    deadline = time.time() + 30
+    while serving() and time.time() < deadline:
+        time.sleep(0.5)
+    assert not serving(), "the target's serve process outlived Ctrl-C"

@@ -134,7 +134,22 @@ def main(argv: list[str] | None = None) -> int:
             out.write(json.dumps(message, default=str) + "\n")
             out.flush()
 
-    for line in sys.stdin:
+    # The connection read in a thread of its own: when it ends (the client's Ctrl-C, a dropped host) while a job
+    # runs, the process ends at once, and its workers' supervisors, seeing their parent gone, end the workers.
+    import queue
+
+    lines: queue.Queue = queue.Queue()
+    busy = threading.Event()
+
+    def read() -> None:
+        for received in sys.stdin:
+            lines.put(received)
+        if busy.is_set():
+            os._exit(1)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    while (line := lines.get()) is not None:
         if not line.strip():
             continue
         try:
@@ -157,7 +172,11 @@ def main(argv: list[str] | None = None) -> int:
                     from kernelpilot.evaluate.isolation import WorkerPool
 
                     pool = WorkerPool(spares=1, problems=2)    # workers start ahead of this target's next job
-                say({"result": _run(msg, root, store, say, pool), "id": ident})
+                busy.set()
+                try:
+                    say({"result": _run(msg, root, store, say, pool), "id": ident})
+                finally:
+                    busy.clear()
             elif op == "bye":
                 break
             else:
