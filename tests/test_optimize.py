@@ -312,3 +312,36 @@ def test_a_search_with_two_workers_evaluates_a_round_at_once(tmp_path):
     with RunStore(tmp_path / ".kpilot" / "runs.db", create=False) as s:
         (run,) = s.runs()
         assert run.options["parallel"] == 2 and run.options["goal"] == 1000 and run.target == 1000
+
+
+def test_a_store_from_before_traces_opens_with_its_runs(tmp_path):
+    """A run store written before steps had traces (store version 1) is brought up to date in place: its runs and
+    steps read as they were, and new steps keep traces."""
+    import sqlite3
+
+    db = tmp_path / "old.db"
+    con = sqlite3.connect(db)
+    con.executescript("""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO meta VALUES ('schema_version', '1');
+        CREATE TABLE runs (id INTEGER PRIMARY KEY AUTOINCREMENT, created REAL NOT NULL, finished REAL,
+            problem TEXT NOT NULL, strategy TEXT NOT NULL, start_candidate TEXT, status TEXT NOT NULL,
+            stop_reason TEXT, target REAL, budget INTEGER, options TEXT NOT NULL DEFAULT '{}', device TEXT, gpu TEXT,
+            baseline_us REAL, best_step INTEGER, best_speedup REAL);
+        CREATE TABLE steps (id INTEGER PRIMARY KEY AUTOINCREMENT, run_id INTEGER NOT NULL REFERENCES runs(id),
+            n INTEGER NOT NULL, parent INTEGER, kind TEXT NOT NULL, hypothesis TEXT, params TEXT, code TEXT, diff TEXT,
+            isa TEXT, profile TEXT, correct INTEGER, passed INTEGER, check_summary TEXT, median_us REAL, timing TEXT,
+            speedup REAL, error TEXT, tokens_in INTEGER, tokens_out INTEGER, cost_usd REAL, started REAL,
+            finished REAL, UNIQUE(run_id, n));
+        INSERT INTO runs (created, problem, strategy, status, target, options) VALUES (1.0, 'p', 'search', 'done', 2.5,
+            '{"target": 2.5, "budget": 4}');
+        INSERT INTO steps (run_id, n, kind, passed, median_us) VALUES (1, 0, 'start', 1, 3.0);
+    """)
+    con.close()
+    with RunStore(db, create=False) as s:
+        (run,) = s.runs()
+        (step,) = s.steps(run.id)
+        assert run.target == 2.5 and step.median_us == 3.0 and step.trace is None
+        s.add_step(run.id, StepRecord(kind="variant", trace=[{"role": "evaluation", "events": []}]))
+        assert s.steps(run.id)[1].trace == [{"role": "evaluation", "events": []}]
+    assert sqlite3.connect(db).execute("SELECT value FROM meta").fetchone()[0] == "2"

@@ -177,3 +177,34 @@ def test_parallel_proposals_are_evaluated_together(tmp_path):
     first_two = [q["body"]["messages"][1]["content"] for q in reqs[:2]]
     assert first_two[0] == first_two[1]
     assert "FAILED" in reqs[2]["body"]["messages"][1]["content"] and "a bigger block" in reqs[2]["body"]["messages"][1]["content"]
+
+
+def test_each_step_keeps_its_trace_without_the_key(tmp_path):
+    """The messages, the tool call and its result, the tokens and times, and the evaluation's events are kept with
+    the step they led to; the API key given on the command line appears nowhere in the store."""
+    secret = "sk-test-" + "q" * 24
+    script = [
+        {"text": "Reading first.", "tool_calls": [("read_candidate", {"path": "best.py"})]},
+        {"text": f"My key is {secret}, oops.", "tool_calls": [("submit_candidate", {
+            "hypothesis": "a bigger block", "code": RIGHT})]},
+        {"text": "", "tool_calls": [("stop_optimizing", {"reason": "done"})]},
+    ]
+    with ScriptedLLM(script) as llm:
+        r = _optimize("openai", llm.url("openai"), tmp_path, "--api-key", secret)
+    assert r.returncode == 0, r.stderr
+    assert secret.encode() not in (tmp_path / ".kpilot" / "runs.db").read_bytes()
+    shown = kp("runs", "show", "1", "--trace", "--json", cwd=tmp_path)
+    steps = json.loads(shown.stdout)["steps"]
+    trace = steps[1]["trace"]
+    roles = [t["role"] for t in trace]
+    assert roles[0] == "user" and "assistant" in roles and "tool" in roles and roles[-1] == "evaluation"
+    call = next(t for t in trace if t["role"] == "assistant")
+    assert call["tool_calls"][0]["name"] == "read_candidate" and call["tokens_in"] > 0 and call["duration_s"] >= 0
+    read = next(t for t in trace if t["role"] == "tool")
+    assert "BLOCK = 64" in read["content"] and read["bytes"] > 0 and not read["is_error"]
+    said = [t for t in trace if t["role"] == "assistant" and "My key is" in t["text"]]
+    assert said and "[redacted api key]" in said[0]["text"]
+    assert any(e.get("stage") == "case" for e in trace[-1]["events"])
+    text = kp("runs", "show", "1", "--trace", cwd=tmp_path)
+    assert text.returncode == 0 and "read_candidate" in text.stdout and "evaluation:" in text.stdout
+    assert "trace" not in json.loads(kp("runs", "show", "1", "--json", cwd=tmp_path).stdout)["steps"][1]

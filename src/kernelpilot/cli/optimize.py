@@ -106,7 +106,38 @@ def _show_text(d: dict[str, Any], paint) -> str:
                      f"{st['speedup']:g}x" if st["speedup"] else "-",
                      (st["error"] or "; ".join((st["check_summary"] or {}).get("failed_cases", [])[:1]) or "")[:80]])
     lines.append(table(rows, ["step", "kind", "params", "correct", "us", "speedup", "note"]))
+    for st in d["steps"]:
+        if st.get("trace"):
+            lines.append(f"\nstep {st['n']} ({st['kind']}):")
+            lines.extend(_trace_lines(st["trace"]))
     return "\n".join(lines)
+
+
+def _trace_lines(trace: list[dict[str, Any]]) -> list[str]:
+    """A step's trace for a person: one line (or a short block) per message, call, result or evaluation."""
+    out = []
+    for t in trace:
+        role = t.get("role")
+        if role == "user":
+            out.append(f"  user: {_short(t.get('text'))}")
+        elif role == "assistant":
+            calls = ", ".join(f"{c['name']}({_short(json.dumps(c.get('arguments')), 80)})" for c in t.get("tool_calls", []))
+            out.append(f"  model ({t.get('tokens_in')}+{t.get('tokens_out')} tokens, {t.get('duration_s')} s): "
+                       f"{_short(t.get('text'))}" + (f" -> {calls}" if calls else ""))
+        elif role == "tool":
+            mark = "error" if t.get("is_error") else "ok"
+            out.append(f"  {t.get('name')} [{mark}, {t.get('bytes')} B, {t.get('duration_s')} s]: {_short(t.get('content'))}")
+        elif role == "evaluation":
+            stages = [e.get("stage") for e in t.get("events", [])]
+            total = (t.get("elapsed_s") or {}).get("total")
+            out.append(f"  evaluation: {len(stages)} events ({', '.join(dict.fromkeys(s for s in stages if s))})"
+                       + (f", {total} s" if total is not None else ""))
+    return out
+
+
+def _short(text: object, n: int = 160) -> str:
+    s = " ".join(str(text or "").split())
+    return s if len(s) <= n else s[:n - 3] + "..."
 
 
 @command("runs_export", name="export", examples="kpilot runs export 3 --out report/")

@@ -20,6 +20,7 @@ from kernelpilot.errors import KernelpilotError
 from kernelpilot.evaluate.result import ratio
 from kernelpilot.loop.llm_client import ChatModel, Reply, ToolSpec, Turn
 from kernelpilot.loop.step_record import case_times, check_summary, diff, median_us, write_variant
+from kernelpilot.loop.trace import Trace
 from kernelpilot.runs.store import StepRecord
 
 __all__ = ["run_agent", "SYSTEM_PROMPT"]
@@ -160,11 +161,12 @@ def run_agent(r, model: ChatModel, toolbox=None, *, max_turns: int = 12, max_fai
             if opts.goal and r.run.best_speedup and r.run.best_speedup >= opts.goal:
                 return "done", f"goal of {opts.goal:g}x reached"
             continue
-        history = [Turn("user", _context(run, best, r.steps, r.gpu))]
+        context = _context(run, best, r.steps, r.gpu)
+        history, trace = [Turn("user", context)], _new_trace(r, context)
         tokens = [0, 0]
         failures, passed = 0, False
         for _ in range(max_turns):
-            reply = _turn(model, history, tools, tokens)
+            reply = _turn(model, history, tools, tokens, trace)
             if reply is None:
                 continue
             results: list[tuple[str, str, bool]] = []
@@ -174,7 +176,7 @@ def run_agent(r, model: ChatModel, toolbox=None, *, max_turns: int = 12, max_fai
                 if c.name == "submit_candidate":
                     if r.evaluations() >= opts.budget:
                         return "done", f"budget of {opts.budget} evaluations spent"
-                    step = _submit(r, c.arguments, best, tokens)
+                    step = _submit(r, c.arguments, best, tokens, trace)
                     tokens = [0, 0]
                     if step.passed:
                         passed = True
@@ -183,27 +185,46 @@ def run_agent(r, model: ChatModel, toolbox=None, *, max_turns: int = 12, max_fai
                     else:
                         failures += 1
                         results.append((c.id, f"the candidate failed (step {step.n} recorded): {_failure(step)}", True))
+                    trace.tool(c.id, c.name, results[-1][1], results[-1][2], 0.0)
                     if opts.goal and r.run.best_speedup and r.run.best_speedup >= opts.goal:
                         return "done", f"goal of {opts.goal:g}x reached"
                     continue
-                results.append(_run_tool(c.id, c.name, c.arguments, box, names))
+                results.append(_tool(trace, c.id, c.name, c.arguments, box, names))
             history.append(Turn("tool", results=results))
             if passed or failures >= max_failures or r.evaluations() >= opts.budget:
                 break
 
 
-def _turn(model: ChatModel, history: list[Turn], tools, tokens: list[int]) -> Reply | None:
-    """The model's next turn, added to ``history`` with its tokens counted; None (and a nudge added) when it called
-    no tool."""
+def _turn(model: ChatModel, history: list[Turn], tools, tokens: list[int], trace: Trace) -> Reply | None:
+    """The model's next turn, added to ``history`` (and the trace) with its tokens counted; None (and a nudge
+    added) when it called no tool."""
+    t0 = time.perf_counter()
     reply: Reply = model.reply(SYSTEM_PROMPT, history, tools)
+    trace.assistant(reply, time.perf_counter() - t0)
     tokens[0] += reply.tokens_in
     tokens[1] += reply.tokens_out
     history.append(Turn("assistant", reply.text, reply.tool_calls))
     if reply.tool_calls:
         return reply
-    history.append(Turn("user", "Call submit_candidate with your hypothesis and the whole new file, or "
-                                "stop_optimizing."))
+    nudge = "Call submit_candidate with your hypothesis and the whole new file, or stop_optimizing."
+    history.append(Turn("user", nudge))
+    trace.user(nudge)
     return None
+
+
+def _tool(trace: Trace, cid: str, name: str, args: dict[str, Any], box, names: list[str]) -> tuple[str, str, bool]:
+    """A tool call, run and traced."""
+    t0 = time.perf_counter()
+    result = _run_tool(cid, name, args, box, names)
+    trace.tool(cid, name, result[1], result[2], time.perf_counter() - t0)
+    return result
+
+
+def _new_trace(r, context: str) -> Trace:
+    cfg = r.llm_config
+    trace = Trace({cfg.api_key: "api key"} if cfg is not None and getattr(cfg, "api_key", None) else {})
+    trace.user(context)
+    return trace
 
 
 def _parallel_step(r, model: ChatModel, box, tools, names: list[str], best: StepRecord,
@@ -215,11 +236,12 @@ def _parallel_step(r, model: ChatModel, box, tools, names: list[str], best: Step
     prepared: list[tuple[StepRecord, Path | None]] = []
     room = opts.budget - r.evaluations()
     for _ in range(min(opts.parallel, room)):
-        history = [Turn("user", _context(run, best, r.steps, r.gpu))]
+        context = _context(run, best, r.steps, r.gpu)
+        history, trace = [Turn("user", context)], _new_trace(r, context)
         tokens = [0, 0]
         submitted = False
         for _ in range(max_turns):
-            reply = _turn(model, history, tools, tokens)
+            reply = _turn(model, history, tools, tokens, trace)
             if reply is None:
                 continue
             results: list[tuple[str, str, bool]] = []
@@ -228,10 +250,10 @@ def _parallel_step(r, model: ChatModel, box, tools, names: list[str], best: Step
                     _evaluated(r, prepared)
                     return "done", f"the model stopped: {str(c.arguments.get('reason', ''))[:200]}"
                 if c.name == "submit_candidate" and not submitted:
-                    prepared.append(_prepare(r, c.arguments, best, tokens, slot=len(prepared)))
+                    prepared.append(_prepare(r, c.arguments, best, tokens, trace, slot=len(prepared)))
                     submitted = True
                     continue
-                results.append(_run_tool(c.id, c.name, c.arguments, box, names))
+                results.append(_tool(trace, c.id, c.name, c.arguments, box, names))
             if submitted:
                 break
             history.append(Turn("tool", results=results))
@@ -257,7 +279,7 @@ def _run_tool(cid: str, name: str, args: dict[str, Any], box, names: list[str]) 
     return cid, out, False
 
 
-def _prepare(r, args: dict[str, Any], parent: StepRecord, tokens: list[int],
+def _prepare(r, args: dict[str, Any], parent: StepRecord, tokens: list[int], trace: Trace | None = None,
              slot: int = 0) -> tuple[StepRecord, Path | None]:
     """A submission as a step to record, and the file its code was written to (None: nothing to evaluate)."""
     code = args.get("code")
@@ -267,7 +289,8 @@ def _prepare(r, args: dict[str, Any], parent: StepRecord, tokens: list[int],
     if cfg is not None and cfg.price_in is not None and cfg.price_out is not None:
         cost = round((tokens[0] * cfg.price_in + tokens[1] * cfg.price_out) / 1e6, 6)
     step = StepRecord(kind="proposal", parent=parent.n, hypothesis=hypothesis, tokens_in=tokens[0],
-                      tokens_out=tokens[1], cost_usd=cost, started=time.time())
+                      tokens_out=tokens[1], cost_usd=cost, started=time.time(),
+                      trace=trace.take() if trace is not None else None)
     if not isinstance(code, str) or not code.strip():
         step.correct, step.passed, step.error = False, False, "submit_candidate needs the whole file in `code`"
         return step, None
@@ -280,11 +303,14 @@ def _prepare(r, args: dict[str, Any], parent: StepRecord, tokens: list[int],
 def _evaluated(r, prepared: list[tuple[StepRecord, Path | None]]) -> list[StepRecord]:
     """Evaluate the prepared submissions (at once, where the run has several workers) and record each."""
     runnable = [(step, path) for step, path in prepared if path is not None]
-    results = iter(r.evaluate_many([(path, r.opts.bench_budget_s, False) for _, path in runnable]))
+    events: list[list[dict[str, Any]]] = []
+    results = iter(zip(r.evaluate_many([(path, r.opts.bench_budget_s, False) for _, path in runnable], events),
+                       events))
     out = []
     for step, path in prepared:
         if path is not None:
-            res = next(results)
+            res, seen = next(results)
+            step.trace = [*(step.trace or []), {"role": "evaluation", "events": seen, "elapsed_s": res.elapsed_s}]
             med = median_us(res)
             step.correct, step.passed, step.check_summary = res.correct, res.passed, check_summary(res)
             step.median_us, step.timing, step.error = med, case_times(res), res.error
@@ -293,6 +319,6 @@ def _evaluated(r, prepared: list[tuple[StepRecord, Path | None]]) -> list[StepRe
     return out
 
 
-def _submit(r, args: dict[str, Any], parent: StepRecord, tokens: list[int]) -> StepRecord:
-    (step,) = _evaluated(r, [_prepare(r, args, parent, tokens)])
+def _submit(r, args: dict[str, Any], parent: StepRecord, tokens: list[int], trace: Trace | None = None) -> StepRecord:
+    (step,) = _evaluated(r, [_prepare(r, args, parent, tokens, trace)])
     return step

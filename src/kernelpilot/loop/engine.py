@@ -126,12 +126,18 @@ class _Run:
         return EvalOptions(device=self.device, seeds=self.opts.seeds, timeout=self.opts.timeout, cases=self.opts.cases,
                            budget=budget_s, pool=self.pool)
 
-    def evaluate_many(self, items: list[tuple[Path, float, bool]]) -> list[EvalResult]:
+    def evaluate_many(self, items: list[tuple[Path, float, bool]],
+                      events: list[list[dict[str, Any]]] | None = None) -> list[EvalResult]:
         """Each ``(candidate, timing budget per case, bench only)``: here one after another, or on the target's
-        workers, as many at once as there are workers. Results in the items' order."""
+        workers, as many at once as there are workers. Results in the items' order; ``events``, when given, gets
+        each evaluation's progress events (for the step's trace)."""
+        seen: list[list[dict[str, Any]]] = [[] for _ in items]
+        if events is not None:
+            events.extend(seen)
         if not self.remote:
-            return [(bench if only else evaluate)(self.run.problem, path, self.eval_options(budget_s))
-                    for path, budget_s, only in items]
+            return [(bench if only else evaluate)(self.run.problem, path,
+                                                  self.eval_options(budget_s).replace(progress=seen[i].append))
+                    for i, (path, budget_s, only) in enumerate(items)]
         import queue
         import threading
 
@@ -157,7 +163,7 @@ class _Run:
                 try:
                     bundle = make_bundle(self.run.problem, path)
                     opts = self.eval_options(budget_s)
-                    answer = channel.run(operation, remote_options(operation, opts, bundle), bundle)
+                    answer = channel.run(operation, remote_options(operation, opts, bundle), bundle, seen[i].append)
                     out[i] = EvalResult.from_json(answer)
                 except TargetLost as e:
                     out[i] = e
@@ -344,7 +350,9 @@ def _search(r: _Run) -> tuple[str, str]:
             texts.append(text)
             items.append((path, opts.bench_budget_s * opts.eta ** trial.round, trial.round > 0))
         t0 = time.time()
-        for trial, text, (path, budget_s, _), res in zip(trials, texts, items, r.evaluate_many(items)):
+        events: list[list[dict[str, Any]]] = []
+        results = r.evaluate_many(items, events)
+        for trial, text, (path, budget_s, _), res, seen in zip(trials, texts, items, results, events):
             cfg = by_key[trial.key]
             med = median_us(res)
             r.record(StepRecord(
@@ -352,7 +360,8 @@ def _search(r: _Run) -> tuple[str, str]:
                 hypothesis=f"{trial.key} (successive halving round {trial.round}, {budget_s:g} s of timing per case)",
                 code=text, diff=diff(base_text, text, start.name), correct=res.correct, passed=res.passed,
                 check_summary=check_summary(res), median_us=med, timing=case_times(res),
-                speedup=ratio(baseline, med) if med else None, error=res.error, started=t0))
+                speedup=ratio(baseline, med) if med else None, error=res.error, started=t0,
+                trace=[{"role": "evaluation", "events": seen, "elapsed_s": res.elapsed_s}]))
             if opts.goal and r.run.best_speedup and r.run.best_speedup >= opts.goal:
                 return "done", f"goal of {opts.goal:g}x reached"
         if r.evaluations() >= opts.budget:

@@ -21,7 +21,7 @@ from kernelpilot.errors import KernelpilotError
 __all__ = ["DEFAULT_PATH", "RunRecord", "StepRecord", "RunStore"]
 
 DEFAULT_PATH = Path(".kpilot") / "runs.db"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -67,11 +67,12 @@ CREATE TABLE IF NOT EXISTS steps (
     cost_usd REAL,
     started REAL,
     finished REAL,
+    trace TEXT,                     -- JSON: the model's messages, tool calls and results, evaluations' events
     UNIQUE(run_id, n)
 );
 """
 
-_JSON_STEP = ("params", "isa", "profile", "check_summary", "timing")
+_JSON_STEP = ("params", "isa", "profile", "check_summary", "timing", "trace")
 
 
 @dataclass
@@ -120,12 +121,15 @@ class StepRecord:
     cost_usd: float | None = None
     started: float | None = None
     finished: float | None = None
+    trace: list[dict[str, Any]] | None = None   # what led to the step: messages, tool calls, evaluations
 
-    def to_json(self, *, code: bool = True) -> dict[str, Any]:
+    def to_json(self, *, code: bool = True, trace: bool = True) -> dict[str, Any]:
         d = asdict(self)
         if not code:
             d.pop("code")
             d.pop("diff")
+        if not trace:
+            d.pop("trace")
         return d
 
 
@@ -170,8 +174,18 @@ class RunStore:
                 self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             elif int(row[0]) > SCHEMA_VERSION:
                 raise KernelpilotError(f"{self.path}: written by a newer kernelpilot (store version {row[0]}).")
+            elif int(row[0]) < SCHEMA_VERSION:
+                self._migrate(int(row[0]))
         except sqlite3.DatabaseError as e:
             raise KernelpilotError(f"{self.path}: not a kernelpilot run store ({e}).") from None
+
+    def _migrate(self, version: int) -> None:
+        """Bring a store written by an older kernelpilot up to this one's version, keeping every record."""
+        with self._tx():
+            columns = {r[1] for r in self.db.execute("PRAGMA table_info(steps)")}
+            if version < 2 and "trace" not in columns:
+                self.db.execute("ALTER TABLE steps ADD COLUMN trace TEXT")
+            self.db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     # ------------------------------------------------------------------ runs
 

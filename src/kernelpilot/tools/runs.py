@@ -100,6 +100,8 @@ def optimize_start(opts: OptimizeRequest, ctx: ToolContext) -> dict[str, Any]:
 class RunsRequest(Options):
     run: int | None = param("A run id: its whole timeline (without: the list of runs).", argument=True, minimum=1)
     code: bool = param("With a run: each step's code and diff too.", False)
+    trace: bool = param("With a run: each step's trace too (the model's messages, tool calls and results with "
+                        "their tokens and times; each evaluation's progress events).", False)
     store: Path = param("The run store (SQLite).", DEFAULT_PATH, path=True)
 
 
@@ -120,7 +122,8 @@ def optimize_status(opts: StatusRequest, ctx: ToolContext) -> dict[str, Any]:
         run, steps = s.run(opts.run), s.steps(opts.run)
     keep = ("n", "kind", "params", "hypothesis", "correct", "passed", "median_us", "speedup", "error")
     return {"run": run.to_json(), "steps": len(steps),
-            "last": [{k: v for k, v in st.to_json(code=False).items() if k in keep} for st in steps[-opts.last:]]}
+            "last": [{k: v for k, v in st.to_json(code=False, trace=False).items() if k in keep}
+                     for st in steps[-opts.last:]]}
 
 
 @register("runs", """The optimization runs recorded in the workspace: id, problem, strategy, status, best
@@ -135,7 +138,7 @@ def runs(opts: RunsRequest, ctx: ToolContext) -> dict[str, Any]:
             return {"runs": [{**r.to_json(), "steps": len(s.steps(r.id))} for r in s.runs()]}
         run, steps = s.run(opts.run), s.steps(opts.run)
     best = next((st for st in steps if st.n == run.best_step), None)
-    return {"run": run.to_json(), "steps": [st.to_json(code=opts.code) for st in steps],
+    return {"run": run.to_json(), "steps": [st.to_json(code=opts.code, trace=opts.trace) for st in steps],
             "best_code": best.code if best else None}
 
 
