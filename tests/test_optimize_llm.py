@@ -208,3 +208,12 @@ def test_each_step_keeps_its_trace_without_the_key(tmp_path):
     text = kp("runs", "show", "1", "--trace", cwd=tmp_path)
     assert text.returncode == 0 and "read_candidate" in text.stdout and "evaluation:" in text.stdout
     assert "trace" not in json.loads(kp("runs", "show", "1", "--json", cwd=tmp_path).stdout)["steps"][1]
+    # the timeline for Perfetto: a span per step, model turn, tool call and evaluation, on their own tracks
+    exported = kp("runs", "export", "1", "--out", tmp_path / "rep", "--chrome-trace", cwd=tmp_path)
+    assert exported.returncode == 0, exported.stderr
+    chrome = json.loads((tmp_path / "rep" / "trace.json").read_text())
+    spans = [e for e in chrome["traceEvents"] if e["ph"] == "X"]
+    assert {e["cat"] for e in spans} == {"steps", "model", "tools", "evaluations"}
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 and isinstance(e["tid"], int) for e in spans)
+    names = {e["args"]["name"] for e in chrome["traceEvents"] if e["name"] == "thread_name"}
+    assert names == {"steps", "model", "tools", "evaluations"}

@@ -146,16 +146,27 @@ def runs(opts: RunsRequest, ctx: ToolContext) -> dict[str, Any]:
 class ExportRequest(Options):
     run: int = param("The run id.", argument=True, minimum=1, required=True)
     out: Path | None = param("The folder for report.md and speedup.png (default: run-ID-report).", path=True)
+    chrome_trace: bool = param("Also trace.json: the run's timeline (steps, model turns, tool calls, evaluations) in "
+                               "Chrome's trace format, for Perfetto (ui.perfetto.dev) or chrome://tracing.", False)
     store: Path = param("The run store (SQLite).", DEFAULT_PATH, path=True)
 
 
 @register("runs_export", """Write a Markdown report of one run (its options, every step with its hypothesis,
     correctness, time and speedup, and the best code) with a plot of speedup over steps.""", ExportRequest,
-          shape(report="string"))
+          shape(report="string", trace="string", optional=("trace",)))
 def runs_export(opts: ExportRequest, ctx: ToolContext) -> dict[str, Any]:
     from kernelpilot.runs.report import export_run
     from kernelpilot.runs.store import RunStore
 
+    out = opts.out or Path(f"run-{opts.run}-report")
     with RunStore(opts.store, create=False) as s:
-        path = export_run(s, opts.run, opts.out or Path(f"run-{opts.run}-report"))
-    return {"report": str(path)}
+        path = export_run(s, opts.run, out)
+        if not opts.chrome_trace:
+            return {"report": str(path)}
+        import json
+
+        from kernelpilot.runs.chrome_trace import chrome_trace
+
+        trace = out / "trace.json"
+        trace.write_text(json.dumps(chrome_trace(s, opts.run)))
+    return {"report": str(path), "trace": str(trace)}
