@@ -217,3 +217,8 @@ def test_each_step_keeps_its_trace_without_the_key(tmp_path):
     assert all(e["dur"] >= 0 and e["ts"] >= 0 and isinstance(e["tid"], int) for e in spans)
     names = {e["args"]["name"] for e in chrome["traceEvents"] if e["name"] == "thread_name"}
     assert names == {"steps", "model", "tools", "evaluations"}
+    page = kp("runs", "export", "1", "--out", tmp_path / "rep2", "--html", cwd=tmp_path)
+    assert page.returncode == 0, page.stderr
+    text = (tmp_path / "rep2" / "run.html").read_text()
+    assert 'class="msg model"' in text and "read_candidate" in text and 'class="msg eval"' in text
+    assert secret not in text

@@ -143,6 +143,7 @@ def _short(text: object, n: int = 160) -> str:
 @command("runs_export", name="export", examples="kpilot runs export 3 --out report/")
 def export_cmd(opts, out: Output) -> None:
     out.result(run_tool("runs_export", opts), lambda d, paint: f"wrote {d['report']}"
+               + (f", {d['html']}" if d.get("html") else "")
                + (f" and {d['trace']} (open it in ui.perfetto.dev)" if d.get("trace") else ""))
 
 

@@ -146,6 +146,8 @@ def runs(opts: RunsRequest, ctx: ToolContext) -> dict[str, Any]:
 class ExportRequest(Options):
     run: int = param("The run id.", argument=True, minimum=1, required=True)
     out: Path | None = param("The folder for report.md and speedup.png (default: run-ID-report).", path=True)
+    html: bool = param("Also run.html: the run in one self-contained page (a speedup chart, a step table that "
+                       "sorts and filters, each step's diff, ISA, profile and trace), for a browser.", False)
     chrome_trace: bool = param("Also trace.json: the run's timeline (steps, model turns, tool calls, evaluations) in "
                                "Chrome's trace format, for Perfetto (ui.perfetto.dev) or chrome://tracing.", False)
     store: Path = param("The run store (SQLite).", DEFAULT_PATH, path=True)
@@ -153,20 +155,25 @@ class ExportRequest(Options):
 
 @register("runs_export", """Write a Markdown report of one run (its options, every step with its hypothesis,
     correctness, time and speedup, and the best code) with a plot of speedup over steps.""", ExportRequest,
-          shape(report="string", trace="string", optional=("trace",)))
+          shape(report="string", html="string", trace="string", optional=("html", "trace")))
 def runs_export(opts: ExportRequest, ctx: ToolContext) -> dict[str, Any]:
     from kernelpilot.runs.report import export_run
     from kernelpilot.runs.store import RunStore
 
     out = opts.out or Path(f"run-{opts.run}-report")
+    written: dict[str, Any] = {}
     with RunStore(opts.store, create=False) as s:
-        path = export_run(s, opts.run, out)
-        if not opts.chrome_trace:
-            return {"report": str(path)}
-        import json
+        written["report"] = str(export_run(s, opts.run, out))
+        if opts.html:
+            from kernelpilot.runs.html import run_html
 
-        from kernelpilot.runs.chrome_trace import chrome_trace
+            (out / "run.html").write_text(run_html(s, opts.run))
+            written["html"] = str(out / "run.html")
+        if opts.chrome_trace:
+            import json
 
-        trace = out / "trace.json"
-        trace.write_text(json.dumps(chrome_trace(s, opts.run)))
-    return {"report": str(path), "trace": str(trace)}
+            from kernelpilot.runs.chrome_trace import chrome_trace
+
+            (out / "trace.json").write_text(json.dumps(chrome_trace(s, opts.run)))
+            written["trace"] = str(out / "trace.json")
+    return written

@@ -1,0 +1,77 @@
+"""`kpilot runs export ID --html` in a real browser: headless Chromium (Debian's chromium) loads the exported page
+offline, runs its script without an error, shows the chart's axis labels and legend, and opening a step (what a
+click on its row does: the address's #step-N) shows that step's diff."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, in_ci, require_module
+
+SCALE = ROOT / "tests" / "data" / "problems" / "scale"
+
+
+def _browser() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    if in_ci():
+        pytest.fail("CI: chromium is missing (apt-get install chromium)")
+    pytest.skip("no Chromium here (apt-get install chromium)")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    require_module("triton")
+    d = tmp_path_factory.mktemp("html")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    r = subprocess.run([sys.executable, "-m", "kernelpilot", "optimize", str(SCALE), "-c", str(SCALE / "scale_tunable.py"),
+                        "--device", "cpu", "--budget", "3", "--bench-budget", "0.05", "-q"], cwd=d, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, "-m", "kernelpilot", "runs", "export", "1", "--out", str(d / "rep"), "--html"],
+                       cwd=d, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return d / "rep" / "run.html"
+
+
+def _dom(page: Path, fragment: str = "") -> str:
+    r = subprocess.run([_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
+                        "--dump-dom", page.as_uri() + fragment], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-500:]
+    return r.stdout
+
+
+def test_the_page_needs_no_network(exported):
+    text = exported.read_text()
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", text) and "@import" not in text
+
+
+def test_the_page_runs_and_shows_a_labelled_chart(exported):
+    dom = _dom(exported)
+    assert 'data-ready="1"' in dom                                 # the script ran to its end
+    assert re.search(r'<pre id="errors">\s*</pre>', dom)           # and reported no error
+    assert 'id="x-label">step<' in dom and 'id="y-label">speedup over the start (x)<' in dom
+    assert "a step that passed" in dom and "best so far" in dom and "<title>step 1" in dom
+    assert len(re.findall(r'<tr data-n="\d+"', dom)) == 3
+
+
+def test_opening_a_step_shows_its_diff(exported, tmp_path):
+    dom = _dom(exported, "#step-1")
+    shown = re.search(r'<section class="detail" id="step-1"( hidden="")?>', dom)
+    assert shown and not shown.group(1)
+    assert re.search(r'<section class="detail" id="step-0" hidden', dom)
+    step1 = dom[shown.start():dom.index("</section>", shown.start())]
+    assert '<pre class="diff">' in step1 and '<span class="add">+' in step1
+    shot = tmp_path / "page.png"
+    r = subprocess.run([_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1100,900",
+                        "--virtual-time-budget=5000", f"--screenshot={shot}", exported.as_uri() + "#step-1"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and shot.stat().st_size > 20_000      # a page with a chart, not a blank one
