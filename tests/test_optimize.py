@@ -257,13 +257,15 @@ def test_a_start_that_fails_is_one_line(tmp_path):
         assert s.run(1).status == "failed" and s.steps(1)[0].correct is False
 
 
-def test_series_plot_is_a_png(tmp_path):
-    from kernelpilot.runs.plot import series_png
+def test_plots_are_pngs_with_their_labels(tmp_path):
+    require_module("matplotlib")
+    from kernelpilot.runs.plot import series_png, speedup_png
 
-    p = series_png({"a": [1.5, 3.0, None, 20.0], "b": [0.5, 1.0, 2.0, 4.0]}, tmp_path / "s.png", width=200, height=100)
-    data = p.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
-    assert int.from_bytes(data[16:20], "big") == 200 and int.from_bytes(data[20:24], "big") == 100
+    p = series_png({"a": [1.5, 3.0, None, 20.0], "b": [0.5, 1.0, 2.0, 4.0]}, tmp_path / "s.png")
+    q = speedup_png([(0, 1.0), (1, None), (2, 2.5)], tmp_path / "u.png", target=3.0)
+    for f in (p, q):
+        data = f.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) > 10_000
 
 
 def test_variants_find_the_files_beside_their_start(tmp_path):

@@ -308,16 +308,15 @@ def report(name: str, gpu: str, dtype: str) -> None:
            "summary": summary, "stream_floor_above_1_5x_floor": out_of_reach(rows),
            "bound_above_1_5x_floor": beyond_bound(rows), "rows": rows, "method": METHOD}
     (HERE / "results" / f"{name}.{dtype}.json").write_text(json.dumps(out, indent=1))
-    from kernelpilot.runs.plot import PALETTE, series_png
+    from kernelpilot.runs.plot import series_png
 
     series = {k: [r[k]["vs_eager"] for r in rows] for k in kernels}
     series["torch.compile"] = [r["eager_us"] / r["compile_us"] if r["eager_us"] and r["compile_us"] else None
                                for r in rows]
-    series_png(series, HERE / "results" / f"{name}.{dtype}_speedup.png")
-    legend = ", ".join(f"{k}: rgb{PALETTE[i]}" for i, k in enumerate(series))
+    series_png(series, HERE / "results" / f"{name}.{dtype}_speedup.png", title=f"MoE routing on {gpu} ({dtype})")
     md = [f"# MoE top-k sigmoid routing on {gpu} ({dtype})", "", METHOD, "",
           f"![speedup over eager per case]({name}.{dtype}_speedup.png)", "",
-          f"Speedup over PyTorch eager per case (log scale; grey: 1x). Colours: {legend}.", "",
+          "Speedup over PyTorch eager per case (log scale; dotted: 1x; the legend names each kernel).", "",
           "| variant | case | eager us | compile us | floor us | bound us | stream us | "
           + " | ".join(f"{k} us (graph us)" for k in kernels) + " |",
           "| --- | --- | --- | --- | --- | --- | --- | " + " | ".join("---" for _ in kernels) + " |"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from kernelpilot.runs.plot import speedup_png
+from kernelpilot.runs.plot import available, speedup_png
 from kernelpilot.runs.store import RunStore, StepRecord
 
 __all__ = ["export_run", "report_markdown"]
@@ -42,9 +42,7 @@ def report_markdown(store: RunStore, run_id: int, plot_name: str | None = "speed
         "",
     ]
     if plot_name:
-        lines += [f"![speedup over steps]({plot_name})", "",
-                  "Green dots: speedup of each evaluated step over the start; red crosses: steps that failed; blue: "
-                  "the best so far; grey: 1x; orange dashes: the target.", ""]
+        lines += [f"![speedup over steps]({plot_name})", ""]
     lines += ["## Timeline", "", "| step | kind | hypothesis | correct | median us | speedup | note |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
     for st in steps:
@@ -61,11 +59,18 @@ def report_markdown(store: RunStore, run_id: int, plot_name: str | None = "speed
 
 
 def export_run(store: RunStore, run_id: int, out: Path) -> Path:
-    """Write ``out/report.md`` and ``out/speedup.png``; returns the report's path."""
+    """Write ``out/report.md`` and its chart (``speedup.png`` with matplotlib, else ``speedup.svg``); returns the
+    report's path."""
+    from kernelpilot.runs.html import speedup_svg
+
     out.mkdir(parents=True, exist_ok=True)
     run, steps = store.run(run_id), store.steps(run_id)
-    points = [(s.n or 0, s.speedup if s.passed else None) for s in steps if s.kind != "pruned"]
-    speedup_png(points, out / "speedup.png", target=run.target)
+    if available():
+        points = [(s.n or 0, s.speedup if s.passed else None) for s in steps if s.kind != "pruned"]
+        chart = speedup_png(points, out / "speedup.png", target=run.target).name
+    else:
+        chart = "speedup.svg"
+        (out / chart).write_text(speedup_svg(run, steps))
     path = out / "report.md"
-    path.write_text(report_markdown(store, run_id))
+    path.write_text(report_markdown(store, run_id, plot_name=chart))
     return path
