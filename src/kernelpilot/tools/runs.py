@@ -145,7 +145,7 @@ def runs(opts: RunsRequest, ctx: ToolContext) -> dict[str, Any]:
 @dataclass(frozen=True, kw_only=True)
 class ExportRequest(Options):
     run: int = param("The run id.", argument=True, minimum=1, required=True)
-    out: Path | None = param("The folder for report.md and speedup.png (default: run-ID-report).", path=True)
+    out: Path | None = param("The folder for report.md and its chart (default: run-ID-report).", path=True)
     html: bool = param("Also run.html: the run in one self-contained page (a speedup chart, a step table that "
                        "sorts and filters, each step's diff, ISA, profile and trace), for a browser.", False)
     chrome_trace: bool = param("Also trace.json: the run's timeline (steps, model turns, tool calls, evaluations) in "
