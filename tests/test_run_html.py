@@ -32,13 +32,15 @@ def exported(tmp_path_factory):
     require_module("triton")
     d = tmp_path_factory.mktemp("html")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    r = subprocess.run([sys.executable, "-m", "kernelpilot", "optimize", str(SCALE), "-c", str(SCALE / "scale_tunable.py"),
-                        "--device", "cpu", "--budget", "3", "--bench-budget", "0.05", "-q"], cwd=d, env=env,
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr
-    r = subprocess.run([sys.executable, "-m", "kernelpilot", "runs", "export", "1", "--out", str(d / "rep"), "--html"],
-                       cwd=d, env=env, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+    for budget in ("3", "2"):                                   # run 1, and run 2 to compare with
+        r = subprocess.run([sys.executable, "-m", "kernelpilot", "optimize", str(SCALE), "-c",
+                            str(SCALE / "scale_tunable.py"), "--device", "cpu", "--budget", budget, "--bench-budget",
+                            "0.05", "-q"], cwd=d, env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+    for extra, out in (([], "rep"), (["--compare", "2"], "pair")):
+        r = subprocess.run([sys.executable, "-m", "kernelpilot", "runs", "export", "1", "--out", str(d / out), "--html",
+                            *extra], cwd=d, env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
     return d / "rep" / "run.html"
 
 
@@ -75,3 +77,10 @@ def test_opening_a_step_shows_its_diff(exported, tmp_path):
                         "--virtual-time-budget=5000", f"--screenshot={shot}", exported.as_uri() + "#step-1"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and shot.stat().st_size > 20_000      # a page with a chart, not a blank one
+
+
+def test_two_runs_side_by_side(exported):
+    dom = _dom(exported.parent.parent / "pair" / "run.html")
+    assert 'data-ready="1"' in dom and re.search(r'<pre id="errors">\s*</pre>', dom)
+    assert '<table id="compare">' in dom and "<th>run 1</th><th>run 2</th>" in dom
+    assert 'id="speedup-chart"' in dom and 'id="speedup-chart-2"' in dom and "Made with: kernelpilot" in dom

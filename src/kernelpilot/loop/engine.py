@@ -23,6 +23,7 @@ from kernelpilot.loop.llm_client import LLMChoice, LLMError
 from kernelpilot.loop.prune import spec_kernels, static_verdict
 from kernelpilot.loop.space import config_key, read_space
 from kernelpilot.loop.step_record import case_times, check_summary, diff, median_us, write_variant
+from kernelpilot.runs.environment import environment
 from kernelpilot.runs.lock import RunLock
 from kernelpilot.options import param
 from kernelpilot.options import to_json as options_json
@@ -243,7 +244,8 @@ def optimize(problem: str | Path, candidate: str | Path, opts: OptimizeOptions, 
     with RunStore(opts.store) as store:
         run_id = store.create_run(problem=str(Path(problem).resolve()), strategy=opts.strategy,
                                   start_candidate=str(cand), target=opts.goal, budget=opts.budget,
-                                  options=opts.to_json(), device=opts.device or default_device())
+                                  options={**opts.to_json(), "environment": environment()},
+                                  device=opts.device or default_device())
         with RunLock(opts.store, run_id):
             return _drive(store, store.run(run_id), opts, on_event, model, toolbox)
 

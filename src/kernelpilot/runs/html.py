@@ -169,7 +169,7 @@ pre{background:#f7f7f7;padding:8px;overflow:auto;max-height:400px;white-space:pr
 .diff .add{color:#176f2c;background:#e6ffec} .diff .del{color:#a40e26;background:#ffebe9} .diff .hunk{color:#6639ba}
 .msg{border-left:3px solid #ccc;padding-left:8px;margin:6px 0} .msg.model{border-color:#1f6feb}
 .msg.tool{border-color:#2a9d3a} .msg.tool.error{border-color:#c0392b} .msg.eval{border-color:#e67e22}
-#errors:empty{display:none} #errors{color:#a00}
+#errors:empty{display:none} #errors{color:#a00} .pair{display:flex;gap:24px} .pair>div{flex:1;min-width:0}
 """
 
 _JS = """
@@ -233,17 +233,48 @@ def _table(steps: list[StepRecord]) -> str:
             + "".join(rows) + "</tbody></table>")
 
 
-def run_html(store: RunStore, run_id: int) -> str:
-    run, steps = store.run(run_id), store.steps(run_id)
+def _header(run: RunRecord) -> str:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(run.created))
-    options = ", ".join(f"{k}={v}" for k, v in sorted(run.options.items()) if v not in (None, [], {}, ""))
+    env = run.options.get("environment") or {}
+    options = ", ".join(f"{k}={v}" for k, v in sorted(run.options.items())
+                        if v not in (None, [], {}, "") and k != "environment")
+    made_with = ", ".join(f"{k} {v}" for k, v in env.items() if v) or "not recorded"
     header = (f"<h1>Run {run.id}: {_e(run.strategy)} on {_e(Path(run.problem).name)}</h1>"
               f"<p>Started {when} on {_e(run.gpu or run.device or 'an unknown device')}; status <b>{_e(run.status)}"
               f"</b> ({_e(run.stop_reason or '-')}). Problem <code>{_e(run.problem)}</code>, start "
               f"<code>{_e(run.start_candidate)}</code>. Start time {_e(run.baseline_us)} us; best step "
-              f"{_e(run.best_step)} at <b>{_e(run.best_speedup)}x</b>.</p><p class='muted'>Options: {_e(options)}</p>")
-    body = (header + speedup_svg(run, steps) + "<h2>Steps</h2>" + _table(steps)
-            + "".join(_step_detail(st) for st in steps))
+              f"{_e(run.best_step)} at <b>{_e(run.best_speedup)}x</b>.</p><p class='muted' id='environment'>Made with: "
+              f"{_e(made_with)}</p><p class='muted'>Options: {_e(options)}</p>")
+    return header
+
+
+def _compare_table(runs: list[tuple[RunRecord, list[StepRecord]]]) -> str:
+    rows = [("strategy", lambda r, s: r.strategy), ("status", lambda r, s: f"{r.status} ({r.stop_reason or '-'})"),
+            ("steps evaluated", lambda r, s: sum(1 for x in s if x.kind in ("start", "variant", "proposal"))),
+            ("passed", lambda r, s: sum(1 for x in s if x.passed)),
+            ("start, us", lambda r, s: r.baseline_us), ("best step", lambda r, s: r.best_step),
+            ("best speedup", lambda r, s: f"{r.best_speedup}x" if r.best_speedup else "-"),
+            ("tokens", lambda r, s: sum((x.tokens_in or 0) + (x.tokens_out or 0) for x in s) or "-")]
+    head = "".join(f"<th>run {r.id}</th>" for r, _ in runs)
+    body = "".join(f"<tr><td>{_e(name)}</td>" + "".join(f"<td>{_e(get(r, s))}</td>" for r, s in runs) + "</tr>"
+                   for name, get in rows)
+    return f'<table id="compare"><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def run_html(store: RunStore, run_id: int, compare: int | None = None) -> str:
+    """The page of run ``run_id``; with ``compare``, the two runs side by side (headers, charts, a table of what
+    each reached, and each one's steps), the first one's steps open by their number."""
+    run, steps = store.run(run_id), store.steps(run_id)
+    body = _header(run) + speedup_svg(run, steps)
+    if compare is not None:
+        other, other_steps = store.run(compare), store.steps(compare)
+        body = ("<h1>Runs " + f"{run.id} and {other.id}</h1>" + _compare_table([(run, steps), (other, other_steps)])
+                + '<div class="pair"><div>' + body + "</div><div>" + _header(other)
+                + speedup_svg(other, other_steps).replace('id="speedup-chart"', 'id="speedup-chart-2"')
+                + f"<h2>Steps of run {other.id}</h2>" + _table(other_steps).replace('id="steps"', 'id="steps-2"')
+                .replace('id="filter"', 'id="filter-2"').replace('id="passed-only"', 'id="passed-only-2"')
+                + "</div></div>")
+    body += f"<h2>Steps of run {run.id}</h2>" + _table(steps) + "".join(_step_detail(st) for st in steps)
     return ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
             f"<title>kernelpilot run {run.id}</title><style>{_CSS}</style></head><body>"
             f"<pre id='errors'></pre>{body}<script>{_JS}</script></body></html>\n")

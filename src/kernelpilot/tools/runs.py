@@ -148,6 +148,8 @@ class ExportRequest(Options):
     out: Path | None = param("The folder for report.md and its chart (default: run-ID-report).", path=True)
     html: bool = param("Also run.html: the run in one self-contained page (a speedup chart, a step table that "
                        "sorts and filters, each step's diff, ISA, profile and trace), for a browser.", False)
+    compare: int | None = param("With html: put this run beside it in the page (headers, charts, what each "
+                                "reached, each one's steps).", minimum=1)
     chrome_trace: bool = param("Also trace.json: the run's timeline (steps, model turns, tool calls, evaluations) in "
                                "Chrome's trace format, for Perfetto (ui.perfetto.dev) or chrome://tracing.", False)
     store: Path = param("The run store (SQLite).", DEFAULT_PATH, path=True)
@@ -167,7 +169,7 @@ def runs_export(opts: ExportRequest, ctx: ToolContext) -> dict[str, Any]:
         if opts.html:
             from kernelpilot.runs.html import run_html
 
-            (out / "run.html").write_text(run_html(s, opts.run))
+            (out / "run.html").write_text(run_html(s, opts.run, compare=opts.compare))
             written["html"] = str(out / "run.html")
         if opts.chrome_trace:
             import json
