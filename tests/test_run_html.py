@@ -4,6 +4,7 @@ click on its row does: the address's #step-N) shows that step's diff."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -84,3 +85,35 @@ def test_two_runs_side_by_side(exported):
     assert 'data-ready="1"' in dom and re.search(r'<pre id="errors">\s*</pre>', dom)
     assert '<table id="compare">' in dom and "<th>run 1</th><th>run 2</th>" in dom
     assert 'id="speedup-chart"' in dom and 'id="speedup-chart-2"' in dom and "Made with: kernelpilot" in dom
+
+
+def test_runs_serve_lists_runs_behind_its_token(exported):
+    import socket
+    import urllib.error
+    import urllib.request
+
+    store = exported.parent.parent / ".kpilot" / "runs.db"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "kernelpilot", "runs", "serve", "--store", str(store), "--port",
+                             str(port)], env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        line = proc.stderr.readline()
+        url = re.search(r"(http://127\.0\.0\.1:\d+/\?token=\S+)", line).group(1)
+        token = url.split("token=")[1]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/runs", timeout=10)
+        assert refused.value.code == 401
+        runs = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/runs?token={token}", timeout=10).read())
+        assert [r["id"] for r in runs] == [2, 1] and runs[1]["steps"] == 3
+        one = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/run/1?token={token}", timeout=10).read())
+        assert one["run"]["id"] == 1 and len(one["steps"]) == 3
+        dom = subprocess.run([_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=4000",
+                              "--dump-dom", f"http://127.0.0.1:{port}/run/1?token={token}"], capture_output=True,
+                             text=True, timeout=120).stdout
+        assert 'data-ready="1"' in dom and 'id="x-label">step<' in dom and re.search(r'<pre id="errors">\s*</pre>', dom)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ import click
 from kernelpilot.cli.output import Output, echo, table, warn
 from kernelpilot.cli.spec import command
 from kernelpilot.errors import UsageError
+from kernelpilot.options import Options, param
+from kernelpilot.runs.store import DEFAULT_PATH
 from kernelpilot.tools import run as run_tool
 
 __all__ = ["optimize_cmd", "runs"]
@@ -150,3 +153,27 @@ def export_cmd(opts, out: Output) -> None:
 runs.add_command(list_cmd)
 runs.add_command(show_cmd)
 runs.add_command(export_cmd)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeOptions(Options):
+    store: Path = param("The run store (SQLite).", DEFAULT_PATH, path=True)
+    port: int = param("The port on 127.0.0.1 (0: any free one).", 0, minimum=0)
+
+
+@command("runs_serve", name="serve", options=ServeOptions, help="""Serve the run store as a local web app on
+    127.0.0.1, behind a token printed at start (or KPILOT_RUNS_TOKEN): the list of runs, and each run's page,
+    which reloads itself while the run goes on.""", examples="kpilot runs serve --port 8770")
+def serve_cmd(opts, out: Output) -> None:
+    from kernelpilot.runs.serve import make_server
+
+    server, token = make_server(opts.store, port=opts.port, token=None)
+    host, port = server.server_address[:2]
+    warn(f"kpilot runs serve: http://{host}:{port}/?token={token}  (Ctrl-C stops it)")
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+
+
+runs.add_command(serve_cmd)

@@ -117,12 +117,16 @@ def _help(description: str, cls: type, operation: str, examples: str) -> str:
 
 
 def command(tool: str, *, name: str | None = None, examples: str = "", extra: tuple[click.Parameter, ...] = (),
-            context_settings: dict[str, Any] | None = None, help: str | None = None) -> Callable:
+            context_settings: dict[str, Any] | None = None, help: str | None = None,
+            options: type | None = None) -> Callable:
     """A click command for the registered tool ``tool``: ``fn(opts, out, **extra)`` is its body, ``extra`` the
-    command's own rendering options (not part of the operation)."""
+    command's own rendering options (not part of the operation). With ``options`` (and ``help``), a command of
+    the CLI's own that is no tool (a server), made from that options class the same way."""
+    from types import SimpleNamespace
+
     from kernelpilot.tools import REGISTRY
 
-    spec = REGISTRY[tool]
+    spec = REGISTRY[tool] if options is None else SimpleNamespace(options=options, description=help or "")
 
     def deco(fn: Callable) -> click.Command:
         def callback(**kw: Any) -> Any:
