@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, require_module, require_tool
+from conftest import EXAMPLES, ROOT, require_module, require_tool
 
 K = EXAMPLES / "kernels"
 
@@ -415,3 +415,18 @@ def test_the_dpp_suggestion_fits_the_operation(tmp_path):
     bp = analyze_json(str(K / "wave_argmax_bpermute.hip"), "--arch", "gfx942")["kernels"][0]
     f = next(f for f in bp["findings"] if f["id"] == "amd.lds-crosslane")
     assert f["evidence"]["combines_with"] == "select" and "v_cmp/v_cndmask" in f["suggestion"]
+
+
+@pytest.mark.parametrize("source, arch, tool", [("reg_heavy.cu", "sm_90", "nvcc"),
+                                                ("wave_argmax_dpp.hip", "gfx942", "clang++")])
+def test_occupancy_charts(tmp_path, source, arch, tool):
+    """--plot DIR: each kernel's occupancy against its registers and its shared memory/LDS, as a PNG."""
+    require_tool(tool)
+    require_module("matplotlib")
+    r = subprocess.run([sys.executable, "-m", "kernelpilot", "isa", "analyze", str(EXAMPLES / "kernels" / source),
+                        "--arch", arch, "--plot", str(tmp_path), "-q"], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert r.returncode == 0, r.stderr
+    (png,) = tmp_path.glob(f"*-{arch}-occupancy.png")
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000 and str(png) in r.stderr

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
-from kernelpilot.cli.output import Output, table
+from kernelpilot.cli.output import Output, table, warn
 from kernelpilot.cli.spec import command
 from kernelpilot.isa.model import AmdResources, KernelReport
 from kernelpilot.tools import run
@@ -26,9 +28,29 @@ def _analyze_text(result, paint, all_opcodes: bool = False) -> str:
     kpilot isa analyze argmax.hip --arch gfx942 --json
     kpilot isa analyze softmax.py:softmax_kernel --arch gfx942 -D BLOCK=1024
     kpilot isa analyze a.hip b.hip --arch gfx942""",
-         extra=(click.Option(["--all-opcodes"], is_flag=True, help="List every opcode, not only the most frequent."),))
-def analyze_cmd(opts, out: Output, all_opcodes: bool) -> None:
-    out.result(run("isa_analyze", opts), lambda r, paint: _analyze_text(r, paint, all_opcodes))
+         extra=(click.Option(["--all-opcodes"], is_flag=True, help="List every opcode, not only the most frequent."),
+                click.Option(["--plot"], type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+                             help="Write each kernel's occupancy chart (against its registers and its shared "
+                                  "memory/LDS per block) into DIR as PNG (needs matplotlib).")))
+def analyze_cmd(opts, out: Output, all_opcodes: bool, plot: Path | None) -> None:
+    result = run("isa_analyze", opts)
+    out.result(result, lambda r, paint: _analyze_text(r, paint, all_opcodes))
+    if plot is not None:
+        _plots(result, plot)
+
+
+def _plots(result, folder: Path) -> None:
+    import re
+
+    from kernelpilot.runs.plot import occupancy_png
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for k in result.kernels:
+        if getattr(k, "occupancy", None) is None:
+            warn(f"{k.display_name or k.name}: no occupancy to plot (no register count or block size)")
+            continue
+        name = re.sub(r"[^\w.-]+", "_", k.display_name or k.name)[:80]
+        warn(f"wrote {occupancy_png(k, folder / f'{name}-{k.arch}-occupancy.png')}")
 
 
 @command("isa_diff", name="diff", examples="""

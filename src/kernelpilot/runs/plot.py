@@ -5,10 +5,11 @@ run report uses the SVG chart of ``runs/html.py`` instead."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from kernelpilot.errors import ToolNotFoundError
+from kernelpilot.errors import KernelpilotError, ToolNotFoundError
 
-__all__ = ["available", "speedup_png", "series_png"]
+__all__ = ["available", "speedup_png", "series_png", "occupancy_png"]
 
 
 def available() -> bool:
@@ -86,3 +87,69 @@ def series_png(series: dict[str, list[float | None]], path: Path, *, title: str 
     plt.close(fig)
     return path
 
+
+
+def occupancy_png(report: Any, path: Path) -> Path:
+    """How a kernel's occupancy moves with its registers (per thread; AMD: VGPRs) and its shared memory (AMD:
+    LDS) per block, at its block size, the other resource held where the kernel has it; the kernel's own point
+    marked on both. ``report`` is an analyzed kernel (``isa.model.KernelReport``) with an occupancy."""
+    from kernelpilot.arch.occupancy import amd_occupancy, nvidia_occupancy
+    from kernelpilot.arch.registry import get_arch
+    from kernelpilot.isa.model import AmdResources
+
+    occ, r = report.occupancy, report.resources
+    if occ is None:
+        raise ToolNotFoundError("occupancy", "a block size and register count (the kernel has no occupancy)")
+    spec = get_arch(report.arch)
+    dyn = report.dynamic_shared_bytes()
+    if isinstance(r, AmdResources):
+        regs_now, smem_now, reg_name, smem_name = r.vgpr or 0, (r.lds_bytes or 0) + dyn, "VGPRs per lane", "LDS"
+
+        def at(regs: int, smem: int) -> float:
+            return amd_occupancy(spec, vgpr=regs, agpr=r.agpr or 0, sgpr=r.sgpr or 0, lds_bytes=smem,
+                                 block_size=occ.block_size).percent
+        regs_range, smem_max = range(8, 513, 8), 64 * 1024
+    else:
+        regs_now, smem_now, reg_name, smem_name = r.registers or 0, r.shared_bytes or 0, "registers per thread", \
+            "shared memory"
+
+        def at(regs: int, smem: int) -> float:
+            return nvidia_occupancy(spec, registers=regs, shared_bytes=smem, block_size=occ.block_size,
+                                    dynamic_shared_bytes=dyn).percent
+        regs_range, smem_max = range(8, 256, 8), 227 * 1024
+    smem_range = range(0, smem_max + 1, smem_max // 64)
+
+    def curve(xs: range, f) -> tuple[list[float], list[float]]:
+        """``f`` over ``xs`` up to the first value the arch does not have (more registers than it holds)."""
+        got_x, got_y = [], []
+        for x in xs:
+            try:
+                got_y.append(f(x))
+            except (ValueError, KernelpilotError):
+                break
+            got_x.append(x)
+        return got_x, got_y
+
+    plt = _pyplot()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=110)
+    a.step(*curve(regs_range, lambda x: at(x, smem_now)), where="post", color="#1f6feb",
+           label=f"occupancy at {smem_now:,} B of {smem_name}")
+    a.plot([regs_now], [occ.percent], "o", color="#c0392b", label=f"this kernel: {regs_now} ({occ.percent:.0f}%)")
+    a.set_xlabel(reg_name)
+    a.set_ylabel("occupancy (%)")
+    a.set_title(f"{reg_name} ({report.arch}, {occ.block_size} threads per block)")
+    sx, sy = curve(smem_range, lambda x: at(regs_now, x))
+    b.step([x / 1024 for x in sx], sy, where="post", color="#2a9d3a", label=f"occupancy at {regs_now} {reg_name}")
+    b.plot([smem_now / 1024], [occ.percent], "o", color="#c0392b", label="this kernel")
+    b.set_xlabel(f"{smem_name} per block (KiB)")
+    b.set_ylabel("occupancy (%)")
+    b.set_title(f"{smem_name} per block")
+    for ax in (a, b):
+        ax.set_ylim(0, 105)
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="upper right", fontsize=8)
+    fig.suptitle(f"Occupancy of {report.display_name or report.name}"[:90], fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
