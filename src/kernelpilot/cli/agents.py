@@ -77,6 +77,15 @@ Every command takes --json; read that rather than the text.
   every lane once: check the DPP modifiers in the `.s` against the sequence the finding gives.
 - Look things up instead of recalling them: `kpilot docs search "row_bcast DPP" --json`, then
   `kpilot docs show CITATION` for the whole passage (DPP modifiers, waitcnt, stall reasons, profiler metrics).
+- `crosslane.conversion` means a value is converted on its way through a DPP move or a shuffle (a float passed
+  to an int-only builtin): pass the bits (`__float_as_int` / `__int_as_float`), not the value.
+
+## Where it runs, and what happened
+- GPUs elsewhere: `kpilot target list`, then `--target NAME` on check, bench, eval, profile and optimize; every
+  result's `"target"` says where it ran. Many candidates at once: `kpilot eval-batch PROBLEMS CANDIDATES
+  --target NAME --json` (KernelBench's layout; fast_p in the result).
+- A run's story: `kpilot runs show ID --trace --json` (every message, tool call and evaluation), `kpilot runs
+  export ID --html` (one page with the chart, the steps and their diffs).
 
 ## Rules
 - Keep the entry point and its signature; do not modify inputs; return plain tensors.
