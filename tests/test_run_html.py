@@ -73,6 +73,7 @@ def test_opening_a_step_shows_its_diff(exported, tmp_path):
     assert re.search(r'<section class="detail" id="step-0" hidden', dom)
     step1 = dom[shown.start():dom.index("</section>", shown.start())]
     assert '<pre class="diff">' in step1 and '<span class="add">+' in step1
+    assert '<table class="cases">' in step1 and "n=2048,dtype=float32" in step1      # its cases, each timed
     shot = tmp_path / "page.png"
     r = subprocess.run([_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1100,900",
                         "--virtual-time-budget=5000", f"--screenshot={shot}", exported.as_uri() + "#step-1"],

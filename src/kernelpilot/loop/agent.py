@@ -19,7 +19,8 @@ from typing import Any
 from kernelpilot.errors import KernelpilotError
 from kernelpilot.evaluate.result import ratio
 from kernelpilot.loop.llm_client import ChatModel, Reply, ToolSpec, Turn
-from kernelpilot.loop.step_record import case_times, check_summary, diff, median_us, write_variant
+from kernelpilot.loop.step_record import (case_times, check_summary, diff, evaluation_trace, median_us,
+                                          write_variant)
 from kernelpilot.loop.trace import Trace
 from kernelpilot.runs.store import StepRecord
 
@@ -310,7 +311,7 @@ def _evaluated(r, prepared: list[tuple[StepRecord, Path | None]]) -> list[StepRe
     for step, path in prepared:
         if path is not None:
             res, seen = next(results)
-            step.trace = [*(step.trace or []), {"role": "evaluation", "events": seen, "elapsed_s": res.elapsed_s}]
+            step.trace = [*(step.trace or []), evaluation_trace(res, seen)]
             med = median_us(res)
             step.correct, step.passed, step.check_summary = res.correct, res.passed, check_summary(res)
             step.median_us, step.timing, step.error = med, case_times(res), res.error

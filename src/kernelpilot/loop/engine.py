@@ -22,7 +22,8 @@ from kernelpilot.loop.halving import Result, next_trials
 from kernelpilot.loop.llm_client import LLMChoice, LLMError
 from kernelpilot.loop.prune import spec_kernels, static_verdict
 from kernelpilot.loop.space import config_key, read_space
-from kernelpilot.loop.step_record import case_times, check_summary, diff, median_us, write_variant
+from kernelpilot.loop.step_record import (case_times, check_summary, diff, evaluation_trace, median_us,
+                                          write_variant)
 from kernelpilot.runs.environment import environment
 from kernelpilot.runs.lock import RunLock
 from kernelpilot.options import param
@@ -363,7 +364,7 @@ def _search(r: _Run) -> tuple[str, str]:
                 code=text, diff=diff(base_text, text, start.name), correct=res.correct, passed=res.passed,
                 check_summary=check_summary(res), median_us=med, timing=case_times(res),
                 speedup=ratio(baseline, med) if med else None, error=res.error, started=t0,
-                trace=[{"role": "evaluation", "events": seen, "elapsed_s": res.elapsed_s}]))
+                trace=[evaluation_trace(res, seen)]))
             if opts.goal and r.run.best_speedup and r.run.best_speedup >= opts.goal:
                 return "done", f"goal of {opts.goal:g}x reached"
         if r.evaluations() >= opts.budget:

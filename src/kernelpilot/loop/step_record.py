@@ -39,3 +39,14 @@ def median_us(res: EvalResult) -> float | None:
 
 def case_times(res: EvalResult) -> dict[str, Any]:
     return {b.case: b.timing.median_us if b.timing else None for b in res.bench}
+
+
+def evaluation_trace(res: EvalResult, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """An evaluation as a step's trace keeps it: its progress events, where its time went, and each timed case
+    against the roofline floor (where the problem declares its cost and the GPU is known)."""
+    cases = {}
+    for b in res.bench:
+        roof = b.roofline or {}
+        cases[b.case] = {"median_us": b.timing.median_us if b.timing else None, "floor_us": roof.get("floor_us"),
+                         "fraction": roof.get("fraction"), "bound": roof.get("bound")}
+    return {"role": "evaluation", "events": events, "elapsed_s": res.elapsed_s, "cases": cases}

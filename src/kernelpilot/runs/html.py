@@ -136,8 +136,36 @@ def _trace_html(trace: list[dict[str, Any]] | None) -> str:
         elif role == "evaluation":
             stages = ", ".join(dict.fromkeys(str(e.get("stage")) for e in t.get("events", []) if e.get("stage")))
             parts.append(f'<div class="msg eval"><b>evaluation</b> <span class="muted">{_e(stages)}; '
-                         f'{_e((t.get("elapsed_s") or {}).get("total"))} s</span></div>')
+                         f'{_e((t.get("elapsed_s") or {}).get("total"))} s</span>{_cases_table(t.get("cases"))}</div>')
     return "<h4>Trace</h4>" + "".join(parts)
+
+
+def _cases_table(cases: dict[str, Any] | None) -> str:
+    """Each timed case against its roofline floor (the time the bytes and FLOPs take at the GPU's peaks)."""
+    if not cases:
+        return ""
+    rows = []
+    for name, c in cases.items():
+        share = f"{c['fraction']:.0%}" if c.get("fraction") else "-"
+        rows.append(f"<tr><td>{_e(name)}</td><td>{_e(c.get('median_us'))}</td><td>{_e(c.get('floor_us') or '-')}</td>"
+                    f"<td>{_e(share)}</td><td>{_e(c.get('bound') or '-')}</td></tr>")
+    return ('<table class="cases"><thead><tr><th>case</th><th>median us</th><th>floor us</th><th>of floor</th>'
+            f"<th>bound</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+
+def _isa_change(st: StepRecord, parent: StepRecord | None) -> str:
+    """Each kernel's registers, spills and occupancy against the step it came from."""
+    now = (st.isa or {}).get("kernels") or {}
+    before = ((parent.isa if parent else None) or {}).get("kernels") or {}
+    if not now:
+        return ""
+    keys = ("registers", "spill_bytes", "occupancy_pct", "limiter")
+    rows = "".join(f"<tr><td>{_e(k)}</td>" + "".join(
+        f"<td>{_e((before.get(k) or {}).get(f, '-'))} &rarr; {_e((now.get(k) or {}).get(f, '-'))}</td>"
+        for f in keys) + "</tr>" for k in now)
+    return (f"<h4>ISA change from step {_e(parent.n if parent else '-')}</h4><table class='isa'><thead><tr>"
+            "<th>kernel</th><th>registers</th><th>spill bytes</th><th>occupancy %</th><th>limiter</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>")
 
 
 def _json_block(title: str, value: Any) -> str:
@@ -146,14 +174,14 @@ def _json_block(title: str, value: Any) -> str:
     return f"<h4>{_e(title)}</h4><pre>{_e(json.dumps(value, indent=1)[:20000])}</pre>"
 
 
-def _step_detail(st: StepRecord) -> str:
+def _step_detail(st: StepRecord, parent: StepRecord | None = None) -> str:
     summary = st.check_summary or {}
     head = (f'<section class="detail" id="step-{st.n}" hidden><h3>Step {st.n} ({_e(st.kind)})</h3>'
             f'<p>{_e(st.hypothesis or "")}</p><p>correct: {_e(st.correct)}; passed: {_e(st.passed)}; median '
             f'{_e(st.median_us)} us; speedup {_e(st.speedup)}x{"; error: " + _e(st.error) if st.error else ""}</p>')
     failed = "".join(f"<li>{_e(f)}</li>" for f in summary.get("failed_cases", []) + summary.get("flags", []))
     return (head + (f"<ul>{failed}</ul>" if failed else "") + "<h4>Code change</h4>" + _diff_html(st.diff)
-            + _json_block("ISA", st.isa) + _json_block("Profile", st.profile) + _json_block("Times per case", st.timing)
+            + _isa_change(st, parent) + _json_block("ISA", st.isa) + _json_block("Profile", st.profile) + _json_block("Times per case", st.timing)
             + _trace_html(st.trace) + "</section>")
 
 
@@ -274,7 +302,9 @@ def run_html(store: RunStore, run_id: int, compare: int | None = None) -> str:
                 + f"<h2>Steps of run {other.id}</h2>" + _table(other_steps).replace('id="steps"', 'id="steps-2"')
                 .replace('id="filter"', 'id="filter-2"').replace('id="passed-only"', 'id="passed-only-2"')
                 + "</div></div>")
-    body += f"<h2>Steps of run {run.id}</h2>" + _table(steps) + "".join(_step_detail(st) for st in steps)
+    by_n = {st.n: st for st in steps}
+    body += f"<h2>Steps of run {run.id}</h2>" + _table(steps) + "".join(
+        _step_detail(st, by_n.get(st.parent)) for st in steps)
     return ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
             f"<title>kernelpilot run {run.id}</title><style>{_CSS}</style></head><body>"
             f"<pre id='errors'></pre>{body}<script>{_JS}</script></body></html>\n")
