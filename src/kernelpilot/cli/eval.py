@@ -7,8 +7,11 @@ Exit status: 0 passed; 3 the candidate ran but failed (wrong, rejected by a guar
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-from kernelpilot.cli.output import Output, table
+import click
+
+from kernelpilot.cli.output import Output, table, warn
 from kernelpilot.cli.spec import command
 from kernelpilot.tools import run
 
@@ -17,13 +20,26 @@ __all__ = ["check_cmd", "bench_cmd", "eval_cmd"]
 FAILED_EXIT = 3
 
 
-def _evaluate(tool: str, opts, out: Output) -> None:
+def _evaluate(tool: str, opts, out: Output, plot: Path | None = None) -> None:
     from kernelpilot.tools import ToolContext
 
     result = run(tool, opts, ToolContext(on_event=out.progress))
     out.result(result, render)
+    if plot is not None and result.bench:
+        from kernelpilot.runs.plot import roofline_png
+
+        plot.mkdir(parents=True, exist_ok=True)
+        cases = [{"case": b.case, "median_us": b.timing.median_us if b.timing else None, "roofline": b.roofline}
+                 for b in result.bench]
+        warn(f"wrote {roofline_png(cases, plot / 'roofline.png', title=f'{result.problem} on {result.gpu}')}")
     if not result.passed:
         sys.exit(FAILED_EXIT)
+
+
+_PLOT = click.Option(["--plot"], type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+                     help="Write the roofline chart of the timed cases (FLOPs per byte against FLOP/s, under the "
+                          "GPU's roofs) into DIR as roofline.png (needs matplotlib and a problem that declares its "
+                          "cost).")
 
 
 @command("check", examples="""
@@ -35,15 +51,16 @@ def check_cmd(opts, out: Output) -> None:
 
 @command("bench", examples="""
     kpilot bench examples/problems/row_softmax -c my_softmax.py --baseline eager --baseline compile
-    kpilot bench problem/ -c cand.py --graphs --json""")
-def bench_cmd(opts, out: Output) -> None:
-    _evaluate("bench", opts, out)
+    kpilot bench problem/ -c cand.py --graphs --json
+    kpilot bench problem/ -c cand.py --plot charts/""", extra=(_PLOT,))
+def bench_cmd(opts, out: Output, plot: Path | None) -> None:
+    _evaluate("bench", opts, out, plot)
 
 
 @command("eval", examples="""
-    kpilot eval examples/problems/row_softmax -c my_softmax.py --baseline eager --json""")
-def eval_cmd(opts, out: Output) -> None:
-    _evaluate("eval", opts, out)
+    kpilot eval examples/problems/row_softmax -c my_softmax.py --baseline eager --json""", extra=(_PLOT,))
+def eval_cmd(opts, out: Output, plot: Path | None) -> None:
+    _evaluate("eval", opts, out, plot)
 
 
 # ------------------------------------------------------------------ rendering

@@ -9,7 +9,7 @@ from typing import Any
 
 from kernelpilot.errors import KernelpilotError, ToolNotFoundError
 
-__all__ = ["available", "speedup_png", "series_png", "occupancy_png"]
+__all__ = ["available", "speedup_png", "series_png", "occupancy_png", "roofline_png"]
 
 
 def available() -> bool:
@@ -27,6 +27,20 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _finish(plt, fig, ax, path: Path, *, xlabel: str, ylabel: str, title: str, legend: str = "best",
+            size: int = 8) -> Path:
+    """Labels, title, grid and legend on ``ax``; ``fig`` written to ``path`` and closed."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3, which="both")
+    ax.legend(loc=legend, fontsize=size)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
 
 
 def speedup_png(points: list[tuple[int, float | None]], path: Path, *, target: float | None = None,
@@ -54,16 +68,8 @@ def speedup_png(points: list[tuple[int, float | None]], path: Path, *, target: f
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))      # steps are whole numbers
-    ax.set_xlabel("step")
-    ax.set_ylabel("speedup over the start (x)")
-    ax.set_title(title)
     ax.set_ylim(bottom=0)
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="best", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _finish(plt, fig, ax, path, xlabel="step", ylabel="speedup over the start (x)", title=title)
 
 
 def series_png(series: dict[str, list[float | None]], path: Path, *, title: str = "Speedup over PyTorch eager, per case",
@@ -77,15 +83,7 @@ def series_png(series: dict[str, list[float | None]], path: Path, *, title: str 
     ax.axhline(1.0, color="#999999", linestyle=":", label="1x")
     if log:
         ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3, which="both")
-    ax.legend(loc="best", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _finish(plt, fig, ax, path, xlabel=xlabel, ylabel=ylabel, title=title)
 
 
 
@@ -99,7 +97,7 @@ def occupancy_png(report: Any, path: Path) -> Path:
 
     occ, r = report.occupancy, report.resources
     if occ is None:
-        raise ToolNotFoundError("occupancy", "a block size and register count (the kernel has no occupancy)")
+        raise KernelpilotError(f"{report.name}: no occupancy to draw (no register count or block size).")
     spec = get_arch(report.arch)
     dyn = report.dynamic_shared_bytes()
     if isinstance(r, AmdResources):
@@ -153,3 +151,36 @@ def occupancy_png(report: Any, path: Path) -> Path:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def roofline_png(cases: list[dict[str, Any]], path: Path, *, title: str = "Roofline") -> Path:
+    """Each benchmarked case (``case``, ``median_us``, ``roofline`` as bench gives it) as a point: arithmetic
+    intensity (FLOPs per byte) against the FLOP/s it reached, under the roofs of its GPU (the memory bandwidth's
+    slope, the peak FLOP/s of its data type)."""
+    rows = [c for c in cases if (c.get("roofline") or {}).get("bytes") and (c["roofline"].get("flops"))
+            and c.get("median_us")]
+    if not rows:
+        raise KernelpilotError("no roofline to draw: it needs cases whose problem declares its cost (bytes and "
+                               "FLOPs) timed on a GPU kernelpilot knows.")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.2, 4.2), dpi=110)
+    intensities = [r["roofline"]["flops"] / r["roofline"]["bytes"] for r in rows]
+    lo, hi = min(intensities) / 10, max(intensities) * 100
+    roofs = {}
+    for r in rows:
+        peak = r["roofline"].get("peak") or {}
+        if peak.get("bandwidth_tbps") and peak.get("tflops"):
+            roofs[peak.get("dtype", "?")] = (peak["bandwidth_tbps"] * 1e12, peak["tflops"] * 1e12)
+    for dtype, (bw, flops) in roofs.items():
+        xs = [lo * (hi / lo) ** (i / 100) for i in range(101)]
+        ax.plot(xs, [min(flops, x * bw) for x in xs], linestyle="--", linewidth=1,
+                label=f"roof, {dtype} ({bw / 1e12:g} TB/s, {flops / 1e12:g} TFLOP/s)")
+    for r, x in zip(rows, intensities):
+        achieved = r["roofline"]["flops"] / (r["median_us"] * 1e-6)
+        frac = r["roofline"].get("fraction")
+        ax.plot([x], [achieved], "o", label=f"{r['case']}: {r['median_us']:g} us"
+                + (f" ({frac:.1%} of its floor)" if frac else ""))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    return _finish(plt, fig, ax, path, xlabel="arithmetic intensity (FLOPs per byte)", ylabel="FLOP/s reached",
+                   title=title, legend="lower right", size=7)
