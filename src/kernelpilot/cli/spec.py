@@ -142,7 +142,8 @@ def command(tool: str, *, name: str | None = None, examples: str = "", extra: tu
         about = " ".join((help or spec.description).split())
         return click.Command(name or tool, callback=callback, params=params,
                              help=_help(about, spec.options, tool, examples),
-                             short_help=about.split(". ")[0].split(": ")[0][:80],
+                             short_help=textwrap.shorten(about.split(". ")[0].split(": ")[0].split(" (")[0], 60,
+                                                         placeholder="..."),
                              context_settings=context_settings)
 
     return deco
