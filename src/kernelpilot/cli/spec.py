@@ -73,10 +73,8 @@ def options_from_cli(cls: type, operation: str | None, values: dict[str, Any]):
     by_name = {p.name: p for p in offered(cls, "cli", operation)}
     for name, value in values.items():
         p = by_name[name]
-        if value is None or (value == () and p.kind in ("array", "object")) or (value is False and p.py is bool
-                                                                               and not p.optional
-                                                                               and p.default is not True):
-            continue
+        if value is None or (value == () and p.kind in ("array", "object")):
+            continue                 # not given: the class's own default stands
         if p.kind == "object":
             value = _pairs(value, _flag(p))
         elif p.words:

@@ -162,9 +162,7 @@ def run_agent(r, model: ChatModel, toolbox=None, *, max_turns: int = 12, max_fai
             if opts.goal and r.run.best_speedup and r.run.best_speedup >= opts.goal:
                 return "done", f"goal of {opts.goal:g}x reached"
             continue
-        context = _context(run, best, r.steps, r.gpu)
-        history, trace = [Turn("user", context)], _new_trace(r, context)
-        tokens = [0, 0]
+        history, trace, tokens = _conversation(r, best)
         failures, passed = 0, False
         for _ in range(max_turns):
             reply = _turn(model, history, tools, tokens, trace)
@@ -221,11 +219,14 @@ def _tool(trace: Trace, cid: str, name: str, args: dict[str, Any], box, names: l
     return result
 
 
-def _new_trace(r, context: str) -> Trace:
+def _conversation(r, best: StepRecord) -> tuple[list[Turn], Trace, list[int]]:
+    """A new conversation from the run's context: its history, its trace (scrubbed of the key in use) and its
+    token counts."""
+    context = _context(r.run, best, r.steps, r.gpu)
     cfg = r.llm_config
     trace = Trace({cfg.api_key: "api key"} if cfg is not None and getattr(cfg, "api_key", None) else {})
     trace.user(context)
-    return trace
+    return [Turn("user", context)], trace, [0, 0]
 
 
 def _parallel_step(r, model: ChatModel, box, tools, names: list[str], best: StepRecord,
@@ -233,13 +234,11 @@ def _parallel_step(r, model: ChatModel, box, tools, names: list[str], best: Step
     """One step of ``--parallel N``: N conversations from the same context, each ending at its submission (or
     its turns), then the N submissions evaluated at once on the run's workers and recorded. A failure is not fed
     back within the step: the next step's history shows it. Returns the run's end, or None to go on."""
-    opts, run = r.opts, r.run
+    opts = r.opts
     prepared: list[tuple[StepRecord, Path | None]] = []
     room = opts.budget - r.evaluations()
     for _ in range(min(opts.parallel, room)):
-        context = _context(run, best, r.steps, r.gpu)
-        history, trace = [Turn("user", context)], _new_trace(r, context)
-        tokens = [0, 0]
+        history, trace, tokens = _conversation(r, best)
         submitted = False
         for _ in range(max_turns):
             reply = _turn(model, history, tools, tokens, trace)

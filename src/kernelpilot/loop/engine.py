@@ -140,52 +140,25 @@ class _Run:
             return [(bench if only else evaluate)(self.run.problem, path,
                                                   self.eval_options(budget_s).replace(progress=seen[i].append))
                     for i, (path, budget_s, only) in enumerate(items)]
-        import queue
-        import threading
-
         from kernelpilot.targets.bundle import make_bundle
-        from kernelpilot.targets.channel import TargetLost
         from kernelpilot.targets.config import get_target
-        from kernelpilot.targets.dispatch import open_channels, remote_options
+        from kernelpilot.targets.dispatch import open_channels, remote_options, spread
 
         if self.workers is None:
             self.workers = open_channels(get_target(self.opts.target), slots=self.opts.parallel)
-        todo: queue.Queue = queue.Queue()
-        for i, item in enumerate(items):
-            todo.put((i, item))
-        out: dict[int, EvalResult | BaseException] = {}
 
-        def work(channel) -> None:
-            while True:
-                try:
-                    i, (path, budget_s, only) = todo.get_nowait()
-                except queue.Empty:
-                    return
-                operation = "bench" if only else "eval"
-                try:
-                    bundle = make_bundle(self.run.problem, path)
-                    opts = self.eval_options(budget_s)
-                    answer = channel.run(operation, remote_options(operation, opts, bundle), bundle, seen[i].append)
-                    out[i] = EvalResult.from_json(answer)
-                except TargetLost as e:
-                    out[i] = e
-                    return                       # this worker is gone; the others carry on
-                except KernelpilotError as e:
-                    out[i] = e
+        def work(channel: Any, i: int) -> EvalResult:
+            path, budget_s, only = items[i]
+            operation = "bench" if only else "eval"
+            bundle = make_bundle(self.run.problem, path)
+            args = remote_options(operation, self.eval_options(budget_s), bundle)
+            return EvalResult.from_json(channel.run(operation, args, bundle, seen[i].append))
 
-        threads = [threading.Thread(target=work, args=(c,), daemon=True) for c in self.workers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        results = []
-        for i, (path, _, _) in enumerate(items):
-            got = out.get(i)
-            if isinstance(got, EvalResult):
-                results.append(got)
-            else:
-                results.append(EvalResult(problem=str(self.run.problem), candidate=str(path), device=str(self.device),
-                                          correct=False, error=f"not evaluated: {got or 'no worker left'}"))
+        results: list[EvalResult | None] = [None] * len(items)
+        for i, value, error in spread(list(range(len(items))), self.workers, work):
+            results[i] = value if error is None else EvalResult(
+                problem=str(self.run.problem), candidate=str(items[i][0]), device=str(self.device), correct=False,
+                error=f"not evaluated: {error}")
         return results
 
     def record(self, step: StepRecord) -> StepRecord:

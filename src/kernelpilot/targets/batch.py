@@ -12,8 +12,6 @@ as failed; nothing is lost, and Ctrl-C ends every worker's connection, the work 
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,71 +92,52 @@ def _row(job: Job, result: dict[str, Any] | None, error: str | None) -> dict[str
             "error": result.get("error"), "target": result.get("target")}
 
 
+class _Tally:
+    """The rows of a batch as its jobs finish: each recorded (``record``, in the calling thread) and announced as a
+    progress event."""
+
+    def __init__(self, jobs: list[Job], record: Callable[[Job, dict[str, Any]], None],
+                 on_event: Callable[[dict[str, Any]], None] | None) -> None:
+        self.jobs, self.record, self.on_event = jobs, record, on_event
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.t0 = time.perf_counter()
+
+    def finish(self, job: Job, result: dict[str, Any] | None, error: str | None) -> None:
+        row = _row(job, result, error)
+        self.rows[job.key] = row
+        self.record(job, row)
+        if self.on_event is not None:
+            self.on_event({"event": "progress", "stage": "batch", "done": len(self.rows), "of": len(self.jobs),
+                           "job": job.key, "passed": row["passed"], "speedup": row["speedup"],
+                           "elapsed_s": round(time.perf_counter() - self.t0, 1)})
+
+    def in_order(self) -> list[dict[str, Any]]:
+        return [self.rows[j.key] for j in self.jobs if j.key in self.rows]
+
+
 def run_batch(jobs: list[Job], channels: list[Any], options: Callable[[Job], tuple[dict[str, Any], Any]],
               record: Callable[[Job, dict[str, Any]], None], *, retries: int = 1,
               on_event: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """Run ``jobs`` on ``channels`` (one job at a time each); ``options(job)`` gives a job's arguments and bundle;
-    ``record(job, row)`` is called in this thread as each finishes. Returns the rows in job order."""
-    from kernelpilot.targets.channel import TargetError, TargetLost
+    """Run ``jobs`` on ``channels`` (one job at a time each; ``dispatch.spread``); ``options(job)`` gives a job's
+    arguments and bundle; ``record(job, row)`` is called in this thread as each finishes. Returns the rows in job
+    order."""
+    from kernelpilot.targets.channel import TargetError
+    from kernelpilot.targets.dispatch import spread
 
-    todo: queue.Queue = queue.Queue()
-    for job in jobs:
-        todo.put((job, 0))
-    done: queue.Queue = queue.Queue()
-    alive = len(channels)
-    lock = threading.Lock()
+    def work(channel: Any, job: Job) -> dict[str, Any]:
+        args, bundle = options(job)
+        return channel.run("eval", args, bundle)
 
-    def work(channel) -> None:
-        nonlocal alive
-        while True:
-            try:
-                job, tries = todo.get_nowait()
-            except queue.Empty:
-                break
-            try:
-                args, bundle = options(job)
-                done.put((job, channel.run("eval", args, bundle), None))
-            except TargetLost as e:
-                # this worker is gone: its job goes back for another (or is failed), and it takes no more
-                if tries < retries:
-                    todo.put((job, tries + 1))
-                else:
-                    done.put((job, None, str(e)))
-                with lock:
-                    alive -= 1
-                    if alive == 0:          # no worker left: what is still waiting is failed, not lost
-                        while True:
-                            try:
-                                left, _ = todo.get_nowait()
-                            except queue.Empty:
-                                break
-                            done.put((left, None, "no worker left to run it"))
-                return
-            except TargetError as e:
-                done.put((job, None, e.message))
-            except KernelpilotError as e:
-                done.put((job, None, str(e)))
-
-    threads = [threading.Thread(target=work, args=(c,), daemon=True) for c in channels]
-    for t in threads:
-        t.start()
-    rows: dict[str, dict[str, Any]] = {}
-    t0 = time.perf_counter()
+    tally = _Tally(jobs, record, on_event)
     try:
-        while len(rows) < len(jobs):
-            job, result, error = done.get()
-            row = _row(job, result, error)
-            rows[job.key] = row
-            record(job, row)
-            if on_event is not None:
-                on_event({"event": "progress", "stage": "batch", "done": len(rows), "of": len(jobs), "job": job.key,
-                          "passed": row["passed"], "speedup": row["speedup"],
-                          "elapsed_s": round(time.perf_counter() - t0, 1)})
+        for i, result, error in spread(jobs, channels, work, retries=retries):
+            tally.finish(jobs[i], result, None if error is None else
+                         error.message if isinstance(error, TargetError) else str(error))
     except KeyboardInterrupt:
         for c in channels:
             c.kill()
         raise
-    return [rows[j.key] for j in jobs if j.key in rows]
+    return tally.in_order()
 
 
 def run_batch_ray(jobs: list[Job], target: Any, options: Callable[[Job], tuple[dict[str, Any], Any]],
@@ -169,8 +148,8 @@ def run_batch_ray(jobs: list[Job], target: Any, options: Callable[[Job], tuple[d
     ray = target.ray
     pending: dict[Any, Job] = {}
     waiting = list(jobs)
-    rows: dict[str, dict[str, Any]] = {}
-    t0 = time.perf_counter()
+    tally = _Tally(jobs, record, on_event)
+    finish = tally.finish
 
     def fill() -> None:
         while waiting and len(pending) < target.slots:
@@ -181,15 +160,6 @@ def run_batch_ray(jobs: list[Job], target: Any, options: Callable[[Job], tuple[d
                 finish(job, None, str(e))
                 continue
             pending[target.submit("eval", args, bundle)] = job
-
-    def finish(job: Job, result: dict[str, Any] | None, error: str | None) -> None:
-        row = _row(job, result, error)
-        rows[job.key] = row
-        record(job, row)
-        if on_event is not None:
-            on_event({"event": "progress", "stage": "batch", "done": len(rows), "of": len(jobs), "job": job.key,
-                      "passed": row["passed"], "speedup": row["speedup"],
-                      "elapsed_s": round(time.perf_counter() - t0, 1)})
 
     try:
         fill()
@@ -211,7 +181,7 @@ def run_batch_ray(jobs: list[Job], target: Any, options: Callable[[Job], tuple[d
         for ref in pending:
             ray.cancel(ref, force=True)     # Ctrl-C stops the cluster's work on this batch too
         raise
-    return [rows[j.key] for j in jobs if j.key in rows]
+    return tally.in_order()
 
 
 def evaluate_batch(problems: Path, candidates: Path, job_args: Callable[[Job], tuple[dict[str, Any], Any]], *,

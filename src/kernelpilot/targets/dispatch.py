@@ -12,15 +12,15 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
-from kernelpilot.errors import UsageError
+from kernelpilot.errors import KernelpilotError, UsageError
 from kernelpilot.options import offered, to_json
 from kernelpilot.targets.bundle import Bundle, make_bundle
 from kernelpilot.targets.channel import Channel
 from kernelpilot.targets.config import TargetSpec, get_target
 
-__all__ = ["open_channels", "remote_options", "run_remote", "local_info", "serve_argv"]
+__all__ = ["open_channels", "remote_options", "run_remote", "local_info", "serve_argv", "spread"]
 
 
 def local_info(device: str | None) -> dict[str, Any]:
@@ -111,3 +111,57 @@ def run_remote(target: str, operation: str, opts: Any,
         raise
     finally:
         channel.close()
+
+
+def spread(items: list[Any], channels: list[Any], work: Callable[[Any, Any], Any], *,
+           retries: int = 0) -> Iterator[tuple[int, Any, KernelpilotError | None]]:
+    """Run ``work(channel, item)`` for every item, one item at a time per channel, the channels at once; yield
+    ``(index, value, error)`` here as each item finishes. A channel whose connection is lost (``TargetLost``)
+    takes no more items and gives its item back for another (``retries`` times), then the item fails with it;
+    once no channel is left, every item still waiting fails. Any other KernelpilotError fails its item only."""
+    import queue
+    import threading
+
+    from kernelpilot.targets.channel import TargetLost
+
+    todo: queue.Queue = queue.Queue()
+    for i, item in enumerate(items):
+        todo.put((i, 0))
+    done: queue.Queue = queue.Queue()
+    alive = len(channels)
+    lock = threading.Lock()
+
+    def run(channel: Any) -> None:
+        nonlocal alive
+        while True:
+            try:
+                i, tries = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                done.put((i, work(channel, items[i]), None))
+            except TargetLost as e:
+                if tries < retries:
+                    todo.put((i, tries + 1))
+                else:
+                    done.put((i, None, e))
+                with lock:
+                    alive -= 1
+                    if alive == 0:          # no channel left: what is still waiting fails, it is not lost
+                        while True:
+                            try:
+                                left, _ = todo.get_nowait()
+                            except queue.Empty:
+                                break
+                            done.put((left, None, TargetLost("no worker left to run it")))
+                return
+            except KernelpilotError as e:
+                done.put((i, None, e))
+
+    for channel in channels:
+        threading.Thread(target=run, args=(channel,), daemon=True).start()
+    if not channels:
+        for i in range(len(items)):
+            done.put((i, None, TargetLost("no worker left to run it")))
+    for _ in items:
+        yield done.get()
