@@ -85,7 +85,7 @@ class DocsIndex:
         try:
             self.db = sqlite3.connect(self.path, timeout=30.0)
             self.db.executescript(_SCHEMA)
-        except sqlite3.DatabaseError as e:
+        except (sqlite3.DatabaseError, ValueError) as e:    # ValueError: SQLite's message itself is not UTF-8
             raise KernelpilotError(f"{self.path}: not a kernelpilot docs index ({e}).") from None
         self._ensure_builtin()
 

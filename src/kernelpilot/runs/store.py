@@ -142,14 +142,30 @@ def _guarded(method):
     def wrapper(self, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
-        except (sqlite3.IntegrityError, sqlite3.OperationalError):
-            raise                      # a step written twice, a busy file: not damage
+        except sqlite3.IntegrityError:
+            raise                      # a step written twice: not damage
+        except sqlite3.OperationalError as e:
+            if _is_contention(e):
+                raise                  # another process holds the file: not damage
+            raise _damaged(self.path, e) from None
         except (sqlite3.DatabaseError, ValueError, TypeError, KeyError) as e:
-            raise KernelpilotError(f"{self.path}: the run store is damaged ({e}).",
-                                   hint="Runs recorded in it may be lost; keep a copy, and record new runs with "
-                                        "--store NEW.db.") from None
+            raise _damaged(self.path, e) from None
 
     return wrapper
+
+
+def _is_contention(e: sqlite3.OperationalError) -> bool:
+    """Whether SQLite failed because another connection holds the file (locked, busy), which a retry or the user
+    can resolve, rather than because the file's bytes are wrong (text that is not UTF-8, a column or table that a
+    flipped byte renamed)."""
+    text = str(e).lower()
+    return "locked" in text or "busy" in text
+
+
+def _damaged(path: Path, e: Exception) -> KernelpilotError:
+    return KernelpilotError(f"{path}: the run store is damaged ({e}).",
+                            hint="Runs recorded in it may be lost; keep a copy, and record new runs with "
+                                 "--store NEW.db.")
 
 
 class RunStore:
@@ -176,7 +192,7 @@ class RunStore:
                 raise KernelpilotError(f"{self.path}: written by a newer kernelpilot (store version {row[0]}).")
             elif int(row[0]) < SCHEMA_VERSION:
                 self._migrate(int(row[0]))
-        except sqlite3.DatabaseError as e:
+        except (sqlite3.DatabaseError, ValueError) as e:    # ValueError: SQLite's message itself is not UTF-8
             raise KernelpilotError(f"{self.path}: not a kernelpilot run store ({e}).") from None
 
     def _migrate(self, version: int) -> None:
