@@ -118,3 +118,61 @@ def test_runs_serve_lists_runs_behind_its_token(exported):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_served_page_follows_a_running_run(tmp_path):
+    """The page of a running run, open in Chromium, shows the steps recorded after it loaded and the run's end,
+    in place: the open step stays open, and the script reports no error."""
+    import socket
+    import time
+    import urllib.error
+    import urllib.request
+
+    from kernelpilot.runs.store import RunStore, StepRecord
+
+    store = tmp_path / "runs.db"
+    with RunStore(store) as s:
+        run = s.create_run(problem="problems/scale", strategy="search", start_candidate="scale.py", target=None,
+                           budget=3, options={}, device="cpu")
+        s.add_step(run, StepRecord(kind="start", code="x = 1\n", passed=True, median_us=3.0, speedup=1.0))
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "kernelpilot", "runs", "serve", "--store", str(store), "--port",
+                               str(port)], env={**os.environ, "PYTHONPATH": str(ROOT / "src"),
+                                                "KPILOT_RUNS_TOKEN": "t0ken"}, stderr=subprocess.PIPE, text=True)
+    browser = None
+    try:
+        assert "127.0.0.1" in server.stderr.readline()
+        with pytest.raises(urllib.error.HTTPError) as unknown:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/events/run/99?token=t0ken", timeout=10)
+        assert unknown.value.code == 404
+        # virtual time stands still while the page's event stream is open, so the page waits for the run's end
+        browser = subprocess.Popen([_browser(), "--headless", "--no-sandbox", "--disable-gpu",
+                                    "--virtual-time-budget=20000", "--dump-dom",
+                                    f"http://127.0.0.1:{port}/run/{run}?token=t0ken#step-1"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(3)
+        assert browser.poll() is None, "the page stopped following a running run"
+        with RunStore(store) as s:
+            s.add_step(run, StepRecord(kind="variant", n=1, parent=0, code="x = 2\n", diff="-x = 1\n+x = 2\n",
+                                       passed=True, median_us=1.5, speedup=2.0))
+            s.update_run(run, best_step=1, best_speedup=2.0)
+        time.sleep(2)
+        with RunStore(store) as s:
+            s.add_step(run, StepRecord(kind="variant", n=2, parent=1, code="x = 3\n", passed=False, error="wrong"))
+            s.update_run(run, status="done", stop_reason="budget")
+        dom, err = browser.communicate(timeout=120)
+        assert browser.returncode == 0, err[-500:]
+        assert 'data-live="ended"' in dom and re.search(r'data-updates="[1-9]', dom)
+        assert re.search(r'<pre id="errors">\s*</pre>', dom)
+        assert re.findall(r'<tr data-n="(\d+)"', dom) == ["0", "1", "2"]
+        assert re.search(r'<section class="detail" id="step-1">', dom)           # the step opened stays open
+        assert '<span class="add">+x = 2' in dom and "the run has ended: done" in dom
+        events = urllib.request.urlopen(f"http://127.0.0.1:{port}/events/run/{run}?token=t0ken", timeout=10).read()
+        assert events.decode().splitlines()[::3] == ["event: change", "event: done"]   # an ended run: state, end
+    finally:
+        if browser and browser.poll() is None:
+            browser.kill()
+        server.terminate()
+        server.wait(timeout=10)

@@ -163,7 +163,7 @@ class ServeOptions(Options):
 
 @command("runs_serve", name="serve", options=ServeOptions, help="""Serve the run store as a local web app on
     127.0.0.1, behind a token printed at start (or KPILOT_RUNS_TOKEN): the list of runs, and each run's page,
-    which reloads itself while the run goes on.""", examples="kpilot runs serve --port 8770")
+    which follows a running run: new steps and the run's end appear in place.""", examples="kpilot runs serve --port 8770")
 def serve_cmd(opts, out: Output) -> None:
     from kernelpilot.runs.serve import make_server
 

@@ -231,15 +231,20 @@ function filterRows() {
     r.hidden = (q && r.textContent.toLowerCase().indexOf(q) < 0) || (onlyPassed && r.classList.contains('fail'));
   });
 }
-window.addEventListener('hashchange', show);
-document.addEventListener('DOMContentLoaded', function () {
+/* Wires the run's table and details; run again by a served page after it swaps in a newer #run. */
+function init() {
   document.querySelectorAll('#steps th').forEach(function (th, i) { th.addEventListener('click', function () { sortBy(i); }); });
   document.querySelectorAll('#steps tbody tr').forEach(function (r) {
     r.addEventListener('click', function () { location.hash = 'step-' + r.dataset.n; });
   });
   document.getElementById('filter').addEventListener('input', filterRows);
   document.getElementById('passed-only').addEventListener('change', filterRows);
+  filterRows();
   show();
+}
+window.addEventListener('hashchange', show);
+document.addEventListener('DOMContentLoaded', function () {
+  init();
   document.body.dataset.ready = '1';
 });
 """
@@ -307,4 +312,4 @@ def run_html(store: RunStore, run_id: int, compare: int | None = None) -> str:
         _step_detail(st, by_n.get(st.parent)) for st in steps)
     return ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
             f"<title>kernelpilot run {run.id}</title><style>{_CSS}</style></head><body>"
-            f"<pre id='errors'></pre>{body}<script>{_JS}</script></body></html>\n")
+            f"<pre id='errors'></pre><main id='run'>{body}</main><script>{_JS}</script></body></html>\n")

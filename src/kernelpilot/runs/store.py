@@ -265,6 +265,11 @@ class RunStore:
         return d["n"]
 
     @_guarded
+    def step_count(self, run_id: int) -> int:
+        """How many steps run ``run_id`` has recorded (without reading them)."""
+        return int(self.db.execute("SELECT COUNT(*) FROM steps WHERE run_id = ?", (run_id,)).fetchone()[0])
+
+    @_guarded
     def steps(self, run_id: int) -> list[StepRecord]:
         out = []
         for row in self.db.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY n", (run_id,)):
