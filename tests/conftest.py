@@ -43,6 +43,27 @@ def require_module(name: str):
         pytest.skip(f"{name} not installed", allow_module_level=True)
 
 
+def chromium() -> str:
+    """Debian's Chromium (or another Chrome) for tests that render pages; skip without one, fail in CI."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    if in_ci():
+        pytest.fail("CI: chromium is missing (apt-get install chromium)")
+    pytest.skip("no Chromium here (apt-get install chromium)")
+
+
+def rendered_dom(url: str) -> str:
+    """The page at ``url`` as headless Chromium leaves it once its scripts have run."""
+    import subprocess
+
+    r = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
+                        "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-500:]
+    return r.stdout
+
+
 def has_gpu() -> bool:
     if shutil.which("nvidia-smi") is None:
         return False

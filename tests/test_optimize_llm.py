@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, require_module
+from conftest import ROOT, rendered_dom, require_module
 from llm_server import ScriptedLLM
 
 from kernelpilot.runs.store import RunStore
@@ -222,3 +223,10 @@ def test_each_step_keeps_its_trace_without_the_key(tmp_path):
     text = (tmp_path / "rep2" / "run.html").read_text()
     assert 'class="msg model"' in text and "read_candidate" in text and 'class="msg eval"' in text
     assert secret not in text
+    # in a browser: the step's trace is a conversation, shown when the step is opened
+    dom = rendered_dom((tmp_path / "rep2" / "run.html").as_uri() + "#step-1")
+    assert 'data-ready="1"' in dom and re.search(r'<pre id="errors">\s*</pre>', dom)
+    shown = re.search(r'<section class="detail" id="step-1">', dom)
+    step1 = dom[shown.start():dom.index("</section>", shown.start())]
+    assert 'class="msg model"' in step1 and "read_candidate" in step1 and 'class="msg tool' in step1
+    assert '<span class="add">+' in step1 and "a bigger block" in step1

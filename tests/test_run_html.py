@@ -7,25 +7,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, in_ci, require_module
+from conftest import ROOT, chromium, rendered_dom, require_module
 
 SCALE = ROOT / "tests" / "data" / "problems" / "scale"
-
-
-def _browser() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    if in_ci():
-        pytest.fail("CI: chromium is missing (apt-get install chromium)")
-    pytest.skip("no Chromium here (apt-get install chromium)")
 
 
 @pytest.fixture(scope="module")
@@ -46,10 +35,7 @@ def exported(tmp_path_factory):
 
 
 def _dom(page: Path, fragment: str = "") -> str:
-    r = subprocess.run([_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
-                        "--dump-dom", page.as_uri() + fragment], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-500:]
-    return r.stdout
+    return rendered_dom(page.as_uri() + fragment)
 
 
 def test_the_page_needs_no_network(exported):
@@ -75,7 +61,7 @@ def test_opening_a_step_shows_its_diff(exported, tmp_path):
     assert '<pre class="diff">' in step1 and '<span class="add">+' in step1
     assert '<table class="cases">' in step1 and "n=2048,dtype=float32" in step1      # its cases, each timed
     shot = tmp_path / "page.png"
-    r = subprocess.run([_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1100,900",
+    r = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1100,900",
                         "--virtual-time-budget=5000", f"--screenshot={shot}", exported.as_uri() + "#step-1"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and shot.stat().st_size > 20_000      # a page with a chart, not a blank one
@@ -111,7 +97,7 @@ def test_runs_serve_lists_runs_behind_its_token(exported):
         assert [r["id"] for r in runs] == [2, 1] and runs[1]["steps"] == 3
         one = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/run/1?token={token}", timeout=10).read())
         assert one["run"]["id"] == 1 and len(one["steps"]) == 3
-        dom = subprocess.run([_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=4000",
+        dom = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=4000",
                               "--dump-dom", f"http://127.0.0.1:{port}/run/1?token={token}"], capture_output=True,
                              text=True, timeout=120).stdout
         assert 'data-ready="1"' in dom and 'id="x-label">step<' in dom and re.search(r'<pre id="errors">\s*</pre>', dom)
@@ -148,7 +134,7 @@ def test_a_served_page_follows_a_running_run(tmp_path):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/events/run/99?token=t0ken", timeout=10)
         assert unknown.value.code == 404
         # virtual time stands still while the page's event stream is open, so the page waits for the run's end
-        browser = subprocess.Popen([_browser(), "--headless", "--no-sandbox", "--disable-gpu",
+        browser = subprocess.Popen([chromium(), "--headless", "--no-sandbox", "--disable-gpu",
                                     "--virtual-time-budget=20000", "--dump-dom",
                                     f"http://127.0.0.1:{port}/run/{run}?token=t0ken#step-1"],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
