@@ -180,7 +180,8 @@ def test_parallel_proposals_are_evaluated_together(tmp_path):
     assert "FAILED" in reqs[2]["body"]["messages"][1]["content"] and "a bigger block" in reqs[2]["body"]["messages"][1]["content"]
 
 
-def test_each_step_keeps_its_trace_without_the_key(tmp_path):
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+def test_each_step_keeps_its_trace_without_the_key(provider, tmp_path):
     """The messages, the tool call and its result, the tokens and times, and the evaluation's events are kept with
     the step they led to; the API key given on the command line appears nowhere in the store."""
     secret = "sk-test-" + "q" * 24
@@ -191,7 +192,7 @@ def test_each_step_keeps_its_trace_without_the_key(tmp_path):
         {"text": "", "tool_calls": [("stop_optimizing", {"reason": "done"})]},
     ]
     with ScriptedLLM(script) as llm:
-        r = _optimize("openai", llm.url("openai"), tmp_path, "--api-key", secret)
+        r = _optimize(provider, llm.url(provider), tmp_path, "--api-key", secret)
     assert r.returncode == 0, r.stderr
     assert secret.encode() not in (tmp_path / ".kpilot" / "runs.db").read_bytes()
     shown = kp("runs", "show", "1", "--trace", "--json", cwd=tmp_path)
