@@ -162,3 +162,32 @@ def test_a_served_page_follows_a_running_run(tmp_path):
             browser.kill()
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_a_step_shows_its_profile_as_a_table(tmp_path):
+    """A step's profile (here an H200 Nsight Compute capture, summarized as the loop keeps it) is shown as a table
+    per kernel: time, bound, occupancy, top stalls and diagnoses."""
+    from kernelpilot.loop.agent import step_profile
+    from kernelpilot.profile.load import load_profile
+    from kernelpilot.runs.html import run_html
+    from kernelpilot.runs.store import RunStore, StepRecord
+
+    fx = ROOT / "tests" / "fixtures" / "ncu_profile"
+    prof = load_profile(fx / "cuda_registers.raw.csv", details=fx / "cuda_registers.details.txt").to_json()
+    kept = step_profile(prof)
+    kernel = kept["kernels"][0]
+    with RunStore(tmp_path / "runs.db") as s:
+        run = s.create_run(problem="p", strategy="llm", start_candidate="c.py", target=None, budget=1, options={})
+        s.add_step(run, StepRecord(kind="start", code="x = 1\n", passed=True, median_us=310.4, profile=kept))
+        page = tmp_path / "run.html"
+        page.write_text(run_html(s, run))
+    dom = rendered_dom(page.as_uri() + "#step-0")
+    assert re.search(r'<pre id="errors">\s*</pre>', dom)
+    shown = re.search(r'<section class="detail" id="step-0">', dom)
+    step0 = dom[shown.start():dom.index("</section>", shown.start())]
+    table = step0[step0.index('<table class="profile">'):]
+    assert f"<code>{kernel['name']}</code>" in table and f"<b>{kernel['bound']}</b>" in table
+    assert f"{kernel['occupancy']['theoretical_pct']:g}%" in table
+    top = kernel["top_stalls"][0]
+    assert f"{top['reason']} {top['pct']:.0f}%" in table
+    assert kernel["diagnoses"] and kernel["diagnoses"][0].split(":")[0] in table

@@ -115,6 +115,12 @@ def candidate_profile(r, box, path: Path, n: int) -> dict[str, Any] | None:
             prof.setdefault("notes", []).insert(0, f"ncu: {e}")
         except KernelpilotError as e2:
             return {"error": str(e2)[:500]}
+    return step_profile(prof)
+
+
+def step_profile(prof: dict[str, Any]) -> dict[str, Any]:
+    """What a step keeps of a profile (``kpilot profile``'s JSON): per kernel (the first 8) its time, grid, waves,
+    bound, occupancy, throughput, three largest stalls and three first diagnoses; the first three notes."""
     return {"tool": prof.get("tool"), "notes": prof.get("notes", [])[:3],
             "kernels": [{"name": k["name"], "duration_us": k.get("duration_us"), "grid": k.get("grid"),
                          "waves_per_sm": k.get("waves_per_sm"), "bound": k.get("bound"),

@@ -174,6 +174,31 @@ def _json_block(title: str, value: Any) -> str:
     return f"<h4>{_e(title)}</h4><pre>{_e(json.dumps(value, indent=1)[:20000])}</pre>"
 
 
+def _profile_html(profile: dict[str, Any] | None) -> str:
+    """The step's profile as a person reads it: per kernel, its time, what bounds it, its occupancy, where its
+    warps stalled and the first diagnoses; then the profile's notes."""
+    if not profile:
+        return ""
+    if profile.get("error"):
+        return f"<h4>Profile</h4><p class='muted'>not profiled: {_e(profile['error'])}</p>"
+    rows = []
+    for k in profile.get("kernels") or []:
+        occ = k.get("occupancy") or {}
+        occ_text = " / ".join(f"{occ[key]:g}%" for key in ("theoretical_pct", "achieved_pct")
+                              if isinstance(occ.get(key), (int, float)))
+        stalls = ", ".join(f"{s.get('reason')} {s.get('pct', 0):.0f}%" for s in k.get("top_stalls") or []
+                           if isinstance(s, dict))
+        diagnoses = "".join(f"<li>{_e(d)}</li>" for d in k.get("diagnoses") or [])
+        rows.append(f"<tr><td><code>{_e(k.get('name'))}</code></td><td>{_e(k.get('duration_us') or '-')}</td>"
+                    f"<td><b>{_e(k.get('bound') or '-')}</b></td><td>{_e(occ_text or '-')}</td>"
+                    f"<td>{_e(stalls or '-')}</td><td><ul>{diagnoses}</ul></td></tr>")
+    notes = "".join(f"<li>{_e(n)}</li>" for n in profile.get("notes") or [])
+    return (f"<h4>Profile ({_e(profile.get('tool') or 'profiler')})</h4><table class='profile'><thead><tr>"
+            "<th>kernel</th><th>us</th><th>bound</th><th>occupancy (theoretical / achieved)</th><th>top stalls</th>"
+            "<th>diagnoses</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+            + (f"<ul class='muted'>{notes}</ul>" if notes else ""))
+
+
 def _step_detail(st: StepRecord, parent: StepRecord | None = None) -> str:
     summary = st.check_summary or {}
     head = (f'<section class="detail" id="step-{st.n}" hidden><h3>Step {st.n} ({_e(st.kind)})</h3>'
@@ -181,7 +206,8 @@ def _step_detail(st: StepRecord, parent: StepRecord | None = None) -> str:
             f'{_e(st.median_us)} us; speedup {_e(st.speedup)}x{"; error: " + _e(st.error) if st.error else ""}</p>')
     failed = "".join(f"<li>{_e(f)}</li>" for f in summary.get("failed_cases", []) + summary.get("flags", []))
     return (head + (f"<ul>{failed}</ul>" if failed else "") + "<h4>Code change</h4>" + _diff_html(st.diff)
-            + _isa_change(st, parent) + _json_block("ISA", st.isa) + _json_block("Profile", st.profile) + _json_block("Times per case", st.timing)
+            + _isa_change(st, parent) + _json_block("ISA", st.isa) + _profile_html(st.profile)
+            + _json_block("Times per case", st.timing)
             + _trace_html(st.trace) + "</section>")
 
 
