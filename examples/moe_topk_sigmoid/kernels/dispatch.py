@@ -21,6 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import routing_triton  # noqa: E402
 import topk_sigmoid_cuda  # noqa: E402
 import topk_sigmoid_hip  # noqa: E402
 import topk_sigmoid_triton  # noqa: E402
@@ -55,3 +56,13 @@ def topk_sigmoid(logits: torch.Tensor, bias, k: int):
     if which == "hip":
         return topk_sigmoid_hip.topk_sigmoid(logits, bias, k)
     return topk_sigmoid_triton.topk_sigmoid(logits, bias, k)
+
+
+def topk_softmax(logits: torch.Tensor, k: int, renormalize: bool):
+    """Softmax gating: the Triton kernel on every GPU (and the CPU through Triton's interpreter)."""
+    return routing_triton.topk_softmax(logits, k, renormalize)
+
+
+def grouped_topk(logits: torch.Tensor, bias: torch.Tensor, k: int, n_group: int, topk_group: int):
+    """DeepSeek-V3's grouped selection: the Triton kernel on every GPU (and the CPU through Triton's interpreter)."""
+    return routing_triton.grouped_topk(logits, bias, k, n_group, topk_group)

@@ -38,12 +38,8 @@ KPILOT_SPECS = {
 @triton.jit
 def topk_sigmoid_kernel(logits_ptr, bias_ptr, w_ptr, ids_ptr, tokens, experts, BLOCK_E: tl.constexpr,
                         K: tl.constexpr, KP: tl.constexpr, ROWS: tl.constexpr, HAS_BIAS: tl.constexpr):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, BLOCK_E)
-    row_ok = rows < tokens
-    col_ok = cols < experts
+    rows, cols, row_ok, col_ok, x = load_tile(logits_ptr, tokens, experts, 0.0, ROWS, BLOCK_E)
     ok = row_ok[:, None] & col_ok[None, :]
-    x = tl.load(logits_ptr + rows[:, None] * experts + cols[None, :], mask=ok, other=0.0).to(tl.float32)
     sig = 1.0 / (1.0 + tl.exp(-x))
     if HAS_BIAS:
         b = tl.load(bias_ptr + cols, mask=col_ok, other=0.0)
@@ -51,6 +47,29 @@ def topk_sigmoid_kernel(logits_ptr, bias_ptr, w_ptr, ids_ptr, tokens, experts, B
     else:
         score = x
     score = tl.where(ok, score, -float("inf"))
+    ids, ws = select_top(score, cols, sig, K, KP, ROWS, BLOCK_E)
+    if HAS_BIAS:
+        ws = ws / tl.sum(ws, axis=1)[:, None]
+    store_top(w_ptr, ids_ptr, rows, row_ok, ws, ids, K, KP)
+
+
+@triton.jit
+def load_tile(logits_ptr, tokens, experts, other, ROWS: tl.constexpr, BLOCK_E: tl.constexpr):
+    """This program's ROWS tokens of BLOCK_E logits as fp32 (`other` where past the tokens or the experts), with
+    their row and column numbers and which of them are in range."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_E)
+    row_ok = rows < tokens
+    col_ok = cols < experts
+    x = tl.load(logits_ptr + rows[:, None] * experts + cols[None, :], mask=row_ok[:, None] & col_ok[None, :],
+                other=other).to(tl.float32)
+    return rows, cols, row_ok, col_ok, x
+
+
+@triton.jit
+def select_top(score, cols, value, K: tl.constexpr, KP: tl.constexpr, ROWS: tl.constexpr, BLOCK_E: tl.constexpr):
+    """The K largest scores of each row, largest first, lowest index among equals: their ids and the `value` at
+    them, as [ROWS, KP] (columns K and beyond unused)."""
     ks = tl.arange(0, KP)
     ids = tl.zeros([ROWS, KP], dtype=tl.int32)
     ws = tl.zeros([ROWS, KP], dtype=tl.float32)
@@ -58,16 +77,21 @@ def topk_sigmoid_kernel(logits_ptr, bias_ptr, w_ptr, ids_ptr, tokens, experts, B
         best = tl.max(score, axis=1)
         idx = tl.min(tl.where(score == best[:, None], cols[None, :], BLOCK_E), axis=1)
         hit = cols[None, :] == idx[:, None]
-        w = tl.sum(tl.where(hit, sig, 0.0), axis=1)
+        w = tl.sum(tl.where(hit, value, 0.0), axis=1)
         ids = tl.where(ks[None, :] == j, idx[:, None], ids)
         ws = tl.where(ks[None, :] == j, w[:, None], ws)
         score = tl.where(hit, -float("inf"), score)
-    if HAS_BIAS:
-        ws = ws / tl.sum(ws, axis=1)[:, None]
+    return ids, ws
+
+
+@triton.jit
+def store_top(w_ptr, ids_ptr, rows, row_ok, ws, ids, K: tl.constexpr, KP: tl.constexpr):
+    """Each row's K weights and ids (of [ROWS, KP]), rows past the end left out."""
+    ks = tl.arange(0, KP)
     out = rows[:, None] * K + ks[None, :]
-    store_ok = row_ok[:, None] & (ks[None, :] < K)
-    tl.store(w_ptr + out, ws, mask=store_ok)
-    tl.store(ids_ptr + out, ids, mask=store_ok)
+    ok = row_ok[:, None] & (ks[None, :] < K)
+    tl.store(w_ptr + out, ws, mask=ok)
+    tl.store(ids_ptr + out, ids, mask=ok)
 
 
 def rows_per_program(block_e: int, itemsize: int, warp_size: int = 32, num_warps: int | None = None) -> int:
