@@ -3,6 +3,7 @@ format, the roofline floor, timing statistics."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -289,3 +290,25 @@ def test_probe_follows_stream_waits():
     assert analyze_trace(ev).other_stream_kernels == ["k (stream 9)"]
     ev = _trace() + [kernel("k", 9, 100), _wait(7, 11, 101), _wait(11, 9, 102, corr=103)]
     assert analyze_trace(ev).side_stream_kernels == ["k (stream 9)"]     # stream 11 waited only after
+
+
+def test_a_baseline_keeps_its_graph_replay_and_the_summary_its_speedup():
+    """With --graphs a baseline's CUDA-graph replay is kept beside its event timing, the candidate's replay speedup
+    over it is summed up as a geometric mean, and both survive the JSON round trip a target's answer takes."""
+    from kernelpilot.evaluate.result import Baseline, BenchCase, EvalResult
+
+    def t(us):
+        return summarize([us, us, us], "cuda-events", True)
+
+    bench = [BenchCase(case=f"n={n}", params={"n": n}, timing=t(10.0), graph_timing=t(5.0),
+                       baselines={"natural.py": Baseline(t(40.0), 4.0, t(5.0 * g), g)})
+             for n, g in ((1, 2.0), (2, 8.0))]
+    bench.append(BenchCase(case="n=3", params={"n": 3}, timing=t(10.0), graph_error="not capturable",
+                           baselines={"natural.py": Baseline(t(40.0), 4.0)}))
+    res = EvalResult(problem="p", candidate="c.py", device="cuda", bench=bench)
+    summary = res.baselines()["natural.py"]
+    assert summary["speedup"] == 4.0 and summary["graph_speedup"] == 4.0 and summary["graph_cases"] == 2
+    back = EvalResult.from_json(json.loads(json.dumps(res.to_json())))
+    assert back.baselines() == res.baselines()
+    assert back.bench[0].baselines["natural.py"].graph_timing.median_us == 10.0
+    assert back.bench[2].baselines["natural.py"].graph_timing is None

@@ -46,6 +46,12 @@ STREAM_FROM_TOKENS = 8192   # the stream floor is measured for these cases (the 
 
 KERNELS = ["topk_sigmoid_triton.py", "topk_sigmoid_cuda_warp.py", "topk_sigmoid_cuda.py", "topk_sigmoid_cuda_persistent.py",
            "dispatch.py"]
+VARIANTS = ["plain", "biased", "softmax", "grouped"]
+# The kernels that define each problem's entry: the sigmoid kernels serve plain and biased alone.
+VARIANT_KERNELS = {"plain": KERNELS, "biased": KERNELS, "softmax": ["dispatch.py"], "grouped": ["dispatch.py"]}
+WITH_BIAS = {"biased", "grouped"}
+# The routing a user writes in PyTorch (kernels/natural_pytorch.py): the headline baseline.
+NATURAL = HERE / "kernels" / "natural_pytorch.py"
 
 
 def launch_floor_us() -> float:
@@ -68,7 +74,7 @@ def bench_variant(variant: str, dtype: str, budget: float, tokens: list[int] | N
     per_kernel, baselines, floors, first = {}, {}, {}, {}
     for i, kernel in enumerate(kernels):
         opts = EvalOptions(device="cuda", cases=cases, graphs=True, timing={"budget_s": budget},
-                           baselines=["eager", "compile"] if i == 0 else [])
+                           baselines=["eager", "compile", str(NATURAL)] if i == 0 else [])
         res = bench(prob, HERE / "kernels" / kernel, opts)
         per_kernel[kernel] = {b.case: b for b in res.bench}
         again = disturbed(per_kernel[kernel])
@@ -89,15 +95,17 @@ def bench_variant(variant: str, dtype: str, budget: float, tokens: list[int] | N
     rows = []
     for case in cases:
         p = prob.case(case).params
-        stream = (stream_floor_us(p["tokens"], p["experts"], p["k"], dtype, variant == "biased")
+        stream = (stream_floor_us(p["tokens"], p["experts"], p["k"], dtype, variant in WITH_BIAS)
                   if p["tokens"] >= STREAM_FROM_TOKENS else None)
         base = baselines.get(case, {})
         eager = _us(base["eager"].timing) if "eager" in base else None
         comp = _us(base["compile"].timing) if "compile" in base else None
+        natural = base.get(NATURAL.name)
         floor = max(floors.get(case) or 0.0, floor_launch)
         row = {"variant": variant, "case": case, "params": prob.case(case).params, "eager_us": eager,
-               "compile_us": comp, "floor_us": round(floor, 3), "stream_us": stream and stream["us"],
-               "stream_shape": stream and [stream["rows"], stream["warps"]]}
+               "compile_us": comp, "natural_us": _us(natural.timing) if natural else None,
+               "natural_graph_us": _us(natural.graph_timing) if natural else None, "floor_us": round(floor, 3),
+               "stream_us": stream and stream["us"], "stream_shape": stream and [stream["rows"], stream["warps"]]}
         for kernel, by_case in per_kernel.items():
             b = by_case.get(case)
             t, g = medians(b) if b else (None, None)
@@ -136,8 +144,11 @@ def measured(entry: dict) -> dict:
 def ratios(row: dict, timed: dict) -> dict:
     """A kernel's entry of a row: its times and their ratios to the row's baselines and floors."""
     t, eager, comp, stream = timed["median_us"], row["eager_us"], row["compile_us"], row.get("stream_us")
+    natural, natural_graph, g = row.get("natural_us"), row.get("natural_graph_us"), timed.get("graph_us")
     return timed | {"vs_eager": round(eager / t, 3) if eager and t else None,
                     "vs_compile": round(comp / t, 3) if comp and t else None,
+                    "vs_natural": round(natural / t, 3) if natural and t else None,
+                    "vs_natural_graphs": round(natural_graph / g, 3) if natural_graph and g else None,
                     "of_floor": round(t / row["floor_us"], 3) if t else None,
                     "of_stream": round(t / stream, 3) if t and stream else None}
 
@@ -174,25 +185,30 @@ def write_rows(path: Path, part: dict) -> None:
 
 
 def summarize(rows: list, kernels: list[str]) -> dict:
-    """Per kernel: the cases, those whose timed outputs were right, the geometric-mean speedup over eager, the
-    cases faster than torch.compile, and the distance from the floor at 8192 tokens or more: how many of those
+    """Per kernel, over the rows that time it: the cases, those whose timed outputs were right, the geometric-mean
+    speedup over the natural PyTorch (events, and CUDA-graph replays of both) and over eager, the cases faster than
+    torch.compile, and the distance from the floor at 8192 tokens or more: how many of those
     cases are within 1.5x of it, on how many the stream floor itself is not (no kernel can be), on how many the
     bound is not (launch floor plus bytes at peak bandwidth: no kernel can be, whatever its code), and the others
     that the kernel misses (with the kernel's time over the floor, closest first)."""
-    large = [r for r in rows if r["params"]["tokens"] >= 8192]
-    unreachable = set(out_of_reach(rows))
-    bounded = beyond_bound(rows)
+    everywhere = rows
     summary = {}
     for kernel in kernels:
+        rows = [r for r in everywhere if kernel in r]
+        large = [r for r in rows if r["params"]["tokens"] >= 8192]
+        unreachable = set(out_of_reach(rows))
+        bounded = beyond_bound(rows)
+
         def met(r: dict) -> bool:   # right outputs in 1.5x of the floor or less
             return r[kernel]["check_ok"] and (r[kernel]["of_floor"] or 99) <= 1.5
 
         ok = [r for r in rows if r[kernel]["check_ok"]]   # a time of wrong outputs is no result
-        sp = [r[kernel]["vs_eager"] for r in ok if r[kernel]["vs_eager"]]
         summary[kernel] = {
             "cases": len(rows),
             "cases_with_outputs_ok": len(ok),
-            "geomean_vs_eager": round(math.exp(sum(map(math.log, sp)) / len(sp)), 3) if sp else None,
+            "geomean_vs_natural": geomean(r[kernel].get("vs_natural") for r in ok),
+            "geomean_vs_natural_graphs": geomean(r[kernel].get("vs_natural_graphs") for r in ok),
+            "geomean_vs_eager": geomean(r[kernel]["vs_eager"] for r in ok),
             "faster_than_compile": sum(1 for r in ok if (r[kernel]["vs_compile"] or 0) > 1),
             "worst_of_floor_at_8192_tokens_or_more": max(
                 (r[kernel]["of_floor"] or 99 for r in ok if r["params"]["tokens"] >= 8192), default=None),
@@ -210,6 +226,11 @@ def summarize(rows: list, kernels: list[str]) -> dict:
                 key=lambda item: item[1] or 99)),
         }
     return summary
+
+
+def geomean(values) -> float | None:
+    kept = [v for v in values if v]
+    return round(math.exp(sum(map(math.log, kept)) / len(kept)), 3) if kept else None
 
 
 def above_1_5x_floor(rows: list, field: str) -> list[str]:
@@ -273,7 +294,8 @@ def refloored(rows: list, launch_us: float, gpu: str) -> list:
 
 
 def present(rows: list) -> list[str]:
-    return [k for k in KERNELS if rows and all(k in r for r in rows)]
+    """The kernels timed on any of the rows (the sigmoid kernels time plain and biased alone)."""
+    return [k for k in KERNELS if any(k in r for r in rows)]
 
 
 def run_history(part: dict) -> dict:
@@ -282,8 +304,8 @@ def run_history(part: dict) -> dict:
 
 
 def overall(name: str, gpu: str) -> None:
-    """results/NAME.summary.json: every rows file of the GPU, all dtypes and variants, for the kernels timed on
-    all of them."""
+    """results/NAME.summary.json: every rows file of the GPU, all dtypes and variants, each kernel over the rows
+    that time it."""
     parts, rows, launch = load_rows(name, gpu)
     summary = summarize(rows, present(rows))
     out = {"runs": [{k: p.get(k) for k in ("variant", "date", "git")} | {"dtype": p["rows"][0]["params"]["dtype"]}
@@ -310,21 +332,21 @@ def report(name: str, gpu: str, dtype: str) -> None:
     (HERE / "results" / f"{name}.{dtype}.json").write_text(json.dumps(out, indent=1))
     from kernelpilot.runs.plot import series_png
 
-    series = {k: [r[k]["vs_eager"] for r in rows] for k in kernels}
+    series = {k: [r[k]["vs_eager"] if k in r else None for r in rows] for k in kernels}
     series["torch.compile"] = [r["eager_us"] / r["compile_us"] if r["eager_us"] and r["compile_us"] else None
                                for r in rows]
     series_png(series, HERE / "results" / f"{name}.{dtype}_speedup.png", title=f"MoE routing on {gpu} ({dtype})")
-    md = [f"# MoE top-k sigmoid routing on {gpu} ({dtype})", "", METHOD, "",
+    md = [f"# MoE routing on {gpu} ({dtype})", "", METHOD, "",
           f"![speedup over eager per case]({name}.{dtype}_speedup.png)", "",
           "Speedup over PyTorch eager per case (log scale; dotted: 1x; the legend names each kernel).", "",
-          "| variant | case | eager us | compile us | floor us | bound us | stream us | "
+          "| variant | case | natural PyTorch us (graph us) | eager us | compile us | floor us | bound us | stream us | "
           + " | ".join(f"{k} us (graph us)" for k in kernels) + " |",
-          "| --- | --- | --- | --- | --- | --- | --- | " + " | ".join("---" for _ in kernels) + " |"]
+          "| --- | --- | --- | --- | --- | --- | --- | --- | " + " | ".join("---" for _ in kernels) + " |"]
     for r in rows:
-        md.append(f"| {r['variant']} | {r['case']} | {r['eager_us']} | {r['compile_us']} | {r['floor_us']} | "
-                  f"{r.get('bound_us')} | {r.get('stream_us')} | "
-                  + " | ".join(f"{r[k]['median_us']} ({r[k]['graph_us']})" + ("" if r[k]["check_ok"] else " WRONG")
-                               for k in kernels) + " |")
+        md.append(f"| {r['variant']} | {r['case']} | {r.get('natural_us')} ({r.get('natural_graph_us')}) | "
+                  f"{r['eager_us']} | {r['compile_us']} | {r['floor_us']} | {r.get('bound_us')} | {r.get('stream_us')} | "
+                  + " | ".join("-" if k not in r else f"{r[k]['median_us']} ({r[k]['graph_us']})"
+                               + ("" if r[k]["check_ok"] else " WRONG") for k in kernels) + " |")
     md += ["", "WRONG: the kernel's timed outputs failed the re-check, so its time is not a result.", "",
            "```json", json.dumps(summary, indent=1), "```"]
     (HERE / "results" / f"{name}.{dtype}.md").write_text("\n".join(md) + "\n")
@@ -334,7 +356,9 @@ def report(name: str, gpu: str, dtype: str) -> None:
 
 METHOD = ("kpilot bench: CUDA events around each call, L2 flushed (read pass) and new inputs before every call, "
           "median until stable; timed outputs re-checked; CUDA-graph replay also timed (graph_us). Baselines: the "
-          "reference in eager PyTorch and under torch.compile (default options), timed the same way. Floor: the "
+          "routing a user writes in PyTorch (kernels/natural_pytorch.py, torch.topk; the headline), and the problem's "
+          "reference in eager PyTorch and under torch.compile (default options), all timed the same way, the natural "
+          "PyTorch also as CUDA-graph replays (vs_natural_graphs: both replayed). Floor: the "
           "larger of the case's bytes over the GPU's peak bandwidth and the launch floor (a one-element kernel "
           "timed the same way; the least of the runs' measurements, launch_floor_us). Stream floor (8192 tokens or "
           "more): a kernel that only reads the inputs and writes outputs of the case's size (stream_floor.py), the "
@@ -349,7 +373,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--budget", type=float, default=0.5)
-    ap.add_argument("--variant", action="append", choices=["plain", "biased"])
+    ap.add_argument("--variant", action="append", choices=VARIANTS)
     ap.add_argument("--tokens", type=int, action="append")
     ap.add_argument("--kernel", action="append", choices=KERNELS, help="only these kernels (default: all)")
     ap.add_argument("--report-only", metavar="GPU", help="rebuild the report from the rows files of this GPU "
@@ -366,8 +390,9 @@ def main() -> None:
     name = results_name(gpu)
     floor_launch = launch_floor_us()
     (HERE / "results").mkdir(exist_ok=True)
-    for variant in args.variant or ["plain", "biased"]:
-        rows = bench_variant(variant, args.dtype, args.budget, args.tokens, floor_launch, args.kernel or KERNELS)
+    for variant in args.variant or VARIANTS:
+        kernels = [k for k in VARIANT_KERNELS[variant] if not args.kernel or k in args.kernel]
+        rows = bench_variant(variant, args.dtype, args.budget, args.tokens, floor_launch, kernels)
         env = environment()   # tool versions and the commit measured (KPILOT_GIT_REV where git history is absent)
         part = {"variant": variant, "date": env["date"], "git": env["git"], "environment": env,
                 "launch_floor_us": round(floor_launch, 3), "rows": rows}

@@ -631,7 +631,7 @@ def test_bench_rows_file_keeps_what_a_partial_run_did_not_time(tmp_path):
     assert c2[cuda]["median_us"] == 9.0 and c2[cuda]["vs_eager"] == round(30.0 / 9.0, 3) and c2[cuda]["of_floor"] == 1.8
     assert cuda not in got["rows"][2]
     assert [(r["git"], r["cases"], r["kernels"]) for r in got["runs"]] == [("a", 2, [cuda, disp]), ("b", 2, [disp])]
-    assert got["git"] == "b" and bench.present(got["rows"]) == [disp]
+    assert got["git"] == "b" and bench.present(got["rows"]) == [cuda, disp]     # the kernels timed on any row
     bench.write_rows(path, part("c", [row(c, 10.0, 4.0, **{cuda: 5.0, disp: 4.0}) for c in ("c1", "c2", "c3")]))
     got = json.loads(path.read_text())
     assert [r["git"] for r in got["runs"]] == ["c"] and got["rows"][1][disp]["median_us"] == 4.0
@@ -692,3 +692,25 @@ def test_bench_times_again_a_case_whose_event_median_is_far_above_graph_replay()
     by_case = {"spike": b(17.2, 4.4), "close": b(8.0, 4.5), "small": b(4.0, 1.9), "slow graph": b(4.2, 26.4),
                "no graph": b(30.0, None)}
     assert bench.disturbed(by_case) == ["spike"]
+
+
+def test_bench_summary_takes_each_kernel_over_its_own_rows_and_the_natural_pytorch_as_headline():
+    """The sigmoid kernels time plain and biased alone, dispatch.py all four problems: each kernel is summed up
+    over the rows that time it, with its speedup over the natural PyTorch by events and by graph replays."""
+    import bench
+
+    def row(variant, natural, natural_graph, **kernels):
+        r = {"variant": variant, "case": f"{variant}-{natural}", "params": {"tokens": 1024}, "eager_us": 2 * natural,
+             "compile_us": natural, "natural_us": natural, "natural_graph_us": natural_graph, "floor_us": 4.0,
+             "stream_us": None}
+        return r | {k: bench.ratios(r, {"median_us": t, "graph_us": t / 2, "check_ok": True}) for k, t in kernels.items()}
+
+    cuda, disp = "topk_sigmoid_cuda.py", "dispatch.py"
+    rows = [row("plain", 80.0, 40.0, **{cuda: 10.0, disp: 8.0}), row("softmax", 90.0, 90.0, **{disp: 10.0}),
+            row("grouped", 160.0, 160.0, **{disp: 10.0})]
+    assert bench.present(rows) == [cuda, disp]
+    s = bench.summarize(rows, bench.present(rows))
+    assert s[cuda]["cases"] == 1 and s[disp]["cases"] == 3
+    assert s[cuda]["geomean_vs_natural"] == 8.0 and s[cuda]["geomean_vs_natural_graphs"] == 8.0
+    assert s[disp]["geomean_vs_natural"] == round((10.0 * 9.0 * 16.0) ** (1 / 3), 3)
+    assert s[disp]["geomean_vs_natural_graphs"] == round((10.0 * 18.0 * 32.0) ** (1 / 3), 3)

@@ -114,7 +114,8 @@ def render(r, paint=lambda t, k: t) -> str:
             out.append(f"timing: {method}, L2 flushed and new inputs before every call, median of n samples")
         for n, v in r.baselines().items():
             if v.get("speedup"):
-                out.append(f"speedup over {n}: {v['speedup']:.3g}x ({v['aggregate']})")
+                graphs = f"; {v['graph_speedup']:.3g}x replayed as CUDA graphs" if v.get("graph_speedup") else ""
+                out.append(f"speedup over {n}: {v['speedup']:.3g}x ({v['aggregate']}{graphs})")
     for f in r.flags:
         out.append(paint(f"[{f.level}]", "bad" if f.level == "error" else "warn") + f" {f.id}: {f.message}")
     for n in r.notes:

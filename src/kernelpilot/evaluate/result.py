@@ -53,9 +53,21 @@ class Baseline:
 
     timing: Timing
     speedup: float | None
+    # with --graphs: the baseline's CUDA-graph replay, and the candidate's replay speedup over it
+    graph_timing: Timing | None = None
+    graph_speedup: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.timing.to_json(), "speedup": self.speedup}
+        d = {**self.timing.to_json(), "speedup": self.speedup}
+        if self.graph_timing is not None:
+            d["graph"] = {**self.graph_timing.to_json(), "speedup": self.graph_speedup}
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Baseline":
+        graph = d.get("graph") if isinstance(d.get("graph"), dict) else None
+        return cls(Timing.from_json(d), d.get("speedup"), Timing.from_json(graph) if graph else None,
+                   graph.get("speedup") if graph else None)
 
 
 @dataclass
@@ -121,14 +133,21 @@ class EvalResult:
     def baselines(self) -> dict[str, dict[str, Any]]:
         import math
 
+        def geomean(values: list[float | None]) -> float | None:
+            kept = [v for v in values if v is not None and v > 0]
+            return float(f"{math.exp(sum(math.log(v) for v in kept) / len(kept)):.4g}") if kept else None
+
         names = sorted({n for b in self.bench for n in b.baselines})
         out = {}
         for n in names:
-            sp = [b.baselines[n].speedup for b in self.bench
-                  if n in b.baselines and b.baselines[n].speedup is not None and b.baselines[n].speedup > 0]
+            mine = [b.baselines[n] for b in self.bench if n in b.baselines]
+            sp = [x.speedup for x in mine if x.speedup is not None and x.speedup > 0]
             if sp:
-                out[n] = {"speedup": float(f"{math.exp(sum(math.log(s) for s in sp) / len(sp)):.4g}"), "cases": len(sp),
+                out[n] = {"speedup": geomean(sp), "cases": len(sp),
                           "aggregate": "geometric mean" if len(sp) > 1 else "one case"}
+                graph = [x.graph_speedup for x in mine if x.graph_speedup]
+                if graph:           # CUDA-graph replays of both (--graphs): launch overhead left out of both
+                    out[n].update(graph_speedup=geomean(graph), graph_cases=len(graph))
             else:
                 out[n] = {"speedup": None, "cases": 0}
             if len(self.bench) == 1 and n in self.bench[0].baselines:
@@ -168,8 +187,7 @@ class EvalResult:
                 case=b["case"], params=b.get("params") or {}, timing=timing(b.get("timing")),
                 checked=b.get("checked", 0), check_ok=b.get("check_ok", True), message=b.get("message", ""),
                 roofline=b.get("roofline"),
-                baselines={n: Baseline(Timing.from_json(x), x.get("speedup")) for n, x in
-                           (b.get("baselines") or {}).items()},
+                baselines={n: Baseline.from_json(x) for n, x in (b.get("baselines") or {}).items()},
                 graph_timing=timing(graph), graph_error=(graph or {}).get("error", "") if isinstance(graph, dict)
                 else ""))
         return cls(problem=d["problem"], candidate=d["candidate"], device=d["device"], correct=d.get("correct"),

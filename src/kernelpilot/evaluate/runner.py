@@ -500,9 +500,11 @@ def _add_baseline(session: _Session, prob: Problem, device: str, names: list[str
     if res.fatal:
         result.notes.append(f"baseline {label} could not be timed: {res.fatal}")
         return
-    times = {e.case: e.timing for e in res.bench}
+    timed = {e.case: e for e in res.bench}
     for bc in result.bench:
-        t = times.get(bc.case)
-        if not t or not bc.timing:
+        e = timed.get(bc.case)
+        if not e or not e.timing or not bc.timing:
             continue
-        bc.baselines[label] = Baseline(t, ratio(t.median_us, bc.timing.median_us))
+        graph, own = e.graph_timing, bc.graph_timing
+        bc.baselines[label] = Baseline(e.timing, ratio(e.timing.median_us, bc.timing.median_us), graph,
+                                       ratio(graph.median_us, own.median_us) if graph and own else None)
