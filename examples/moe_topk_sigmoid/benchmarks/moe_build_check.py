@@ -36,20 +36,31 @@ DTYPES = ("f32", "f16", "bf16")
 CUDA_MACROS = Path("c10") / "cuda" / "impl" / "cuda_cmake_macros.h"
 
 
+# The extensions of the kernels folder: the sigmoid kernels' (topk_sigmoid_cuda.py, its units named by dtype) and
+# every router's (routing_cuda.py, "router." and the dtype).
+EXTENSIONS = {"": "topk_sigmoid_cuda.py", "router.": "routing_cuda.py"}
+
+
 def translation_units(kernels: Path, work: Path) -> tuple[dict[str, Path], tuple[str, ...]]:
-    """The extension's sources for the kernels in `kernels`, written under `work` (dtype name -> its .cu file),
-    and the nvcc options the extension adds to PyTorch's."""
-    module = load_kernels(f"check_{abs(hash(str(kernels)))}", kernels)
-    before = os.environ.get("TORCH_EXTENSIONS_DIR")
-    os.environ["TORCH_EXTENSIONS_DIR"] = str(work)
-    try:
-        _, files = module._sources()
-    finally:
-        if before is None:
-            del os.environ["TORCH_EXTENSIONS_DIR"]
-        else:
-            os.environ["TORCH_EXTENSIONS_DIR"] = before
-    return {f.stem: f for f in files if f.suffix == ".cu"}, tuple(module.CUDA_FLAGS)
+    """The extensions' sources for the kernels in `kernels`, written under `work` (unit name -> its .cu file:
+    "bf16", "router.bf16", ...), and the nvcc options the extensions add to PyTorch's."""
+    units, flags = {}, ()
+    for prefix, file in EXTENSIONS.items():
+        if not (kernels / file).is_file():
+            continue
+        module = load_kernels(f"check_{abs(hash(str(kernels)))}_{prefix or 'sigmoid'}", kernels, file)
+        before = os.environ.get("TORCH_EXTENSIONS_DIR")
+        os.environ["TORCH_EXTENSIONS_DIR"] = str(work)
+        try:
+            _, files = module._sources()
+        finally:
+            if before is None:
+                del os.environ["TORCH_EXTENSIONS_DIR"]
+            else:
+                os.environ["TORCH_EXTENSIONS_DIR"] = before
+        units.update({prefix + f.stem: f for f in files if f.suffix == ".cu"})
+        flags = tuple(module.CUDA_FLAGS)
+    return units, flags
 
 
 def include_dirs(work: Path) -> list[Path]:
@@ -81,7 +92,8 @@ def nvcc_command(nvcc: Path, unit: Path, kernels: Path, includes: list[Path], ar
 
 
 def check(kernels: Path, dtypes: list[str], arch: str = "sm_90", jobs: int = 2) -> dict[str, tuple[int, str]]:
-    """Each dtype's translation unit compiled: dtype -> (nvcc's exit code, the end of its output)."""
+    """Each extension's translation unit of each dtype compiled: unit ("bf16", "router.bf16") -> (nvcc's exit code,
+    the end of its output)."""
     from kernelpilot.toolchain.find import find_tool
 
     nvcc = find_tool("nvcc")
@@ -99,8 +111,9 @@ def check(kernels: Path, dtypes: list[str], arch: str = "sm_90", jobs: int = 2) 
                 tail = f"nvcc crashed (exit {proc.returncode})\n{tail}"
             return proc.returncode, tail
 
+        names = [prefix + d for prefix in EXTENSIONS for d in dtypes if prefix + d in units]
         with ThreadPoolExecutor(max(1, jobs)) as pool:
-            return dict(zip(dtypes, pool.map(compile_one, dtypes)))
+            return dict(zip(names, pool.map(compile_one, names)))
 
 
 def main() -> None:

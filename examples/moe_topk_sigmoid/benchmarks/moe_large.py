@@ -39,10 +39,10 @@ def kernels_arg(text: str) -> tuple[str, Path]:
     return name, Path(folder)
 
 
-def load_kernels(name: str, folder: Path):
-    """One folder's topk_sigmoid_cuda module, under a name of its own (its extension is named by a hash of its
-    sources, so folders with different kernels load side by side)."""
-    spec = importlib.util.spec_from_file_location(f"topk_sigmoid_cuda_{name}", folder / "topk_sigmoid_cuda.py")
+def load_kernels(name: str, folder: Path, file: str = "topk_sigmoid_cuda.py"):
+    """One folder's topk_sigmoid_cuda module (or another of its binding modules), under a name of its own (its
+    extension is named by a hash of its sources, so folders with different kernels load side by side)."""
+    spec = importlib.util.spec_from_file_location(f"{Path(file).stem}_{name}", folder / file)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,4 +1,5 @@
-"""The MoE routing kernel for the GPU it runs on: the CUDA C++ kernels on NVIDIA sm_80 and newer, the HIP DPP
+"""The MoE routing kernel for the GPU it runs on: the CUDA C++ kernels on NVIDIA sm_80 and newer (the tuned sigmoid
+kernels for 64, 128 and 256 experts at k 4 and 8, routing_cuda's kernel for every other shape and router), the HIP DPP
 kernel on AMD GFX9 (gfx90a, gfx942, gfx950: written for them and checked at the ISA level, not run, there being no
 AMD GPU here), and the portable Triton kernel otherwise (other shapes, other GPUs, and the CPU through Triton's
 interpreter).
@@ -21,6 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import routing_cuda  # noqa: E402
 import routing_triton  # noqa: E402
 import topk_sigmoid_cuda  # noqa: E402
 import topk_sigmoid_hip  # noqa: E402
@@ -30,6 +32,8 @@ import topk_sigmoid_triton  # noqa: E402
 def pick(logits: torch.Tensor, k: int) -> str:
     if topk_sigmoid_cuda.supported(logits, k):
         return "cuda"
+    if routing_cuda.supported(logits, k):
+        return "router"
     if topk_sigmoid_hip.supported(logits, k):
         return "hip"
     return "triton"
@@ -53,16 +57,24 @@ def topk_sigmoid(logits: torch.Tensor, bias, k: int):
     which = pick(logits, k)
     if which == "cuda":
         return topk_sigmoid_cuda.run(logits, bias, k, cuda_algo(logits, bias, k))
+    if which == "router":
+        return routing_cuda.topk_sigmoid(logits, bias, k)
     if which == "hip":
         return topk_sigmoid_hip.topk_sigmoid(logits, bias, k)
     return topk_sigmoid_triton.topk_sigmoid(logits, bias, k)
 
 
 def topk_softmax(logits: torch.Tensor, k: int, renormalize: bool):
-    """Softmax gating: the Triton kernel on every GPU (and the CPU through Triton's interpreter)."""
+    """Softmax gating: the CUDA router on NVIDIA, the Triton kernel elsewhere (and on the CPU through Triton's
+    interpreter)."""
+    if routing_cuda.supported(logits, k):
+        return routing_cuda.topk_softmax(logits, k, renormalize)
     return routing_triton.topk_softmax(logits, k, renormalize)
 
 
 def grouped_topk(logits: torch.Tensor, bias: torch.Tensor, k: int, n_group: int, topk_group: int):
-    """DeepSeek-V3's grouped selection: the Triton kernel on every GPU (and the CPU through Triton's interpreter)."""
+    """DeepSeek-V3's grouped selection: the CUDA router on NVIDIA, the Triton kernel elsewhere (and on the CPU
+    through Triton's interpreter)."""
+    if routing_cuda.supported(logits, k, n_group):
+        return routing_cuda.grouped_topk(logits, bias, k, n_group, topk_group)
     return routing_triton.grouped_topk(logits, bias, k, n_group, topk_group)

@@ -17,13 +17,15 @@ runs in parallel.
   hold its best K): the logits read again from L1 without a bias, the keys kept in shared memory with one.
 """
 
-import hashlib
-import os
+import sys
 from pathlib import Path
 
 import torch
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import cuda_build  # noqa: E402
 EXPERTS = (64, 128, 256)
 KS = (4, 8)
 ALGOS = {"warp": 0, "keys": 1, "keys_persistent": 2, "sort16": 3, "sort32": 4, "sort64": 5, "prune16": 6,
@@ -53,10 +55,7 @@ SORT_ALGO = {
                 65536: ("sort16", "sort16", "sort32", "sort32", "sort32", "sort32")},
 }
 ALGO = "keys"
-DTYPES = {"f32": "float", "f16": "__half", "bf16": "__nv_bfloat16"}
-# nvcc options of the extension's CUDA sources besides PyTorch's: -lineinfo lets `kpilot profile --source` map
-# its samples to source lines (nvcc 13 emits the same SASS with it as without).
-CUDA_FLAGS = ("-O3", "-lineinfo")
+CUDA_FLAGS = cuda_build.CUDA_FLAGS
 
 _PER_DTYPE = r"""
 #include <torch/extension.h>
@@ -206,36 +205,12 @@ std::vector<torch::Tensor> topk_sigmoid(torch::Tensor x, torch::Tensor bias, boo
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("topk_sigmoid", &topk_sigmoid); }
 """
 
-_ext = None
-
-
-def _sources() -> tuple[str, list[Path]]:
-    """Write the build's sources (named by a hash of everything they hold) and return (name, files)."""
-    kernel_files = [HERE / n for n in ("topk_sigmoid_common.cuh", "topk_sigmoid_warp.cu", "topk_sigmoid_keys.cu",
-                                       "topk_sigmoid_sort.cu")]
-    texts = {f"{name}.cu": _PER_DTYPE.replace("DTYPE", ctype).replace("NAME", name) for name, ctype in DTYPES.items()}
-    texts["module.cpp"] = _MODULE
-    digest = hashlib.sha256("".join([*texts.values(), *(f.read_text() for f in kernel_files)]).encode()).hexdigest()
-    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
-    src = root / f"kpilot_moe_src_{digest[:12]}"
-    src.mkdir(parents=True, exist_ok=True)
-    for name, text in texts.items():
-        if not (src / name).exists():
-            tmp = src / f".{name}.{os.getpid()}"
-            tmp.write_text(text)
-            tmp.replace(src / name)
-    return f"kpilot_moe_topk_sigmoid_{digest[:12]}", [src / "module.cpp", *(src / f"{n}.cu" for n in DTYPES)]
-
-
-def _extension():
-    global _ext
-    if _ext is None:
-        from torch.utils.cpp_extension import load
-
-        name, sources = _sources()
-        _ext = load(name=name, sources=[str(s) for s in sources], extra_cuda_cflags=[*CUDA_FLAGS, f"-I{HERE}"],
-                    verbose=False)
-    return _ext
+# The extension: its sources (named by a hash of everything they hold) and its module, built on first use.
+_EXTENSION = cuda_build.Extension("kpilot_moe_topk_sigmoid", _PER_DTYPE, _MODULE, HERE,
+                                  ("topk_sigmoid_common.cuh", "topk_sigmoid_warp.cu", "topk_sigmoid_keys.cu",
+                                   "topk_sigmoid_sort.cu"))
+_sources = _EXTENSION.sources
+_extension = _EXTENSION.module
 
 
 def supported(logits: torch.Tensor, k: int) -> bool:

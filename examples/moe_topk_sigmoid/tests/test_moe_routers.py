@@ -198,3 +198,91 @@ def test_triton_routers_for_gfx942_need_no_ds_bpermute(kernel, experts, k, dtype
     assert sum(n for op, n in rep.opcodes.items() if op.endswith("_dpp")) >= k
     assert not rep.resources.vgpr_spill and not rep.resources.scratch_bytes
     assert "amd.lds-crosslane" not in {f.id for f in rep.findings}
+
+
+@pytest.mark.parametrize("router, w, p, dtype", [(0, 32, 8, "__nv_bfloat16"), (1, 32, 12, "float"),
+                                                 (2, 8, 1, "__half"), (3, 32, 8, "__nv_bfloat16"),
+                                                 (3, 16, 1, "float")])
+def test_cuda_router_compiles_for_sm_90_with_redux_or_shuffles_and_no_spills(router, w, p, dtype):
+    """Every router of topk_router.cu compiled for sm_90 (no GPU needed): a warp per token reduces by REDUX, 8 or
+    16 lanes per token by shuffles alone; nothing spills or goes to local memory (the slots are never indexed by
+    a value the compiler cannot see)."""
+    from kpilot_testing import require_tool
+
+    require_tool("nvcc")
+    from kernelpilot.isa import analyze
+
+    (rep,) = analyze(str(MOE / "kernels" / "topk_router.cu"), arch="sm_90",
+                     defines={"MOE_ROUTER": str(router), "MOE_W": str(w), "MOE_P": str(p), "MOE_DTYPE": dtype})
+    ops = rep.opcodes
+    redux = sum(n for op, n in ops.items() if op.startswith("REDUX"))
+    assert (redux > 0) == (w == 32)
+    assert sum(n for op, n in ops.items() if op.startswith("SHFL")) > 0
+    assert rep.resources.spill_store_bytes == 0 and not rep.resources.local_bytes
+    assert not any(op.startswith(("LDL", "STL")) for op in ops)
+
+
+def _cuda_cases():
+    """(router, experts, k, extra) over the shapes the router kernel serves: 8 to 512 experts, k 1 to 16."""
+    out = []
+    for experts, ks in ((8, (1, 2, 8)), (12, (3,)), (16, (16,)), (24, (5,)), (32, (4,)), (60, (4,)), (64, (1, 16)),
+                        (100, (7,)), (160, (6, 8)), (256, (2, 16)), (384, (8,)), (512, (16,))):
+        for k in ks:
+            out += [("plain", experts, k, {}), ("biased", experts, k, {}), ("softmax", experts, k, {"renormalize": True}),
+                    ("softmax", experts, k, {"renormalize": False})]
+    out += [("grouped", e, k, {"n_group": g, "topk_group": t}) for e, g, t, k in
+            ((256, 8, 4, 8), (160, 8, 3, 6), (384, 8, 4, 8), (64, 8, 4, 6), (16, 4, 2, 3), (512, 16, 8, 16), (8, 8, 8, 2),
+             (96, 32, 6, 16))]
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_cuda_router_matches_the_references_on_every_shape(dtype):
+    """The CUDA router on 1 to 4,099 tokens (partial warps and blocks) of every router and shape, with logits
+    rounded to quarters so that ties are common: each output passes its problem's check, the plain router's ids
+    exactly (ties by the lower index)."""
+    import routing_cuda as rc
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for router, experts, k, extra in _cuda_cases():
+        for tokens in (1, 3, 37, 4099):
+            x = ((torch.randn(tokens, experts, device="cuda", generator=g) * 8).round() / 4).to(getattr(torch, dtype))
+            bias = torch.randn(experts, device="cuda", generator=g) * 0.1
+            if router in ("plain", "biased"):
+                inputs = (x, bias if router == "biased" else None, k)
+                ok, msg = ref.check(inputs, rc.topk_sigmoid(*inputs), ref.topk_sigmoid(*inputs))
+            elif router == "softmax":
+                inputs = (x, k, extra["renormalize"])
+                ok, msg = ref.check_softmax(inputs, rc.topk_softmax(*inputs), ref.topk_softmax(*inputs))
+            else:
+                inputs = (x, bias, k, extra["n_group"], extra["topk_group"])
+                ok, msg = ref.check_grouped(inputs, rc.grouped_topk(*inputs), ref.grouped_topk(*inputs))
+            assert ok, (router, experts, k, extra, tokens, dtype, msg)
+
+
+@pytest.mark.gpu
+def test_cuda_router_refuses_what_it_cannot_route():
+    import routing_cuda as rc
+
+    x = torch.randn(4, 96, device="cuda")
+    for call, needle in ((lambda: rc.route("plain", torch.randn(4, 600, device="cuda"), None, 4), "experts must be"),
+                         (lambda: rc.route("plain", x, None, 17), "k must be"),
+                         (lambda: rc.grouped_topk(x, torch.zeros(96, device="cuda"), 4, 5, 2), "n_group"),
+                         (lambda: rc.grouped_topk(x, torch.zeros(96, device="cuda"), 16, 8, 1), "topk_group"),
+                         (lambda: rc.route("biased", x, None, 4), "bias")):
+        with pytest.raises(RuntimeError, match=needle):
+            call()
+    w, ids = rc.topk_softmax(torch.empty(0, 96, device="cuda"), 4, True)
+    assert w.shape == (0, 4) and ids.shape == (0, 4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem", ["softmax", "grouped"])
+def test_dispatch_routes_the_other_routers_on_the_cuda_kernel(problem):
+    import dispatch
+
+    res = check(MOE / problem, MOE / "kernels" / "dispatch.py", EvalOptions(device="cuda", seeds=2))
+    assert res.correct and res.passed, [(c.case, c.message) for c in res.cases if not c.ok][:5]
+    x = torch.randn(8, 160, device="cuda")
+    assert dispatch.pick(x, 6) == "router"

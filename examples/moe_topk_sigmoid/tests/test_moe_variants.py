@@ -96,13 +96,14 @@ def test_the_timing_command_names_each_tree_and_only_the_variants_asked_for(tmp_
 
 
 def test_build_check_compiles_the_extensions_kernels_for_sm_90(tmp_path):
-    """The extension's bf16 translation unit (its launch code and every kernel it binds) compiles with nvcc for
+    """Each extension's bf16 translation unit (its launch code and every kernel it binds) compiles with nvcc for
     sm_90 and PyTorch's extension flags, without a GPU."""
     require_tool("nvcc")
     import moe_build_check
 
-    ((dtype, (code, tail)),) = moe_build_check.check(ROOT / moe_variants.KERNELS, ["bf16"]).items()
-    assert dtype == "bf16" and code == 0, tail
+    got = moe_build_check.check(ROOT / moe_variants.KERNELS, ["bf16"])
+    assert list(got) == ["bf16", "router.bf16"]                  # the sigmoid kernels' extension and the router's
+    assert all(code == 0 for code, _ in got.values()), got
 
 
 def test_build_check_names_a_variant_that_does_not_compile(tmp_path):

@@ -1,0 +1,58 @@
+"""How the case study's CUDA extensions are built: one translation unit per logit dtype (so that nvcc builds them
+in parallel) plus a host-only binding module, written under the PyTorch extensions folder in a directory named by
+a hash of everything they hold (the kernel files included), and loaded with torch.utils.cpp_extension on first use.
+A changed kernel file is a new extension; an unchanged one is built once per machine."""
+
+import hashlib
+import os
+from pathlib import Path
+
+DTYPES = {"f32": "float", "f16": "__half", "bf16": "__nv_bfloat16"}
+# nvcc options besides PyTorch's: -lineinfo lets `kpilot profile --source` map its samples to source lines (nvcc 13
+# emits the same SASS with it as without).
+CUDA_FLAGS = ("-O3", "-lineinfo")
+
+
+def sources(prefix: str, per_dtype: str, module: str, kernel_files: list[Path]) -> tuple[str, list[Path]]:
+    """Write the build's sources and return (the extension's name, its files): ``per_dtype`` with DTYPE and NAME
+    replaced for each dtype, and ``module``."""
+    texts = {f"{name}.cu": per_dtype.replace("DTYPE", ctype).replace("NAME", name) for name, ctype in DTYPES.items()}
+    texts["module.cpp"] = module
+    digest = hashlib.sha256("".join([*texts.values(), *(f.read_text() for f in kernel_files)]).encode()).hexdigest()
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
+    src = root / f"kpilot_moe_src_{digest[:12]}"
+    src.mkdir(parents=True, exist_ok=True)
+    for name, text in texts.items():
+        if not (src / name).exists():
+            tmp = src / f".{name}.{os.getpid()}"
+            tmp.write_text(text)
+            tmp.replace(src / name)
+    return f"{prefix}_{digest[:12]}", [src / "module.cpp", *(src / f"{n}.cu" for n in DTYPES)]
+
+
+def load(name: str, files: list[Path], kernels: Path, flags: tuple[str, ...] = CUDA_FLAGS):
+    """Build (or load the build of) the extension; ``kernels``: the folder its sources include kernel files from
+    (the caller's own: a variant folder's copy of the kernels includes its own files, not this module's)."""
+    from torch.utils.cpp_extension import load as torch_load
+
+    return torch_load(name=name, sources=[str(s) for s in files], extra_cuda_cflags=[*flags, f"-I{kernels}"],
+                      verbose=False)
+
+
+class Extension:
+    """One extension of the case study: its sources (``sources()``: the name and files, written where needed) and
+    its module, built on first use (``module()``). ``kernels``: the folder of its kernel files (``files``)."""
+
+    def __init__(self, prefix: str, per_dtype: str, module: str, kernels: Path, files: tuple[str, ...],
+                 flags: tuple[str, ...] = CUDA_FLAGS) -> None:
+        self.prefix, self.per_dtype, self.binding, self.kernels, self.files, self.flags = (
+            prefix, per_dtype, module, kernels, files, flags)
+        self._module = None
+
+    def sources(self) -> tuple[str, list[Path]]:
+        return sources(self.prefix, self.per_dtype, self.binding, [self.kernels / f for f in self.files])
+
+    def module(self):
+        if self._module is None:
+            self._module = load(*self.sources(), self.kernels, self.flags)
+        return self._module
