@@ -267,6 +267,44 @@ def test_spilling_kernel_reports_spills_and_scratch(tmp_path):
     assert (kb.resources.vgpr_spill, kb.resources.scratch_bytes) == (k.resources.vgpr_spill, k.resources.scratch_bytes)
 
 
+_SGPR_SPILL = r"""
+#include <hip/hip_runtime.h>
+// 40 uniform values (scalar loads) live across a loop under a 32-SGPR budget: the SGPRs spill into VGPR lanes.
+extern "C" __global__ void __attribute__((amdgpu_num_sgpr(32)))
+sgpr_spills(const float* __restrict__ c, float* __restrict__ y, int n) {
+  int t = __builtin_amdgcn_workitem_id_x() + __builtin_amdgcn_workgroup_id_x() * 256;
+  float u[40];
+#pragma unroll
+  for (int i = 0; i < 40; ++i) u[i] = c[i];
+  float v = y[t];
+  for (int k = 0; k < n; ++k) {
+#pragma unroll
+    for (int i = 0; i < 40; ++i) v = v * u[i] + u[(i + 7) % 40];
+  }
+  y[t] = v;
+}
+"""
+
+
+def test_sgpr_spills_into_vgpr_lanes_are_told_apart_from_scratch(tmp_path):
+    """SGPRs spilled with no scratch go to VGPR lanes (v_writelane): the finding says so and ranks it low, where
+    VGPR spills to scratch rank high."""
+    _hip_tools()
+    from kernelpilot.isa import analyze
+
+    src = tmp_path / "sgpr_spills.hip"
+    src.write_text(_SGPR_SPILL)
+    (k,) = analyze(str(src), arch="gfx942")
+    assert k.resources.sgpr_spill > 0 and not k.resources.vgpr_spill and not k.resources.scratch_bytes
+    assert k.opcodes.get("v_writelane_b32", 0) > 0 and k.opcodes.get("v_readlane_b32", 0) > 0
+    (f,) = [f for f in k.findings if f.id == "amd.spills"]
+    assert f.severity == "low" and "VGPR lanes" in f.title and "not to scratch" in f.suggestion
+    src.write_text(_SPILL)
+    (k,) = analyze(str(src), arch="gfx942")
+    (f,) = [f for f in k.findings if f.id == "amd.spills"]
+    assert f.severity == "high" and "scratch memory" in f.suggestion
+
+
 # --- code objects: the same kernel read from the binary ----------------------------------------------
 
 

@@ -45,6 +45,41 @@ def builds() -> list[tuple[str, str, list[str]]]:
     out.append(("triton_fp32_128_k8_32lane_tile", "Triton, fp32, 128 experts, k 8, 8 rows (32-lane warps' tile)",
                 [triton, "--signature", tt.SIGNATURE.format("fp32"), "-D", "BLOCK_E=128", "-D", "K=8", "-D", "KP=8",
                  "-D", "ROWS=8"]))
+    return out + router_builds(kernels)
+
+
+def _triton_build(kernels: Path, file: str, kernel: str, dtype: str, experts: int, k: int, extra: dict,
+                  bias: bool, per_group: bool = False) -> list[str]:
+    """The `kpilot isa analyze` arguments of one Triton kernel at the tile it takes on 64-lane waves."""
+    block_e = 1 << (experts - 1).bit_length()
+    rows = tt.rows_per_program(block_e, SIZES[dtype], 64)
+    hint = ":16" if experts % 16 == 0 else ""      # Triton's own specialisation of an argument divisible by 16
+    signature = (f"logits_ptr:*{dtype}, {'bias_ptr:*fp32, ' if bias else ''}w_ptr:*fp32, ids_ptr:*i32, tokens:i32, "
+                 f"experts:i32{hint}{', per_group:i32' if per_group else ''}")
+    defines = {"BLOCK_E": block_e, "K": k, "KP": 1 << (k - 1).bit_length(), "ROWS": rows, **extra}
+    return [f"{kernels / file}:{kernel}", "--signature", signature,
+            *[a for name, v in defines.items() for a in ("-D", f"{name}={v}")]]
+
+
+def router_builds(kernels: Path) -> list[tuple[str, str, list[str]]]:
+    """The shapes and routers beyond the tuned grid: the sigmoid kernel at the shipped models' expert counts, softmax
+    gating and grouped selection (routing_triton.py), each at its 64-lane tile."""
+    out = []
+    for dtype in SIZES:
+        for experts, k in ((8, 2), (160, 8), (384, 8), (512, 16)):
+            out.append((f"triton_{dtype}_{experts}_k{k}_bias", f"Triton sigmoid with a bias, {dtype}, {experts} "
+                        f"experts, k {k}", _triton_build(kernels, "topk_sigmoid_triton.py", "topk_sigmoid_kernel", dtype,
+                                                         experts, k, {"HAS_BIAS": 1}, True)))
+        for experts, k, renorm in ((8, 2, 1), (60, 4, 0), (128, 8, 1), (160, 6, 0)):
+            out.append((f"softmax_{dtype}_{experts}_k{k}", f"Triton softmax gating, {dtype}, {experts} experts, k {k}",
+                        _triton_build(kernels, "routing_triton.py", "topk_softmax_kernel", dtype, experts, k,
+                                      {"RENORMALIZE": renorm}, False)))
+        for experts, n_group, topk_group, k in ((256, 8, 4, 8), (160, 8, 3, 6), (384, 8, 4, 8)):
+            out.append((f"grouped_{dtype}_{experts}_k{k}", f"Triton grouped selection, {dtype}, {experts} experts in "
+                        f"{n_group} groups, best {topk_group}, k {k}",
+                        _triton_build(kernels, "routing_triton.py", "grouped_topk_kernel", dtype, experts, k,
+                                      {"N_GROUP": n_group, "NGP": 1 << (n_group - 1).bit_length(),
+                                       "TOPK_GROUP": topk_group}, True, per_group=True)))
     return out
 
 
@@ -89,7 +124,12 @@ def main() -> None:
           "128 with 16-bit logits) within rows of 16 lanes, with no readlane; one on a whole wave with row_shr and "
           "row_bcast and a readlane per reduction (three per round). Its few LDS instructions move the outputs "
           "once before the stores. At the 32-lane warps' tile, a token on 32 lanes, the reduction over a wave's "
-          "two halves is a ds_bpermute (three per round), which kpilot flags (amd.lds-crosslane)."]
+          "two halves is a ds_bpermute (three per round), which kpilot flags (amd.lds-crosslane).", "",
+          "The rows after it: the shapes beyond the tuned grid (8 to 512 experts, k up to 16) and the other two "
+          "routers (softmax gating and grouped selection, routing_triton.py), each at its 64-lane tile: none "
+          "reduces through ds_bpermute. Where a token takes a whole wave, a reduction ends in v_readlane (kpilot's "
+          "amd.readlane-chain), and the ds_ instructions move values between layouts, not across lanes in the "
+          "rounds."]
     (OUT / "README.md").write_text("\n".join(md) + "\n")
 
 

@@ -176,10 +176,15 @@ def test_triton_kernels_with_the_64_lane_tiles_on_every_router_shape():
     ("topk_softmax_kernel", 512, 16, "fp32", {"RENORMALIZE": 1}),
     ("grouped_topk_kernel", 256, 8, "bf16", {"N_GROUP": 8, "NGP": 8, "TOPK_GROUP": 4}),
     ("grouped_topk_kernel", 384, 8, "fp32", {"N_GROUP": 8, "NGP": 8, "TOPK_GROUP": 4}),
+    ("topk_sigmoid_kernel", 8, 2, "fp32", {"HAS_BIAS": 1}),
+    ("topk_sigmoid_kernel", 160, 8, "bf16", {"HAS_BIAS": 1}),
+    ("topk_sigmoid_kernel", 384, 8, "fp32", {"HAS_BIAS": 0}),
+    ("topk_sigmoid_kernel", 512, 16, "bf16", {"HAS_BIAS": 1}),
 ])
 def test_triton_routers_for_gfx942_need_no_ds_bpermute(kernel, experts, k, dtype, extra):
     """Compiled for gfx942 (not run: there is no AMD GPU here) at the rows they take on 64-lane waves: no
-    reduction crosses a wave's halves through ds_bpermute, and nothing spills."""
+    reduction crosses a wave's halves through ds_bpermute, and no VGPR spills or scratch (the grouped kernel
+    spills a few SGPRs into VGPR lanes)."""
     require_module("triton")
     from kernelpilot.isa import analyze
 
@@ -187,12 +192,13 @@ def test_triton_routers_for_gfx942_need_no_ds_bpermute(kernel, experts, k, dtype
 
     block_e = 1 << (experts - 1).bit_length()
     rows = tt.rows_per_program(block_e, 2 if dtype == "bf16" else 4, 64)
-    bias = "bias_ptr:*fp32, " if kernel.startswith("grouped") else ""
+    bias = "bias_ptr:*fp32, " if kernel != "topk_softmax_kernel" else ""
     hint = ":16" if experts % 16 == 0 else ""
     signature = f"logits_ptr:*{dtype}, {bias}w_ptr:*fp32, ids_ptr:*i32, tokens:i32, experts:i32{hint}" + (
-        ", per_group:i32" if bias else "")
+        ", per_group:i32" if kernel.startswith("grouped") else "")
     defines = {"BLOCK_E": block_e, "K": k, "KP": 1 << (k - 1).bit_length(), "ROWS": rows, **extra}
-    (rep,) = analyze(f"{MOE / 'kernels' / 'routing_triton.py'}:{kernel}", arch="gfx942", signature=signature,
+    file = "topk_sigmoid_triton.py" if kernel == "topk_sigmoid_kernel" else "routing_triton.py"
+    (rep,) = analyze(f"{MOE / 'kernels' / file}:{kernel}", arch="gfx942", signature=signature,
                      defines={name: str(v) for name, v in defines.items()})
     assert not any(op.startswith(("ds_bpermute", "ds_permute")) for op in rep.opcodes)
     assert sum(n for op, n in rep.opcodes.items() if op.endswith("_dpp")) >= k

@@ -292,18 +292,26 @@ def rule_spills(ctx: Context) -> list[Finding]:
         idx = ctx.having("local.load") + ctx.having("local.store")
         if not (vs or ss):
             return []
+        in_lanes = not vs and not scratch and not idx
+        if in_lanes:
+            # The compiler keeps spilled SGPRs in lanes of a VGPR (v_writelane / v_readlane): no memory traffic.
+            suggestion = ("The SGPRs spill into VGPR lanes (v_writelane / v_readlane), not to scratch: an extra "
+                          "instruction per spill and reload, and a VGPR held. Fewer uniform values live at once "
+                          "(loop-invariant addresses and constants recomputed, fewer unrolled uniform branches) "
+                          "removes them.")
+        else:
+            suggestion = ("Spills go to scratch memory: reduce live values (smaller tiles, fewer unrolled "
+                          "accumulators), use AGPRs for accumulators on CDNA, or relax "
+                          "__launch_bounds__/amdgpu_waves_per_eu so the compiler may use more VGPRs.")
         return [
             Finding(
                 id="amd.spills",
-                severity="high" if vs else "medium",
-                title=f"register spills: {vs} VGPRs, {ss} SGPRs spilled; {scratch} bytes scratch per lane",
+                severity="high" if vs else "low" if in_lanes else "medium",
+                title=f"register spills: {vs} VGPRs, {ss} SGPRs spilled; {scratch} bytes scratch per lane"
+                      + (" (the SGPRs into VGPR lanes)" if in_lanes else ""),
                 evidence=_evidence(ctx, sorted(idx), vgpr_spill=vs, sgpr_spill=ss, scratch_bytes=scratch,
                                    vgpr=r.vgpr, agpr=r.agpr, scratch_ops=len(idx)),
-                suggestion=(
-                    "Spills go to scratch memory: reduce live values (smaller tiles, fewer unrolled accumulators), "
-                    "use AGPRs for accumulators on CDNA, or relax __launch_bounds__/amdgpu_waves_per_eu so the "
-                    "compiler may use more VGPRs."
-                ),
+                suggestion=suggestion,
             )
         ]
     return []
