@@ -21,7 +21,8 @@ from kernelpilot.tools import REGISTRY, call
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
 
 # The CLI command made from each tool: its path under `kpilot`.
-COMMANDS = {"isa_analyze": ("isa", "analyze"), "isa_diff": ("isa", "diff"), "arch_info": ("arch", "show"),
+COMMANDS = {"isa_analyze": ("isa", "analyze"), "isa_diff": ("isa", "diff"), "isa_lanes": ("isa", "lanes"),
+            "arch_info": ("arch", "show"),
             "check": ("check",), "bench": ("bench",), "eval": ("eval",), "profile": ("profile", "run"),
             "profile_diff": ("profile", "diff"), "optimize_start": ("optimize",), "runs": ("runs", "show"),
             "runs_export": ("runs", "export"), "docs_search": ("docs", "search"), "docs_show": ("docs", "show"),

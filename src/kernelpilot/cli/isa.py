@@ -1,4 +1,4 @@
-"""`kpilot isa analyze` and `kpilot isa diff`."""
+"""`kpilot isa analyze`, `kpilot isa diff` and `kpilot isa lanes`."""
 
 from __future__ import annotations
 
@@ -59,8 +59,39 @@ def diff_cmd(opts, out: Output) -> None:
     out.result(run("isa_diff", opts), render_isa_diff)
 
 
+@command("isa_lanes", name="lanes", examples="""
+    kpilot isa lanes row_sum.hip --arch gfx942
+    kpilot isa lanes warp_sum.cu --arch sm_90 --kernel warp_sum --json""")
+def lanes_cmd(opts, out: Output) -> None:
+    out.result(run("isa_lanes", opts), render_lanes)
+
+
 isa.add_command(analyze_cmd)
 isa.add_command(diff_cmd)
+isa.add_command(lanes_cmd)
+
+
+def render_lanes(result, paint=lambda t, k: t) -> str:
+    from kernelpilot.isa.lanes import sink_line
+
+    out = []
+    for k in result.kernels:
+        out.append(f"kernel {k['kernel']}  [{k['arch']}, {k['wave_size']} lanes]  from {k['source']}")
+        if not k["sinks"]:
+            out.append("  no value that crossed lanes is stored or read by a readlane")
+        for sink in k["sinks"]:
+            out.append("  " + sink_line(sink))
+            if sink["missing"] or sink["uneven"]:
+                out.append(f"      best lane {sink['best_lane']}: missing {_short(sink['missing'])}, "
+                           f"counted more often {_short(sink['uneven'])}")
+            for f in sink["findings"]:
+                out.append("    " + paint(f"[{f['severity']}]", _SEVERITY.get(f["severity"], "info"))
+                           + f" {f['id']}: {f['title']}")
+                out.append(f"        suggestion: {f['suggestion']}")
+        for note in k["notes"]:
+            out.append(f"  note: {note}")
+        out.append("")
+    return "\n".join(out).rstrip()
 
 
 def render_isa_diff(d, paint=lambda t, k: t) -> str:
@@ -219,4 +250,9 @@ def render_diff(d, paint=lambda t, k: t) -> str:
         out.append("  " + paint("appeared", "bad") + f"  {f['id']}: {f['title']}")
     if d.findings_kept:
         out.append(f"  unchanged findings: {', '.join(d.findings_kept)}")
+    if d.lanes[0] or d.lanes[1]:
+        out.append("  lanes (isa lanes)")
+        for side, lines in (("a", d.lanes[0]), ("b", d.lanes[1])):
+            for line in lines or ["no value that crossed lanes is stored"]:
+                out.append(f"    {side}: {line}")
     return "\n".join(out)

@@ -28,6 +28,7 @@ class KernelDiff:
     findings_resolved: list[dict[str, str]] = field(default_factory=list)
     findings_appeared: list[dict[str, str]] = field(default_factory=list)
     findings_kept: list[str] = field(default_factory=list)
+    lanes: tuple[list[str], list[str]] = ([], [])      # each side's lane summary (isa lanes), one line per sink
 
     def to_json(self) -> dict[str, Any]:
         pair = lambda t: {"a": t[0], "b": t[1]}  # noqa: E731
@@ -46,6 +47,7 @@ class KernelDiff:
             "stall_method": self.stall_method,
             "findings": {"resolved": self.findings_resolved, "appeared": self.findings_appeared,
                          "kept": self.findings_kept},
+            "lanes": pair(self.lanes),
         }
 
 
@@ -58,6 +60,17 @@ def _changed(a: dict[str, Any], b: dict[str, Any], skip: tuple[str, ...] = ()) -
         if va != vb:
             out[k] = (va, vb)
     return out
+
+
+def _lane_lines(r: KernelReport) -> list[str]:
+    """The kernel's lane summary, one line per sink with its findings; none where the kernel has no cross-lane
+    code (or its report was made without one)."""
+    from kernelpilot.isa.lanes import lanes_json, sink_line
+
+    if not any(f.startswith("crosslane") for f in r.families):
+        return []
+    report = lanes_json(r) or {}
+    return [sink_line(s) + "".join(f" [{f['id']}]" for f in s["findings"]) for s in report.get("sinks", [])]
 
 
 def diff_kernel(a: KernelReport, b: KernelReport) -> KernelDiff:
@@ -83,6 +96,7 @@ def diff_kernel(a: KernelReport, b: KernelReport) -> KernelDiff:
         findings_resolved=[{"id": i, "title": fa[i].title} for i in fa if i not in fb],
         findings_appeared=[{"id": i, "title": fb[i].title} for i in fb if i not in fa],
         findings_kept=[i for i in fa if i in fb],
+        lanes=(_lane_lines(a), _lane_lines(b)),
     )
 
 

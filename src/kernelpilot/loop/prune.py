@@ -39,9 +39,10 @@ def spec_kernels(source: str) -> list[str]:
     return []
 
 
-def analyze_boxed(source: str, opts: AnalyzeOptions, *, timeout: float = 300.0) -> dict[str, Any]:
+def analyze_boxed(source: str, opts: AnalyzeOptions, *, timeout: float = 300.0, lanes: bool = False) -> dict[str, Any]:
     """The analysis (``kernelpilot.isa/1`` JSON) of ``source``, made in a box (``isa/offline.py`` under
-    ``run_boxed``): a Triton source is imported to compile it, and a candidate's file is untrusted code. A failure
+    ``run_boxed``), with each kernel's lane report when ``lanes``: a Triton source is imported to compile it, and a
+    candidate's file is untrusted code. A failure
     is ``{"error": ...}`` with one line, never an exception of the caller's."""
     from kernelpilot.evaluate.isolation import run_boxed
     from kernelpilot.options import to_json
@@ -49,8 +50,8 @@ def analyze_boxed(source: str, opts: AnalyzeOptions, *, timeout: float = 300.0) 
     with tempfile.TemporaryDirectory(prefix="kpilot-offline-") as tmp:
         work = Path(tmp)
         request, result = work / "request.json", work / "result.json"
-        request.write_text(json.dumps({"source": source, "options": {k: v for k, v in to_json(opts).items()
-                                                                     if v not in (None, [], {})}}))
+        request.write_text(json.dumps({"source": source, "lanes": lanes,
+                                       "options": {k: v for k, v in to_json(opts).items() if v not in (None, [], {})}}))
         rc, err = run_boxed([sys.executable, "-m", "kernelpilot.isa.offline", str(request), str(result)], work,
                             timeout=timeout)
         if rc == -1:

@@ -12,7 +12,7 @@ from kernelpilot.options import param
 from kernelpilot.tools.registry import ToolArgumentError, ToolContext, register, within
 from kernelpilot.tools.shapes import array_of, shape
 
-__all__ = ["AnalyzeRequest", "DiffRequest", "allowed_flags", "FLAG_FORMS_TEXT"]
+__all__ = ["AnalyzeRequest", "DiffRequest", "LanesRequest", "allowed_flags", "FLAG_FORMS_TEXT"]
 
 # Compiler flags a tool may pass: defines, include folders in the workspace, optimisation, language standard,
 # floating-point and register settings, target arch, warnings. Never a host compiler (-ccbin), a pass-through to
@@ -56,14 +56,21 @@ class AnalyzeRequest(AnalyzeOptions):
 
 
 @dataclass(frozen=True, kw_only=True)
+class LanesRequest(AnalyzeOptions):
+    sources: tuple[Path, ...] = param("The kernel sources or binaries, as for isa_analyze.", argument=True,
+                                      path=True, required=True)
+
+
+@dataclass(frozen=True, kw_only=True)
 class DiffRequest(AnalyzeOptions):
     a: Path = param("The first version of the kernel.", argument=True, path=True, required=True)
     b: Path = param("The second version, built the same way.", argument=True, path=True, required=True)
 
 
-def _reports(source: Path, opts: AnalyzeOptions, ctx: ToolContext) -> list[Any]:
+def _reports(source: Path, opts: AnalyzeOptions, ctx: ToolContext, *, lanes: bool = False) -> list[Any]:
     """The reports of ``source``'s kernels. For a confined caller (an MCP client, a model) a Triton file is
-    compiled in a box, since importing it runs it, and its reports come back as JSON."""
+    compiled in a box, since importing it runs it, and its reports come back as JSON (with each kernel's lane
+    report when ``lanes``)."""
     from kernelpilot.errors import ToolError
     from kernelpilot.isa.analyze import analyze_kernel, detect_input, load_kernels
 
@@ -72,7 +79,7 @@ def _reports(source: Path, opts: AnalyzeOptions, ctx: ToolContext) -> list[Any]:
         if detect_input(str(source), opts.lang) == "triton":
             from kernelpilot.loop.prune import analyze_boxed
 
-            out = analyze_boxed(str(source), AnalyzeOptions(**{k: getattr(opts, k) for k in _BUILD}))
+            out = analyze_boxed(str(source), AnalyzeOptions(**{k: getattr(opts, k) for k in _BUILD}), lanes=lanes)
             if "error" in out:
                 raise ToolError("triton", ["kernelpilot.isa.offline", str(source)], 1, out.get("details") or "",
                                 message=out["error"].removeprefix("does not compile: "))
@@ -108,5 +115,20 @@ def isa_analyze(opts: AnalyzeRequest, ctx: ToolContext):
 def isa_diff(opts: DiffRequest, ctx: ToolContext):
     from kernelpilot.isa.diff import IsaDiff, diff_reports
 
-    diffs, only_a, only_b = diff_reports(_reports(opts.a, opts, ctx), _reports(opts.b, opts, ctx))
+    diffs, only_a, only_b = diff_reports(_reports(opts.a, opts, ctx, lanes=True),
+                                         _reports(opts.b, opts, ctx, lanes=True))
     return IsaDiff(str(opts.a), str(opts.b), diffs, only_a, only_b)
+
+
+@register("isa_lanes", """Prove what a kernel's cross-lane code computes, from its compiled ISA (no GPU needed):
+    for every store or readlane of a value that crossed lanes (AMD DPP, ds_swizzle, ds_bpermute/permute,
+    readlane/writelane; NVIDIA SHFL, REDUX), which source lanes reach each lane and how many times, through which
+    exchanges and operations, with any conversion on the way. Findings: a lane missing or counted twice in a
+    reduction that is stored, a readlane of a lane that does not hold the result, a 32-lane pattern on a 64-lane
+    wave, a float converted on its way across lanes, an exchange reading an old value never written.""",
+          LanesRequest, shape("kernelpilot.isa-lanes/1", kernels="array"))
+def isa_lanes(opts: LanesRequest, ctx: ToolContext):
+    from kernelpilot.isa.lanes import LaneAnalysis, lanes_json
+
+    return LaneAnalysis([js for s in opts.sources for r in _reports(s, opts, ctx, lanes=True)
+                         if (js := lanes_json(r)) is not None])

@@ -1,0 +1,167 @@
+"""What a register holds, lane by lane, for the lane dataflow check (``kpilot isa lanes``).
+
+``Data``: a value made from the wave's loaded values: for each lane, how many times each source lane's loaded value
+reached it (a count per source lane), with the opcodes that combined them, the cross-lane exchanges on the way,
+the conversions on the way, and the lanes that took an undefined old value. ``Index``: a lane-dependent integer
+the code computes from the lane id and constants (so that an exchange's source lane can be read from it), one
+known value per lane or None. Anything else (addresses, unknown registers) is ``None``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, replace
+from typing import Union
+
+__all__ = ["Data", "Index", "Value", "seed", "combine", "broadcast", "const", "exchange", "choose", "new_origin"]
+
+Counts = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Data:
+    lanes: tuple[Counts, ...]                        # per lane: count per source lane
+    ops: frozenset[str] = frozenset()                # operations that combined two values on the way (opcodes)
+    exchanges: tuple[str, ...] = ()                  # cross-lane steps on the way, in order ("row_shr:1", "SHFL.BFLY 16")
+    converted: tuple[str, ...] = ()                  # conversions on the way (opcodes)
+    undefined: frozenset[int] = frozenset()          # lanes holding an old value never written
+    seeds: frozenset[int] = frozenset()              # the loads it is made of (their instruction indices)
+    # Where the value was last made by a load, an exchange or a combination: a lane's own transforms keep it, so
+    # that x combined with a function of x (a key and its sign) is one value, while x combined with its copy
+    # from another lane holding the same sources is two.
+    origin: int = field(default_factory=lambda: next(_ORIGINS))
+
+
+_ORIGINS = itertools.count()
+
+
+def new_origin() -> int:
+    return next(_ORIGINS)
+
+
+@dataclass(frozen=True)
+class Index:
+    values: tuple[int | None, ...]                   # per lane
+
+
+Value = Union[Data, Index, None]
+
+
+def seed(width: int, load: int = 0) -> Data:
+    """A loaded value (of the load at instruction ``load``): lane l holds its own, once."""
+    return Data(tuple(tuple(1 if s == l else 0 for s in range(width)) for l in range(width)), seeds=frozenset({load}))
+
+
+def const(width: int, value: int | None) -> Index:
+    return Index((value,) * width)
+
+
+def _merge_steps(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+    """The steps of two paths that meet: the longer where one continues the other (so a step taken twice stays
+    twice), else the first's and then the second's others."""
+    if b[:len(a)] == a:
+        return b
+    if a[:len(b)] == b:
+        return a
+    return a + tuple(s for s in b if s not in a)
+
+
+def combine(values: list[Value], op: str, width: int, *, select: bool = False) -> Value:
+    """The value an operation makes from its sources: the Data sources' counts added lane by lane (for a select,
+    the larger count of each, since one of the two is taken), the rest kept as they came; with no Data source,
+    None (the caller computes an Index itself where it can)."""
+    data: list[Data] = []
+    for v in values:                   # the same lanes twice (x and a function of x): one value, not two
+        if isinstance(v, Data) and not any(v.origin == d.origin for d in data):
+            data.append(v)
+    if not data:
+        return None
+    # A value the whole wave holds alike (a reduction's result, read back for every lane) applied to each lane's
+    # own value (x / sum, x - max) is a use of the reduction, not a step of one: the lanes keep their own counts.
+    varying = [d for d in data if any(l != d.lanes[0] for l in d.lanes)]
+    counted = varying if varying and len(varying) < len(data) and not select else data
+    if len(data) == 1:                 # a lane's own transform (a constant added, a key made): nothing combined
+        return data[0]
+    lanes = []
+    for lane in range(width):
+        rows = [d.lanes[lane] for d in counted]
+        lanes.append(tuple((max if select else sum)(r[s] for r in rows) for s in range(width)))
+    exchanges: tuple[str, ...] = ()
+    converted: tuple[str, ...] = ()
+    for d in data:
+        exchanges = _merge_steps(exchanges, d.exchanges)
+        converted = _merge_steps(converted, d.converted)
+    combined = frozenset({op}) if len(counted) > 1 else frozenset()
+    return Data(tuple(lanes), frozenset().union(*(d.ops for d in data)) | combined, exchanges, converted,
+                frozenset().union(*(d.undefined for d in data)), frozenset().union(*(d.seeds for d in data)))
+
+
+def broadcast(d: Data, lane: int, width: int, step: str) -> Data:
+    """Every lane given lane ``lane``'s value (a readlane, or a scalar that every lane then reads)."""
+    return replace(d, lanes=(d.lanes[lane],) * width, exchanges=_merge_steps(d.exchanges, (step,)), origin=new_origin(),
+                   undefined=frozenset(range(width)) if lane in d.undefined else frozenset())
+
+
+def exchange(dst_old: Value, src: Value, sources: list[int | None], written: list[bool], width: int, step: str,
+             *, zero_invalid: bool) -> Value:
+    """A cross-lane read: lane l gets ``src`` from lane ``sources[l]``; where that is None (no source lane), 0 with
+    ``zero_invalid`` (bound_ctrl) or else the lane keeps ``dst_old``; lanes not ``written`` keep ``dst_old``."""
+    if not isinstance(src, Data):
+        if isinstance(src, Index):
+            vals = []
+            for l in range(width):
+                if written[l] and (sources[l] is not None or zero_invalid):
+                    vals.append(src.values[sources[l]] if sources[l] is not None else 0)
+                else:
+                    vals.append(dst_old.values[l] if isinstance(dst_old, Index) else None)
+            return Index(tuple(vals))
+        return None
+    zero = (0,) * width
+    lanes, undefined = [], set()
+    for l in range(width):
+        if written[l] and sources[l] is not None:
+            lanes.append(src.lanes[sources[l]])
+            if sources[l] in src.undefined:
+                undefined.add(l)
+        elif written[l] and zero_invalid:
+            lanes.append(zero)
+        elif isinstance(dst_old, Data):
+            lanes.append(dst_old.lanes[l])
+            if l in dst_old.undefined:
+                undefined.add(l)
+        else:
+            lanes.append(zero)
+            if dst_old is None:
+                undefined.add(l)       # the old value was never written: whatever the register held
+    old_steps = dst_old.exchanges if isinstance(dst_old, Data) else ()
+    old_conv = dst_old.converted if isinstance(dst_old, Data) else ()
+    old_seeds = dst_old.seeds if isinstance(dst_old, Data) else frozenset()
+    return Data(tuple(lanes), src.ops | (dst_old.ops if isinstance(dst_old, Data) else frozenset()),
+                _merge_steps(_merge_steps(src.exchanges, old_steps), (step,)), _merge_steps(src.converted, old_conv),
+                frozenset(undefined), src.seeds | old_seeds)
+
+
+
+def choose(mask: list[bool], a: Value, b: Value, width: int) -> Value:
+    """Lane by lane, ``a`` where ``mask`` holds and ``b`` elsewhere (lanes an instruction did not write keep the
+    register's old value)."""
+    if all(mask):
+        return a
+    if not any(mask):
+        return b
+    if isinstance(a, Index) or isinstance(b, Index) or a is None or b is None:
+        if isinstance(a, Data) or isinstance(b, Data):
+            d = a if isinstance(a, Data) else b
+            other = b if d is a else a
+            zero = (0,) * width
+            take = mask if d is a else [not m for m in mask]
+            return replace(d, lanes=tuple(d.lanes[l] if take[l] else zero for l in range(width)), origin=new_origin(),
+                           undefined=frozenset(l for l in range(width) if (not take[l] and other is None)
+                                               or (take[l] and l in d.undefined)))
+        va = a.values if isinstance(a, Index) else (None,) * width
+        vb = b.values if isinstance(b, Index) else (None,) * width
+        return Index(tuple(va[l] if mask[l] else vb[l] for l in range(width)))
+    return Data(tuple(a.lanes[l] if mask[l] else b.lanes[l] for l in range(width)), a.ops | b.ops,
+                _merge_steps(b.exchanges, a.exchanges), _merge_steps(b.converted, a.converted),
+                frozenset(l for l in range(width) if (l in a.undefined if mask[l] else l in b.undefined)),
+                a.seeds | b.seeds)
