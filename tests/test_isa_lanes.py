@@ -90,6 +90,28 @@ def test_a_32_lane_shuffle_pattern_on_a_64_lane_wave(wave):
     assert s.exchanges[0].endswith("xor 32")
 
 
+def test_ds_swizzle_halves_read_back_and_added(wave):
+    """Bitmask-mode swizzles (lane ^ 16 .. lane ^ 1 within 32 lanes) leave each half in every lane of it; the two
+    readlanes (0 and 32) each read a half, and their sum stored is the whole wave, once."""
+    *reads, stored = _sinks(wave["wave_sum_swizzle"])
+    lo, hi = sorted(reads, key=lambda s: s.lane_read)
+    assert (lo.lane_read, hi.lane_read) == (0, 32) and lo.group == hi.group == "half" and not lo.findings
+    assert lo.exchanges[0].startswith("ds_swizzle")
+    assert stored.group == "wave" and len(stored.complete_lanes) == 64 and stored.times == 1 and not stored.findings
+
+
+def test_swizzle_offsets_decode_as_the_manual_says():
+    from kernelpilot.isa.lanes.amd import parse_swizzle, swizzle_sources
+
+    assert parse_swizzle("offset:swizzle(SWAP,16)") == 0x1F | 16 << 10 == parse_swizzle("offset:0x401f")
+    assert parse_swizzle('offset:swizzle(BITMASK_PERM,"01pip")') == (0b00111 | 0b01000 << 5 | 0b00010 << 10)
+    assert parse_swizzle("offset:swizzle(BROADCAST,8,3)") == (0x18 | 3 << 5)
+    assert parse_swizzle("offset:swizzle(QUAD_PERM,3,2,1,0)") == 0x8000 | 3 | 2 << 2 | 1 << 4
+    assert swizzle_sources(0x8000 | 3 | 2 << 2 | 1 << 4, 64)[:8] == [3, 2, 1, 0, 7, 6, 5, 4]
+    assert swizzle_sources(0x18 | 3 << 5, 64)[:16] == [3] * 8 + [11] * 8         # lane 3 of each 8
+    assert swizzle_sources(0x1F | 16 << 10, 64)[30:34] == [14, 15, 48, 49]      # within each 32-lane half
+
+
 def test_a_float_through_an_int_only_builtin():
     kernels = _amd(EXAMPLES / "kernels" / "row_sum_dpp_converted.hip")
     (bad,) = _sinks(next(k for n, k in kernels.items() if "converted" in n))

@@ -51,3 +51,19 @@ extern "C" __global__ void wave_sum_shfl64(const float* x, float* out) {
   for (int offset = 32; offset > 0; offset >>= 1) v += __shfl_xor(v, offset);
   out[threadIdx.x] = v;
 }
+
+template <int PATTERN>
+__device__ inline float swz(float v) { return __int_as_float(__builtin_amdgcn_ds_swizzle(__float_as_int(v), PATTERN)); }
+
+extern "C" __global__ void wave_sum_swizzle(const float* x, float* out) {
+  // ds_swizzle in bitmask mode (and 0x1f, xor k: swap with lane ^ k within 32 lanes), then the two halves read
+  float v = x[threadIdx.x];
+  v += swz<0x1f | (16 << 10)>(v);
+  v += swz<0x1f | (8 << 10)>(v);
+  v += swz<0x1f | (4 << 10)>(v);
+  v += swz<0x1f | (2 << 10)>(v);
+  v += swz<0x1f | (1 << 10)>(v);
+  const float lo = __int_as_float(__builtin_amdgcn_readlane(__float_as_int(v), 0));
+  const float hi = __int_as_float(__builtin_amdgcn_readlane(__float_as_int(v), 32));
+  out[0] = lo + hi;
+}

@@ -162,7 +162,7 @@ def _findings(sink: LaneSink, value: Data, width: int, idem: bool) -> list[Findi
             complete_lanes=sink.complete_lanes))
     elif sink.kind == "readlane" and not sink.complete_lanes and sink.lane_read is not None:
         pass                                   # named by lanes.incomplete already
-    if width == 64 and sink.group_size == 32:
+    if width == 64 and sink.group_size == 32 and sink.kind == "store":   # a readlane of a half may be meant
         last = (sink.complete_lanes or [sink.best_lane])[-1]
         other = [s for s in range(width) if s // 32 != last // 32]
         out.append(_finding(
