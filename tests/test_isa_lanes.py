@@ -304,3 +304,26 @@ def run_nvidia_sinks(kernel):
     from kernelpilot.isa.lanes.nvidia import run_nvidia
 
     return [value for _, value, _ in run_nvidia(kernel.instructions)[0]]
+
+
+def test_an_old_value_never_written_is_named_where_it_reaches_a_result():
+    """A DPP move whose disabled lanes keep a register never written: the lanes that then hold a whole group
+    with that unknown value in it are named."""
+    from kernelpilot.isa.lanes.summary import summarize_sink
+    from kernelpilot.isa.model import Instruction
+
+    def ins(i, op, operands):
+        return Instruction(index=i, opcode=op, operands=operands)
+
+    code = [ins(0, "global_load_dword", "v1, v0, s[0:1]"),
+            # rows 1-3 not written (row_mask 0x1): v2 keeps whatever it held there
+            ins(1, "v_mov_b32_dpp", "v2, v1 quad_perm:[1,0,3,2] row_mask:0x1 bank_mask:0xf"),
+            ins(2, "v_mov_b32_dpp", "v3, v1 quad_perm:[1,0,3,2] row_mask:0xe bank_mask:0xf"),
+            ins(3, "v_add_f32_e32", "v4, v1, v2"),
+            ins(4, "v_add_f32_e32", "v5, v4, v3"),          # every lane: its pair once, plus an unknown in rows 1-3
+            ins(5, "global_store_dword", "v0, v5, s[2:3]")]
+    ((sink_ins, value, lane),) = run_amd(code, 64)[0]
+    assert value.undefined == frozenset(range(64))      # row 0 from v3, rows 1-3 from v2
+    s = summarize_sink(sink_ins, value, lane, 64)
+    (f,) = [f for f in s.findings if f.id == "lanes.undefined"]
+    assert f.evidence["lanes"] and all(l in value.undefined for l in f.evidence["lanes"])
