@@ -73,15 +73,17 @@ def sink_line(sink: dict[str, Any]) -> str:
     lanes = sink["complete_lanes"]
     if lanes:
         shown = ", ".join(map(str, lanes[:8])) + (f", ... ({len(lanes)} lanes)" if len(lanes) > 8 else "")
-        times, loads = sink.get("times"), max(sink.get("loads") or 1, 1)
+        times, per_lane = sink.get("times"), max(sink.get("per_lane") or 1, 1)
         held = (f"{'lane' if len(lanes) == 1 else 'lanes'} {shown} {'combines its' if len(lanes) == 1 else 'combine their'} "
                 f"{sink['group']} ({sink['group_size']} lanes) "
-                + ("exactly once" if times == 1 else f"once per loaded value ({loads} per lane)" if times == loads
+                + ("exactly once" if times == 1 else f"exactly once ({per_lane} values per lane)" if times == per_lane
                    else f"{times} times each"))
     elif sink["group"] is None:
         held = "each lane its own value, combined with a value that crossed lanes (checked where that is read)"
     else:
         held = f"no lane combines a whole {sink['group']} evenly (best: lane {sink['best_lane']})"
+    if sink.get("upper_bound"):
+        held += " at most (selects on loaded data on the way may zero some lanes)"
     via = ", ".join(sink["exchanges"])
     ops = ", ".join(sink["operations"])
     conv = f"; converted by {', '.join(sink['converted'])}" if sink.get("converted") else ""

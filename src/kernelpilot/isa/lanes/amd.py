@@ -239,8 +239,8 @@ def _step(st: _State, ins: Instruction) -> None:
     w = st.width
     if base.startswith(_LOADS):
         if ops:
-            for k, r in enumerate(_regs(ops[0])):
-                st.regs[r] = seed(w, ins.index * 64 + k)
+            for r in _regs(ops[0]):
+                st.regs[r] = seed(w)
         return
     if base.startswith(_STORES):
         data_op = ops[0] if base.startswith("buffer_store") else (ops[1] if len(ops) > 1 else None)
@@ -320,6 +320,12 @@ def _step(st: _State, ins: Instruction) -> None:
         if cond is not None and not (isinstance(a, Data) and isinstance(b, Data)):
             st.write(ops[0], choose(cond, b, a, w))
             return
+    if base.startswith("v_pk_") or base == "v_mov_b64":     # two 32-bit lanes' values side by side: each alone
+        parts = [_regs(o) or [o] for o in ops]
+        for k, d in enumerate(parts[0]):
+            values = [st.read(p[k] if len(p) > 1 else p[0]) for p in parts[1:]]
+            st.write(d, _compute(base.replace("v_pk_", "v_").replace("_b64", "_b32"), values, w))
+        return
     dst, srcs = ops[0], ops[1:]
     if "_co_" in base and len(srcs) > 2 and (srcs[0] == "vcc" or srcs[0].startswith("s[")):
         srcs = srcs[1:]                          # the carry out is a second destination

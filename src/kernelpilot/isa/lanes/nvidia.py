@@ -85,7 +85,7 @@ def _step(st: _State, ins: Instruction) -> None:
     op, ops = ins.opcode, [o.strip() for o in ins.operands.split(",")] if ins.operands else []
     head = op.split(".")[0]
     if head in _LOADS and ops:
-        st.write(ops[0], seed(WARP, ins.index))
+        st.write(ops[0], seed(WARP))
         return
     if head in _STORES and len(ops) >= 2:
         v = st.read(ops[-1])

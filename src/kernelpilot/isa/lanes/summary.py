@@ -7,8 +7,9 @@ The report names the group the sink's most complete lanes cover, and the lanes c
 
 Findings:
 - ``lanes.incomplete``: no lane covers its group evenly: the best lane's missing lanes and the lanes it counts
-  more often than the others (harmless, and not reported, where every combining operation is idempotent: max,
-  min, and, or, a select);
+  more often than the others; or a value was added to its copy from lanes that already held the same sources
+  (a step applied twice: every lane counted twice). Neither is reported where every combining operation is
+  idempotent (max, min, and, or, a select);
 - ``lanes.readlane``: a readlane reads a lane that is not complete while another lane is;
 - ``lanes.half-wave``: on a 64-lane wave, the most any lane covers is one 32-lane half (a 32-lane warp's pattern,
   or a reduction of two halves on purpose: check which);
@@ -21,18 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelpilot.isa.lanes.values import Data
+from kernelpilot.isa.lanes.values import Data, idempotent
 from kernelpilot.isa.model import Finding, Instruction
 
-__all__ = ["LaneSink", "summarize_sink", "IDEMPOTENT"]
-
-# Combining operations for which a lane counted twice changes nothing (max, min, bitwise and/or, selects, moves).
-IDEMPOTENT = ("max", "min", "mnmx", "and", "or_b", "lop3", "cndmask", "cselect", "sel", "mov")
-
-
-def _idempotent(op: str) -> bool:
-    low = op.lower()
-    return any(k in low for k in IDEMPOTENT) and "xor" not in low
+__all__ = ["LaneSink", "summarize_sink"]
 
 
 @dataclass
@@ -51,11 +44,12 @@ class LaneSink:
     group_size: int | None
     complete_lanes: list[int]
     times: int | None                  # how many times each source lane reached a complete lane
-    loads: int                         # how many loaded values per lane it is made of (each may reach it once)
+    per_lane: int                      # how often a lane's own values reached it before the first exchange
     best_lane: int
     missing: list[int] = field(default_factory=list)     # of the best lane's group
     uneven: list[int] = field(default_factory=list)      # reached more often than the least-reached
     undefined_lanes: list[int] = field(default_factory=list)
+    upper_bound: bool = False          # passed a select on a condition not followed: counts are at most these
     findings: list[Finding] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -105,22 +99,23 @@ def summarize_sink(ins: Instruction, value: Data, lane_read: int | None, width: 
     top = None if own else info[best_lane]     # each lane only its own: a per-lane use of a cross-lane value
     size = top[0] if top else None
     complete = [l for l, i in info.items() if i and i[0] == size and i[2]]
-    idem = all(_idempotent(op) for op in value.ops)
+    idem = all(idempotent(op) for op in value.ops)
     if idem and top and not complete:      # duplicates do not matter: complete means every lane reached
         complete = [l for l, i in info.items() if i and i[0] == size and len(i[4]) == size]
     sink = LaneSink(
         index=ins.index, where=ins.where(), opcode=ins.opcode, kind="readlane" if lane_read is not None else "store",
         lane_read=lane_read, exchanges=list(value.exchanges), operations=sorted(value.ops),
         converted=list(value.converted), group=_group_name(size, width) if size else None, group_size=size,
-        complete_lanes=complete, times=top[3] if top and complete else None, loads=len(value.seeds),
+        complete_lanes=complete, times=top[3] if top and complete else None, per_lane=value.per_lane,
         best_lane=best_lane,
-        undefined_lanes=sorted(value.undefined))
+        undefined_lanes=sorted(value.undefined), upper_bound=value.masked)
     if top:
         counts = value.lanes[best_lane]
         group = range(top[1], top[1] + size)
         sink.missing = [s for s in group if not counts[s]]
         least = min((counts[s] for s in group if counts[s]), default=0)
-        sink.uneven = [] if idem else [s for s in group if counts[s] > least]
+        # an upper bound (a select on data on the way) tells what never arrives, not what arrives twice
+        sink.uneven = [] if idem or value.masked else [s for s in group if counts[s] > least]
     sink.findings = _findings(sink, value, width, idem)
     return sink
 
@@ -146,13 +141,13 @@ def _findings(sink: LaneSink, value: Data, width: int, idem: bool) -> list[Findi
             "Follow the exchanges (" + ", ".join(sink.exchanges) + ") lane by lane: a step is missing, repeated or "
             "reads the wrong lanes (a DPP control, a shuffle offset or a swizzle mask).",
             best_lane=sink.best_lane, missing=sink.missing, uneven=sink.uneven))
-    if sink.complete_lanes and not idem and sink.times and sink.times > max(sink.loads, 1):
+    if value.repeated and not value.masked:
         out.append(_finding(
             "lanes.incomplete", "high",
-            f"every lane reaches lanes {_span(sink.complete_lanes)} of {what} {sink.times} times, from "
-            f"{sink.loads} loaded value(s) per lane: a step is applied more often than its lanes need", sink,
-            "Follow the exchanges (" + ", ".join(sink.exchanges) + ") lane by lane: one of them is repeated or "
-            "combines a value with itself.", times=sink.times, loads=sink.loads))
+            f"{what} adds a value to its copy from lanes that already hold the same sources ("
+            f"{', '.join(value.repeated)}): every lane is counted twice from that step on", sink,
+            f"Remove the repeated step ({value.repeated[0]}), or give it the distance the reduction still needs.",
+            repeated=list(value.repeated), times=sink.times))
     if sink.kind == "readlane" and sink.complete_lanes and sink.lane_read not in sink.complete_lanes:
         out.append(_finding(
             "lanes.readlane", "high",

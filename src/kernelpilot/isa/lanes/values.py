@@ -13,7 +13,8 @@ import itertools
 from dataclasses import dataclass, field, replace
 from typing import Union
 
-__all__ = ["Data", "Index", "Value", "seed", "combine", "broadcast", "const", "exchange", "choose", "new_origin"]
+__all__ = ["Data", "Index", "Value", "seed", "combine", "broadcast", "const", "exchange", "choose", "new_origin",
+           "idempotent"]
 
 Counts = tuple[int, ...]
 
@@ -25,11 +26,20 @@ class Data:
     exchanges: tuple[str, ...] = ()                  # cross-lane steps on the way, in order ("row_shr:1", "SHFL.BFLY 16")
     converted: tuple[str, ...] = ()                  # conversions on the way (opcodes)
     undefined: frozenset[int] = frozenset()          # lanes holding an old value never written
-    seeds: frozenset[int] = frozenset()              # the loads it is made of (their instruction indices)
+    # How many times a lane's own values reached it before its first exchange (a lane may first combine several
+    # of its own: elements packed in a register, a row's share of a tile): once each is that many.
+    per_lane: int = 1
     # Where the value was last made by a load, an exchange or a combination: a lane's own transforms keep it, so
     # that x combined with a function of x (a key and its sign) is one value, while x combined with its copy
     # from another lane holding the same sources is two.
     origin: int = field(default_factory=lambda: next(_ORIGINS))
+    moved_from: int | None = None                    # the origin of the value an exchange moved to make this one
+    # Steps whose result was combined with the value they moved while every lane already held the same sources:
+    # each lane counted twice from there on (a step applied once too often).
+    repeated: tuple[str, ...] = ()
+    # Passed through a select between it and a constant on a condition the check cannot follow (where(hit, x, 0)):
+    # some lanes may hold the constant, so its counts are an upper bound.
+    masked: bool = False
 
 
 _ORIGINS = itertools.count()
@@ -47,9 +57,9 @@ class Index:
 Value = Union[Data, Index, None]
 
 
-def seed(width: int, load: int = 0) -> Data:
-    """A loaded value (of the load at instruction ``load``): lane l holds its own, once."""
-    return Data(tuple(tuple(1 if s == l else 0 for s in range(width)) for l in range(width)), seeds=frozenset({load}))
+def seed(width: int) -> Data:
+    """A loaded value: lane l holds its own, once."""
+    return Data(tuple(tuple(1 if s == l else 0 for s in range(width)) for l in range(width)))
 
 
 def const(width: int, value: int | None) -> Index:
@@ -76,11 +86,21 @@ def combine(values: list[Value], op: str, width: int, *, select: bool = False) -
             data.append(v)
     if not data:
         return None
-    # A value the whole wave holds alike (a reduction's result, read back for every lane) applied to each lane's
-    # own value (x / sum, x - max) is a use of the reduction, not a step of one: the lanes keep their own counts.
-    varying = [d for d in data if any(l != d.lanes[0] for l in d.lanes)]
-    counted = varying if varying and len(varying) < len(data) and not select else data
+    # A reduction's result (every lane that contributed to a lane holds the same result: an all-reduce over a row,
+    # a half or the wave, or a value read back for every lane) applied to values already inside it (x / sum,
+    # x - max) is a use of the reduction, not a step of one: the other values keep their counts.
+    results = [d for d in data if _all_reduced(d, width)]
+    others = [d for d in data if not any(d is r for r in results)]
+    inside = others and results and all(_within(o, r, width) for o in others for r in results)
+    counted = others if inside and not select else data
+    twice = tuple(b.exchanges[-1] for a in data for b in data
+                  if a is not b and a.lanes == b.lanes and b.moved_from == a.origin and b.exchanges
+                  and not idempotent(op))
+    if not others and not twice:
+        select = True     # results of reductions combined (a sum over a maximum): each reached once, not twice
     if len(data) == 1:                 # a lane's own transform (a constant added, a key made): nothing combined
+        if select and len(values) > 1 and not data[0].masked:
+            return replace(data[0], masked=True)
         return data[0]
     lanes = []
     for lane in range(width):
@@ -92,13 +112,39 @@ def combine(values: list[Value], op: str, width: int, *, select: bool = False) -
         exchanges = _merge_steps(exchanges, d.exchanges)
         converted = _merge_steps(converted, d.converted)
     combined = frozenset({op}) if len(counted) > 1 else frozenset()
+    crossed = [d for d in counted if d.exchanges]
+    per_lane = (max(d.per_lane for d in crossed) if crossed
+                else max(max(lanes[l][l], 1) for l in range(width)))
+    repeated = tuple(dict.fromkeys(r for d in data for r in d.repeated)) + tuple(
+        t for t in twice if not any(t in d.repeated for d in data))
+    masked = any(d.masked for d in data) or (select and any(not isinstance(v, Data) for v in values))
     return Data(tuple(lanes), frozenset().union(*(d.ops for d in data)) | combined, exchanges, converted,
-                frozenset().union(*(d.undefined for d in data)), frozenset().union(*(d.seeds for d in data)))
+                frozenset().union(*(d.undefined for d in data)), per_lane=per_lane, repeated=repeated, masked=masked)
+
+
+# Combining operations for which a lane counted twice changes nothing (max, min, bitwise and/or, selects, moves).
+IDEMPOTENT = ("max", "min", "mnmx", "and", "or_b", "lop3", "cndmask", "cselect", "sel", "mov")
+
+
+def idempotent(op: str) -> bool:
+    low = op.lower()
+    return any(k in low for k in IDEMPOTENT) and "xor" not in low
+
+
+def _all_reduced(d: Data, width: int) -> bool:
+    """Whether every lane that reaches a lane holds that lane's very counts (the result of an all-reduce)."""
+    return all(d.lanes[s] == d.lanes[l] for l in range(width) for s in range(width) if d.lanes[l][s])
+
+
+def _within(inner: Data, outer: Data, width: int) -> bool:
+    """Whether, lane by lane, every source of ``inner`` is a source of ``outer``."""
+    return all(not inner.lanes[l][s] or outer.lanes[l][s] for l in range(width) for s in range(width))
 
 
 def broadcast(d: Data, lane: int, width: int, step: str) -> Data:
     """Every lane given lane ``lane``'s value (a readlane, or a scalar that every lane then reads)."""
     return replace(d, lanes=(d.lanes[lane],) * width, exchanges=_merge_steps(d.exchanges, (step,)), origin=new_origin(),
+                   moved_from=d.origin,
                    undefined=frozenset(range(width)) if lane in d.undefined else frozenset())
 
 
@@ -135,10 +181,12 @@ def exchange(dst_old: Value, src: Value, sources: list[int | None], written: lis
                 undefined.add(l)       # the old value was never written: whatever the register held
     old_steps = dst_old.exchanges if isinstance(dst_old, Data) else ()
     old_conv = dst_old.converted if isinstance(dst_old, Data) else ()
-    old_seeds = dst_old.seeds if isinstance(dst_old, Data) else frozenset()
+    per_lane = src.per_lane if src.exchanges else max(max(src.lanes[l][l], 1) for l in range(width))
     return Data(tuple(lanes), src.ops | (dst_old.ops if isinstance(dst_old, Data) else frozenset()),
                 _merge_steps(_merge_steps(src.exchanges, old_steps), (step,)), _merge_steps(src.converted, old_conv),
-                frozenset(undefined), src.seeds | old_seeds)
+                frozenset(undefined), per_lane=per_lane, moved_from=src.origin,
+                repeated=src.repeated + (dst_old.repeated if isinstance(dst_old, Data) else ()),
+                masked=src.masked or (isinstance(dst_old, Data) and dst_old.masked))
 
 
 
@@ -164,4 +212,5 @@ def choose(mask: list[bool], a: Value, b: Value, width: int) -> Value:
     return Data(tuple(a.lanes[l] if mask[l] else b.lanes[l] for l in range(width)), a.ops | b.ops,
                 _merge_steps(b.exchanges, a.exchanges), _merge_steps(b.converted, a.converted),
                 frozenset(l for l in range(width) if (l in a.undefined if mask[l] else l in b.undefined)),
-                a.seeds | b.seeds)
+                per_lane=max(a.per_lane, b.per_lane), repeated=tuple(dict.fromkeys(a.repeated + b.repeated)),
+                masked=a.masked or b.masked)
