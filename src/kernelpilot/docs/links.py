@@ -27,6 +27,11 @@ FINDING_DOCS: dict[str, list[str]] = {
     "memory.bank-conflicts": ["builtin/nvidia.md#bank-conflicts"],
     "memory.dram-bandwidth-low": ["builtin/profiling.md#speed-of-light"],
     "compute.pipe-busy": ["builtin/profiling.md#pipe-utilization"],
+    "lanes.incomplete": ["builtin/amdgcn.md#dpp-row-shift", "builtin/amdgcn.md#dpp-row-bcast", "builtin/nvidia.md#shfl"],
+    "lanes.readlane": ["builtin/amdgcn.md#readlane", "builtin/amdgcn.md#dpp-row-bcast"],
+    "lanes.half-wave": ["builtin/amdgcn.md#dpp-row-bcast", "builtin/amdgcn.md#ds-bpermute-vs-dpp"],
+    "lanes.conversion": ["builtin/amdgcn.md#crosslane-builtin-types"],
+    "lanes.undefined": ["builtin/amdgcn.md#dpp"],
 }
 
 
