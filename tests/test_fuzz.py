@@ -88,8 +88,12 @@ def _text(b: bytes) -> str:
 def test_sass_text(name):
     from kernelpilot.isa.sass import parse_sass
 
-    survives(lambda b: parse_sass(_text(b), source=name, demangle_names=False), (DATA / "nvidia" / name).read_bytes(),
-             n=200, seed=1, bound_s=5)
+    from kernelpilot.isa.lanes import trace_lanes
+
+    def read(b: bytes) -> Any:
+        return [trace_lanes(k).to_json() for k in parse_sass(_text(b), source=name, demangle_names=False)]
+
+    survives(read, (DATA / "nvidia" / name).read_bytes(), n=200, seed=1, bound_s=5)
 
 
 @pytest.mark.parametrize("name", ["spill.sm_90.ptxas.txt", "device_fn.sm_90.res_usage.txt"])
@@ -114,8 +118,12 @@ def amd_build():
 def test_amdgcn_assembly(amd_build):
     from kernelpilot.isa.amdgcn import parse_amdgcn_asm
 
-    survives(lambda b: parse_amdgcn_asm(_text(b), source="k.s", arch="gfx942"), amd_build[0], n=200, seed=3,
-             bound_s=5)
+    from kernelpilot.isa.lanes import trace_lanes
+
+    def read(b: bytes) -> Any:
+        return [trace_lanes(k).to_json() for k in parse_amdgcn_asm(_text(b), source="k.s", arch="gfx942")]
+
+    survives(read, amd_build[0], n=200, seed=3, bound_s=5)
 
 
 def test_amdgcn_assembly_grown_large_stays_fast(amd_build):

@@ -390,7 +390,7 @@ def run_amd(instructions: list[Instruction], width: int) -> tuple[list[tuple[Ins
     for ins in instructions:
         try:
             _step(st, ins)
-        except (ValueError, IndexError) as e:
+        except Exception as e:  # noqa: BLE001 - hostile or damaged code: one instruction not followed, noted
             st.notes.append(f"{ins.where()}: {ins.opcode} {ins.operands}: not followed ({e})")
             if ins.operands:
                 st.write(_split(ins.operands)[0][0], None)
