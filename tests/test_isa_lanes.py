@@ -112,6 +112,17 @@ def test_swizzle_offsets_decode_as_the_manual_says():
     assert swizzle_sources(0x1F | 16 << 10, 64)[30:34] == [14, 15, 48, 49]      # within each 32-lane half
 
 
+def test_bound_ctrls_zero_in_a_max_is_named_and_the_identity_is_not(wave):
+    """A max step with bound_ctrl gives lane 15 (no source lane for row_shl:1) max(row, 0): wrong for a row of
+    negative values. The same step with -inf as the old value and no bound_ctrl keeps lane 15's own."""
+    read, _ = _sinks(wave["row0_max_bound_ctrl"])
+    assert read.lane_read == 15 and 15 in read.complete_lanes
+    (f,) = [f for f in read.findings if f.id == "lanes.zero-fill"]
+    assert f.evidence["lanes"] == [15] and "v_max_f32" in f.title
+    read, stored = _sinks(wave["row0_max_identity"])
+    assert read.lane_read == 15 and 15 in read.complete_lanes and not read.findings and not stored.findings
+
+
 def test_a_float_through_an_int_only_builtin():
     kernels = _amd(EXAMPLES / "kernels" / "row_sum_dpp_converted.hip")
     (bad,) = _sinks(next(k for n, k in kernels.items() if "converted" in n))

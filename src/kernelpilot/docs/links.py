@@ -32,6 +32,7 @@ FINDING_DOCS: dict[str, list[str]] = {
     "lanes.half-wave": ["builtin/amdgcn.md#dpp-row-bcast", "builtin/amdgcn.md#ds-bpermute-vs-dpp"],
     "lanes.conversion": ["builtin/amdgcn.md#crosslane-builtin-types"],
     "lanes.undefined": ["builtin/amdgcn.md#dpp"],
+    "lanes.zero-fill": ["builtin/amdgcn.md#dpp"],
 }
 
 

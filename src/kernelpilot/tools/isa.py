@@ -125,7 +125,8 @@ def isa_diff(opts: DiffRequest, ctx: ToolContext):
     readlane/writelane; NVIDIA SHFL, REDUX), which source lanes reach each lane and how many times, through which
     exchanges and operations, with any conversion on the way. Findings: a lane missing or counted twice in a
     reduction that is stored, a readlane of a lane that does not hold the result, a 32-lane pattern on a 64-lane
-    wave, a float converted on its way across lanes, an exchange reading an old value never written.""",
+    wave, a float converted on its way across lanes, an exchange reading an old value never written, bound_ctrl's
+    0 taken into a max or min.""",
           LanesRequest, shape("kernelpilot.isa-lanes/1", kernels="array"))
 def isa_lanes(opts: LanesRequest, ctx: ToolContext):
     from kernelpilot.isa.lanes import LaneAnalysis, lanes_json

@@ -67,3 +67,27 @@ extern "C" __global__ void wave_sum_swizzle(const float* x, float* out) {
   const float hi = __int_as_float(__builtin_amdgcn_readlane(__float_as_int(v), 32));
   out[0] = lo + hi;
 }
+
+template <int CTRL, bool BOUND, int ROW_MASK = 0xf>
+__device__ inline float max_step(float v, float old) {
+  return fmaxf(v, __int_as_float(__builtin_amdgcn_update_dpp(__float_as_int(old), __float_as_int(v), CTRL, ROW_MASK,
+                                                             0xf, BOUND)));
+}
+
+__device__ inline float row_max(float v) {   // row_shr with bound_ctrl: lane 15 of each row never takes the 0
+  return max_step<SHR8, true>(max_step<SHR4, true>(max_step<SHR2, true>(max_step<SHR1, true>(v, 0.0f), 0.0f), 0.0f),
+                              0.0f);
+}
+
+// Row maxima, then one more step (row_shl:1, which an idempotent max may take), then row 0's result from lane 15.
+constexpr int SHL1 = 0x101;
+
+extern "C" __global__ void row0_max_bound_ctrl(const float* x, float* out) {  // wrong: lane 15 takes bound_ctrl's 0
+  const float v = max_step<SHL1, true>(row_max(x[threadIdx.x]), 0.0f);       // lane 15 = max(row 0, 0)
+  out[0] = __int_as_float(__builtin_amdgcn_readlane(__float_as_int(v), 15));
+}
+
+extern "C" __global__ void row0_max_identity(const float* x, float* out) {    // right: -inf where no source lane
+  const float v = max_step<SHL1, false>(row_max(x[threadIdx.x]), -__builtin_inff());
+  out[0] = __int_as_float(__builtin_amdgcn_readlane(__float_as_int(v), 15));
+}

@@ -14,7 +14,9 @@ Findings:
 - ``lanes.half-wave``: on a 64-lane wave, the most any lane covers is one 32-lane half (a 32-lane warp's pattern,
   or a reduction of two halves on purpose: check which);
 - ``lanes.conversion``: a conversion (float to int, int to float, ...) lies on the value's path;
-- ``lanes.undefined``: a lane's value comes from a DPP's old destination that was never written.
+- ``lanes.undefined``: a lane's value comes from a DPP's old destination that was never written;
+- ``lanes.zero-fill``: a 0 that bound_ctrl read for a missing source lane went into a max, min, product or and,
+  for which 0 is not neutral (a max over negative values comes out 0).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelpilot.isa.lanes.values import Data, idempotent
+from kernelpilot.isa.lanes.values import Data, idempotent, zero_neutral
 from kernelpilot.isa.model import Finding, Instruction
 
 __all__ = ["LaneSink", "summarize_sink"]
@@ -175,11 +177,22 @@ def _findings(sink: LaneSink, value: Data, width: int, idem: bool) -> list[Findi
             "across lanes", sink,
             "Move the value's bits, not the value (__float_as_int / __int_as_float around an int-only exchange).",
             conversions=list(value.converted)))
+    looked_at = [sink.lane_read] if sink.lane_read is not None else (sink.complete_lanes or [sink.best_lane])
+    zeroed = [l for l in looked_at if l in value.zero_mixed]
+    if zeroed:
+        out.append(_finding(
+            "lanes.zero-fill", "high",
+            f"{'lane' if len(zeroed) == 1 else 'lanes'} {_span(zeroed)} of {what} took a 0 that bound_ctrl read for a missing source lane through an "
+            f"operation for which 0 is not neutral ({', '.join(sorted(o for o in value.ops if not zero_neutral(o))) or 'it'})",
+            sink, "Turn bound_ctrl off and give the exchange the operation's identity as its old value (-inf or "
+            "INT_MIN for a max, +inf for a min, 1 for a product), so that lanes without a source keep their own.",
+            lanes=zeroed))
     undefined = [l for l in sink.complete_lanes or [sink.best_lane] if l in value.undefined]
     if undefined:
         out.append(_finding(
             "lanes.undefined", "high",
-            f"lanes {_span(undefined)} of {what} hold a DPP destination's old value that was never written", sink,
+            f"{'lane' if len(undefined) == 1 else 'lanes'} {_span(undefined)} of {what} hold a DPP destination's old "
+            "value that was never written", sink,
             "Give the exchange an old value (update_dpp's first argument, e.g. the operation's identity) or "
             "bound_ctrl so that lanes without a source lane read 0.", lanes=undefined))
     return out

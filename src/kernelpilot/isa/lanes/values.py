@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Union
 
 __all__ = ["Data", "Index", "Value", "seed", "combine", "broadcast", "const", "exchange", "choose", "new_origin",
-           "idempotent"]
+           "idempotent", "zero_neutral"]
 
 Counts = tuple[int, ...]
 
@@ -40,6 +40,10 @@ class Data:
     # Passed through a select between it and a constant on a condition the check cannot follow (where(hit, x, 0)):
     # some lanes may hold the constant, so its counts are an upper bound.
     masked: bool = False
+    zeroed: frozenset[int] = frozenset()            # lanes where this exchange read 0 for want of a source lane
+    # lanes whose value took such a 0 through an operation for which 0 is not neutral (max, min, mul, and):
+    # a max over negative values, say, comes out 0 there
+    zero_mixed: frozenset[int] = frozenset()
 
 
 _ORIGINS = itertools.count()
@@ -86,6 +90,10 @@ def combine(values: list[Value], op: str, width: int, *, select: bool = False) -
             data.append(v)
     if not data:
         return None
+    if len(data) == 1:                 # a lane's own transform (a constant added, a key made): nothing combined
+        if select and len(values) > 1 and not data[0].masked:
+            return replace(data[0], masked=True)
+        return data[0]
     # A reduction's result (every lane that contributed to a lane holds the same result: an all-reduce over a row,
     # a half or the wave, or a value read back for every lane) applied to values already inside it (x / sum,
     # x - max) is a use of the reduction, not a step of one: the other values keep their counts.
@@ -97,15 +105,13 @@ def combine(values: list[Value], op: str, width: int, *, select: bool = False) -
                   if a is not b and a.lanes == b.lanes and b.moved_from == a.origin and b.exchanges
                   and not idempotent(op))
     if not others and not twice:
-        select = True     # results of reductions combined (a sum over a maximum): each reached once, not twice
-    if len(data) == 1:                 # a lane's own transform (a constant added, a key made): nothing combined
-        if select and len(values) > 1 and not data[0].masked:
-            return replace(data[0], masked=True)
-        return data[0]
+        union = True      # results of reductions combined (a sum over a maximum): each reached once, not twice
+    else:
+        union = select
     lanes = []
     for lane in range(width):
         rows = [d.lanes[lane] for d in counted]
-        lanes.append(tuple((max if select else sum)(r[s] for r in rows) for s in range(width)))
+        lanes.append(tuple((max if union else sum)(r[s] for r in rows) for s in range(width)))
     exchanges: tuple[str, ...] = ()
     converted: tuple[str, ...] = ()
     for d in data:
@@ -118,12 +124,25 @@ def combine(values: list[Value], op: str, width: int, *, select: bool = False) -
     repeated = tuple(dict.fromkeys(r for d in data for r in d.repeated)) + tuple(
         t for t in twice if not any(t in d.repeated for d in data))
     masked = any(d.masked for d in data) or (select and any(not isinstance(v, Data) for v in values))
+    zero_mixed = frozenset().union(*(d.zero_mixed for d in data))
+    if not zero_neutral(op):
+        zero_mixed |= frozenset().union(*(d.zeroed for d in data))
     return Data(tuple(lanes), frozenset().union(*(d.ops for d in data)) | combined, exchanges, converted,
-                frozenset().union(*(d.undefined for d in data)), per_lane=per_lane, repeated=repeated, masked=masked)
+                frozenset().union(*(d.undefined for d in data)), per_lane=per_lane, repeated=repeated, masked=masked,
+                zero_mixed=zero_mixed)
 
 
 # Combining operations for which a lane counted twice changes nothing (max, min, bitwise and/or, selects, moves).
 IDEMPOTENT = ("max", "min", "mnmx", "and", "or_b", "lop3", "cndmask", "cselect", "sel", "mov")
+
+
+# Operations for which a 0 operand changes nothing (so bound_ctrl's 0 stands in for a missing lane).
+ZERO_NEUTRAL = ("add", "sub", "or_b", "xor", "mov", "cndmask", "sad", "lop3", "iadd", "fadd", "sel")
+
+
+def zero_neutral(op: str) -> bool:
+    low = op.lower()
+    return any(k in low for k in ZERO_NEUTRAL) and not any(k in low for k in ("fma", "mad", "mul"))
 
 
 def idempotent(op: str) -> bool:
@@ -144,7 +163,8 @@ def _within(inner: Data, outer: Data, width: int) -> bool:
 def broadcast(d: Data, lane: int, width: int, step: str) -> Data:
     """Every lane given lane ``lane``'s value (a readlane, or a scalar that every lane then reads)."""
     return replace(d, lanes=(d.lanes[lane],) * width, exchanges=_merge_steps(d.exchanges, (step,)), origin=new_origin(),
-                   moved_from=d.origin,
+                   moved_from=d.origin, zeroed=frozenset(),
+                   zero_mixed=frozenset(range(width)) if lane in d.zero_mixed else frozenset(),
                    undefined=frozenset(range(width)) if lane in d.undefined else frozenset())
 
 
@@ -163,18 +183,23 @@ def exchange(dst_old: Value, src: Value, sources: list[int | None], written: lis
             return Index(tuple(vals))
         return None
     zero = (0,) * width
-    lanes, undefined = [], set()
+    lanes, undefined, zeroed, mixed = [], set(), set(), set()
     for l in range(width):
         if written[l] and sources[l] is not None:
             lanes.append(src.lanes[sources[l]])
             if sources[l] in src.undefined:
                 undefined.add(l)
+            if sources[l] in src.zero_mixed:
+                mixed.add(l)
         elif written[l] and zero_invalid:
             lanes.append(zero)
+            zeroed.add(l)
         elif isinstance(dst_old, Data):
             lanes.append(dst_old.lanes[l])
             if l in dst_old.undefined:
                 undefined.add(l)
+            if l in dst_old.zero_mixed:
+                mixed.add(l)
         else:
             lanes.append(zero)
             if dst_old is None:
@@ -186,7 +211,8 @@ def exchange(dst_old: Value, src: Value, sources: list[int | None], written: lis
                 _merge_steps(_merge_steps(src.exchanges, old_steps), (step,)), _merge_steps(src.converted, old_conv),
                 frozenset(undefined), per_lane=per_lane, moved_from=src.origin,
                 repeated=src.repeated + (dst_old.repeated if isinstance(dst_old, Data) else ()),
-                masked=src.masked or (isinstance(dst_old, Data) and dst_old.masked))
+                masked=src.masked or (isinstance(dst_old, Data) and dst_old.masked), zeroed=frozenset(zeroed),
+                zero_mixed=frozenset(mixed))
 
 
 
@@ -205,7 +231,9 @@ def choose(mask: list[bool], a: Value, b: Value, width: int) -> Value:
             take = mask if d is a else [not m for m in mask]
             return replace(d, lanes=tuple(d.lanes[l] if take[l] else zero for l in range(width)), origin=new_origin(),
                            undefined=frozenset(l for l in range(width) if (not take[l] and other is None)
-                                               or (take[l] and l in d.undefined)))
+                                               or (take[l] and l in d.undefined)),
+                           zeroed=frozenset(l for l in d.zeroed if take[l]),
+                           zero_mixed=frozenset(l for l in d.zero_mixed if take[l]))
         va = a.values if isinstance(a, Index) else (None,) * width
         vb = b.values if isinstance(b, Index) else (None,) * width
         return Index(tuple(va[l] if mask[l] else vb[l] for l in range(width)))
@@ -213,4 +241,6 @@ def choose(mask: list[bool], a: Value, b: Value, width: int) -> Value:
                 _merge_steps(b.exchanges, a.exchanges), _merge_steps(b.converted, a.converted),
                 frozenset(l for l in range(width) if (l in a.undefined if mask[l] else l in b.undefined)),
                 per_lane=max(a.per_lane, b.per_lane), repeated=tuple(dict.fromkeys(a.repeated + b.repeated)),
-                masked=a.masked or b.masked)
+                masked=a.masked or b.masked,
+                zeroed=frozenset(l for l in range(width) if l in (a.zeroed if mask[l] else b.zeroed)),
+                zero_mixed=frozenset(l for l in range(width) if l in (a.zero_mixed if mask[l] else b.zero_mixed)))
