@@ -339,3 +339,17 @@ def test_an_old_value_never_written_is_named_where_it_reaches_a_result():
     s = summarize_sink(sink_ins, value, lane, 64)
     (f,) = [f for f in s.findings if f.id == "lanes.undefined"]
     assert f.evidence["lanes"] and all(l in value.undefined for l in f.evidence["lanes"])
+
+
+def test_a_triton_softmax_on_sm_90_is_proven():
+    """Triton's row softmax for sm_90: 64-bit loads (two values per lane), a warp butterfly for the maximum and
+    one for the sum, each stored for the cross-warp step; both proven to combine the warp once, nothing flagged."""
+    from conftest import require_module
+
+    require_module("triton")
+    (kernel,) = load_kernels(f"{EXAMPLES / 'kernels' / 'softmax_triton.py'}:softmax_kernel",
+                             AnalyzeOptions(arch="sm_90"))
+    sinks = [s for s in _sinks(kernel) if s.group is not None]
+    assert len(sinks) >= 2 and all(s.group == "warp" and len(s.complete_lanes) == 32 and not s.findings
+                                   for s in sinks[:2])
+    assert {op for s in sinks[:2] for op in s.operations} >= {"FMNMX", "FADD"}

@@ -73,19 +73,25 @@ class _State:
         except ValueError:
             return None
 
-    def write(self, text: str, value: Value) -> None:
+    def write(self, text: str, value: Value, count: int = 1) -> None:
+        """Set the register ``text`` names (and, for a wide result, the ``count`` - 1 after it)."""
         t = _clean(text)
         if re.fullmatch(r"U?R\d+", t):
-            self.regs[t] = value
-            if text.strip().endswith(".64") or value is None:
-                self.regs[f"{t[:-len(t.lstrip('UR'))]}{int(t.lstrip('UR')) + 1}"] = None
+            prefix, n = t[:len(t) - len(t.lstrip("UR"))], int(t.lstrip("UR"))
+            if text.strip().endswith(".64"):
+                count = max(count, 2)
+            for k in range(count):
+                self.regs[f"{prefix}{n + k}"] = value if k == 0 else (value if isinstance(value, Data) else None)
 
 
 def _step(st: _State, ins: Instruction) -> None:
     op, ops = ins.opcode, [o.strip() for o in ins.operands.split(",")] if ins.operands else []
     head = op.split(".")[0]
     if head in _LOADS and ops:
-        st.write(ops[0], seed(WARP))
+        width = next((int(p) // 32 for p in op.split(".")[1:] if p in ("64", "128")), 1)
+        for k in range(width):              # each 32-bit register of a wide load: a value of the lane's own
+            st.write(f"R{int(_clean(ops[0]).lstrip('UR')) + k}" if _clean(ops[0]).startswith("R") else ops[0],
+                     seed(WARP))
         return
     if head in _STORES and len(ops) >= 2:
         v = st.read(ops[-1])

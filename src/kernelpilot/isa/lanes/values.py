@@ -114,7 +114,7 @@ def combine(values: list[Value], op: str, width: int, *, select: bool = False) -
         lanes.append(tuple((max if union else sum)(r[s] for r in rows) for s in range(width)))
     exchanges: tuple[str, ...] = ()
     converted: tuple[str, ...] = ()
-    for d in data:
+    for d in counted:                  # a reduction only used here keeps its path to itself (checked where it is read)
         exchanges = _merge_steps(exchanges, d.exchanges)
         converted = _merge_steps(converted, d.converted)
     combined = frozenset({op}) if len(counted) > 1 else frozenset()
@@ -151,8 +151,10 @@ def idempotent(op: str) -> bool:
 
 
 def _all_reduced(d: Data, width: int) -> bool:
-    """Whether every lane that reaches a lane holds that lane's very counts (the result of an all-reduce)."""
-    return all(d.lanes[s] == d.lanes[l] for l in range(width) for s in range(width) if d.lanes[l][s])
+    """Whether every lane that reaches a lane holds that lane's very counts, more than one lane reaching each (the
+    result of an all-reduce, not a lane's own value)."""
+    return all(sum(1 for c in d.lanes[l] if c) > 1 and all(d.lanes[s] == d.lanes[l] for s in range(width) if d.lanes[l][s])
+               for l in range(width) if any(d.lanes[l]))
 
 
 def _within(inner: Data, outer: Data, width: int) -> bool:
