@@ -164,7 +164,7 @@ def _within(inner: Data, outer: Data, width: int) -> bool:
 
 def broadcast(d: Data, lane: int, width: int, step: str) -> Data:
     """Every lane given lane ``lane``'s value (a readlane, or a scalar that every lane then reads)."""
-    return replace(d, lanes=(d.lanes[lane],) * width, exchanges=_merge_steps(d.exchanges, (step,)), origin=new_origin(),
+    return replace(d, lanes=(d.lanes[lane],) * width, exchanges=d.exchanges + (step,), origin=new_origin(),
                    moved_from=d.origin, zeroed=frozenset(),
                    zero_mixed=frozenset(range(width)) if lane in d.zero_mixed else frozenset(),
                    undefined=frozenset(range(width)) if lane in d.undefined else frozenset())
@@ -210,7 +210,7 @@ def exchange(dst_old: Value, src: Value, sources: list[int | None], written: lis
     old_conv = dst_old.converted if isinstance(dst_old, Data) else ()
     per_lane = src.per_lane if src.exchanges else max(max(src.lanes[l][l], 1) for l in range(width))
     return Data(tuple(lanes), src.ops | (dst_old.ops if isinstance(dst_old, Data) else frozenset()),
-                _merge_steps(_merge_steps(src.exchanges, old_steps), (step,)), _merge_steps(src.converted, old_conv),
+                _merge_steps(src.exchanges, old_steps) + (step,), _merge_steps(src.converted, old_conv),
                 frozenset(undefined), per_lane=per_lane, moved_from=src.origin,
                 repeated=src.repeated + (dst_old.repeated if isinstance(dst_old, Data) else ()),
                 masked=src.masked or (isinstance(dst_old, Data) and dst_old.masked), zeroed=frozenset(zeroed),
