@@ -180,3 +180,20 @@ def test_docs_show_reads_a_passage_whole(tmp_path, monkeypatch):
     assert shown["citation"] == hit["citation"] and len(shown["text"]) > len(hit["snippet"]) and shown["sources"]
     with pytest.raises(KernelpilotError, match="no passage"):
         call("docs_show", {"citation": "builtin/amdgcn.md#nothing-here"})
+
+
+def test_isa_lanes_for_a_confined_caller_compiles_triton_in_the_box(tmp_path):
+    """A model's Triton file is compiled in the box, its lane report made there and returned: the same verdict as
+    the caller's own analysis of the softmax's warp reductions."""
+    from conftest import require_module
+
+    require_module("triton")
+    shutil.copy(EXAMPLES / "kernels" / "softmax_triton.py", tmp_path / "softmax_triton.py")
+    ctx = ToolContext(workspace=tmp_path, confined=True)
+    out = call("isa_lanes", {"sources": ["softmax_triton.py:softmax_kernel"], "arch": "sm_90"}, ctx)
+    assert out["schema"] == "kernelpilot.isa-lanes/1"
+    (kernel,) = out["kernels"]
+    warp = [s for s in kernel["sinks"] if s["group"] == "warp"]
+    assert len(warp) >= 2 and all(len(s["complete_lanes"]) == 32 and not s["findings"] for s in warp)
+    with pytest.raises(KernelpilotError):
+        call("isa_lanes", {"sources": ["/etc/passwd"]}, ctx)
