@@ -26,8 +26,14 @@ CASES = ["experts=64,tokens=16,k=4,dtype=float32", "experts=256,tokens=128,k=8,d
 def test_case_grid():
     p = load_problem(MOE / "plain")
     public = [c for c in p.cases if not c.hidden]
-    assert len(public) == 3 * 6 * 2 * 3 and len({c.name for c in public}) == 108
-    assert {c.params["tokens"] for c in public} == {1, 16, 128, 1024, 8192, 65536}
+    grid = [c for c in public if "model" not in c.params]                # the tuned grid
+    assert len(grid) == 3 * 6 * 2 * 3 and len({c.name for c in grid}) == 108
+    assert {c.params["tokens"] for c in grid} == {1, 16, 128, 1024, 8192, 65536}
+    shipped = {(c.params["model"], c.params["experts"], c.params["k"]) for c in public if "model" in c.params}
+    assert shipped == {("llama4-scout", 16, 1), ("llama4-maverick", 128, 1)} and len(public) == 108 + 30
+    biased = {(c.params["model"], c.params["experts"], c.params["k"])
+              for c in load_problem(MOE / "biased").cases if "model" in c.params}
+    assert biased == {("kimi-k2", 384, 8), ("glm-4.5", 160, 8)}
     assert [c.params["tokens"] for c in p.cases if c.hidden] == [2, 3]
 
 

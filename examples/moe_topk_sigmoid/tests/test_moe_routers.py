@@ -292,3 +292,17 @@ def test_dispatch_routes_the_other_routers_on_the_cuda_kernel(problem):
     assert res.correct and res.passed, [(c.case, c.message) for c in res.cases if not c.ok][:5]
     x = torch.randn(8, 160, device="cuda")
     assert dispatch.pick(x, 6) == "router"
+
+
+@pytest.mark.parametrize("problem, case", [
+    ("plain", "model=llama4-scout,experts=16,k=1,tokens=100,dtype=float32"),
+    ("plain", "model=llama4-maverick,experts=128,k=1,tokens=1,dtype=bfloat16"),
+    ("biased", "model=kimi-k2,experts=384,k=8,tokens=100,dtype=bfloat16"),
+    ("biased", "model=glm-4.5,experts=160,k=8,tokens=100,dtype=float16"),
+])
+def test_the_shipped_sigmoid_routers_run_on_the_triton_kernel_on_cpu(problem, case):
+    """The shipped routers beyond the tuned grid (k 1; 160 and 384 experts) through dispatch.py on the CPU (the
+    Triton kernel, through Triton's interpreter), checked by the problem's own check."""
+    require_module("triton")
+    res = check(MOE / problem, MOE / "kernels" / "dispatch.py", EvalOptions(device="cpu", seeds=1, cases=[case]))
+    assert res.correct and res.passed, [(c.case, c.message) for c in res.cases if not c.ok]
