@@ -34,6 +34,8 @@ run "HIP wave argmax: shuffles through LDS (ds_bpermute)" \
     isa analyze examples/kernels/wave_argmax_bpermute.hip --arch gfx942
 run "HIP wave argmax: ds_bpermute against DPP" \
     isa diff examples/kernels/wave_argmax_bpermute.hip examples/kernels/wave_argmax_dpp.hip --arch gfx942
+run "HIP row sums with DPP: what each lane holds (a float through an int-only builtin, and the right one)" \
+    isa lanes examples/kernels/row_sum_dpp_converted.hip --arch gfx942
 
 if [ ${#skipped[@]} -gt 0 ]; then
     echo "Skipped (a compiler is missing):"
@@ -45,4 +47,4 @@ if [ ${#failed[@]} -gt 0 ]; then
     printf '  %s\n' "${failed[@]}"
     exit 1
 fi
-echo "demo: $(( 5 - ${#skipped[@]} )) of 5 examples analyzed"
+echo "demo: $(( 6 - ${#skipped[@]} )) of 6 examples analyzed"

@@ -86,7 +86,8 @@ def sink_line(sink: dict[str, Any]) -> str:
         held += " at most (selects on loaded data on the way may zero some lanes)"
     via = ", ".join(sink["exchanges"])
     ops = ", ".join(sink["operations"])
-    conv = f"; converted by {', '.join(sink['converted'])}" if sink.get("converted") else ""
+    counts = {c: sink["converted"].count(c) for c in sink.get("converted") or []}
+    conv = ("; converted by " + ", ".join(f"{c} x{n}" if n > 1 else c for c, n in counts.items())) if counts else ""
     return f"{sink['where']} {sink['opcode']} ({what}): {held}; via {via}" + (f" with {ops}" if ops else "") + conv
 
 
