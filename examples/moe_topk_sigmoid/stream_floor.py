@@ -24,28 +24,32 @@ def results_name(gpu: str) -> str:
 
 
 @triton.jit
-def stream_kernel(x_ptr, bias_ptr, w_ptr, ids_ptr, tokens, E: tl.constexpr, K: tl.constexpr,
-                  ROWS: tl.constexpr, HAS_BIAS: tl.constexpr):
+def stream_kernel(x_ptr, bias_ptr, w_ptr, ids_ptr, tokens, E: tl.constexpr, EP: tl.constexpr, K: tl.constexpr,
+                  KP: tl.constexpr, ROWS: tl.constexpr, HAS_BIAS: tl.constexpr):
+    # EP, KP: E and K rounded up to powers of two (a tile's sides), the rest masked
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, E)
+    cols = tl.arange(0, EP)
     ok = rows[:, None] < tokens
-    x = tl.load(x_ptr + rows[:, None] * E + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + rows[:, None] * E + cols[None, :], mask=ok & (cols < E)[None, :],
+                other=-float("inf")).to(tl.float32)
     if HAS_BIAS:
-        x = x + tl.load(bias_ptr + cols)[None, :]
+        x = x + tl.load(bias_ptr + cols, mask=cols < E, other=0.0)[None, :]
     m = tl.max(x, axis=1)
-    ks = tl.arange(0, K)
+    ks = tl.arange(0, KP)
     out = rows[:, None] * K + ks[None, :]
-    tl.store(w_ptr + out, m[:, None] + tl.zeros([ROWS, K], dtype=tl.float32), mask=ok)
-    tl.store(ids_ptr + out, tl.zeros([ROWS, K], dtype=tl.int32), mask=ok)
+    written = ok & (ks < K)[None, :]
+    tl.store(w_ptr + out, m[:, None] + tl.zeros([ROWS, KP], dtype=tl.float32), mask=written)
+    tl.store(ids_ptr + out, tl.zeros([ROWS, KP], dtype=tl.int32), mask=written)
 
 
 def stream(logits: torch.Tensor, bias, k: int, rows: int = 16, warps: int = 4):
-    """Row maxima as the k weights, zeros as the ids (k a power of two)."""
+    """Row maxima as the k weights, zeros as the ids (any expert count and k)."""
     tokens, experts = logits.shape
     w = torch.empty(tokens, k, device=logits.device, dtype=torch.float32)
     ids = torch.empty(tokens, k, device=logits.device, dtype=torch.int32)
     stream_kernel[(triton.cdiv(tokens, rows),)](logits, bias if bias is not None else logits, w, ids, tokens,
-                                                E=experts, K=k, ROWS=rows, HAS_BIAS=bias is not None,
+                                                E=experts, EP=triton.next_power_of_2(experts), K=k,
+                                                KP=triton.next_power_of_2(k), ROWS=rows, HAS_BIAS=bias is not None,
                                                 num_warps=warps)
     return w, ids
 

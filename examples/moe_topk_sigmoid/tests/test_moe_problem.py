@@ -118,12 +118,13 @@ def test_stream_floor_kernel_reads_every_logit():
 
     require_module("triton")
     code = ("import torch, stream_floor as s\n"
-            "x = torch.randn(37, 64); b = torch.randn(64)\n"
-            "for bias in (None, b):\n"
-            "    w, ids = s.stream(x, bias, 8, rows=16)\n"
-            "    want = (x if bias is None else x + b).max(dim=1).values\n"
-            "    assert w.shape == (37, 8) and ids.dtype == torch.int32 and int(ids.abs().sum()) == 0\n"
-            "    assert torch.equal(w, want[:, None].expand(37, 8)), (w, want)\n"
+            "for experts, k in ((64, 8), (160, 6), (384, 1)):\n"
+            "    x = torch.randn(37, experts); b = torch.randn(experts)\n"
+            "    for bias in (None, b):\n"
+            "        w, ids = s.stream(x, bias, k, rows=16)\n"
+            "        want = (x if bias is None else x + b).max(dim=1).values\n"
+            "        assert w.shape == (37, k) and ids.dtype == torch.int32 and int(ids.abs().sum()) == 0\n"
+            "        assert torch.equal(w, want[:, None].expand(37, k)), (w, want)\n"
             "print('ok')\n")
     res = subprocess.run([sys.executable, "-c", code], cwd=MOE, capture_output=True, text=True,
                          env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=300)
