@@ -95,7 +95,8 @@ __global__ __launch_bounds__(256) void topk_router(const T* __restrict__ logits,
     unsigned m = 0;
 #pragma unroll
     for (int j = 0; j < P; ++j) m = max(m, key[j]);
-    const float row_max = active ? from_order_key(lanes_max<W>(m)) : 0.0f;
+    const unsigned top = lanes_max<W>(m);     // every lane takes part: the shuffles span the whole warp
+    const float row_max = active ? from_order_key(top) : 0.0f;
     float s = 0.0f;
 #pragma unroll
     for (int j = 0; j < P; ++j) {
