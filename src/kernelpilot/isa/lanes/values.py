@@ -10,6 +10,7 @@ known value per lane or None. Anything else (addresses, unknown registers) is ``
 from __future__ import annotations
 
 import itertools
+import operator
 from dataclasses import dataclass, field, replace
 from typing import Union
 
@@ -111,7 +112,13 @@ def combine(values: list[Value], op: str, width: int, *, select: bool = False) -
     lanes = []
     for lane in range(width):
         rows = [d.lanes[lane] for d in counted]
-        lanes.append(tuple((max if union else sum)(r[s] for r in rows) for s in range(width)))
+        if union:
+            lanes.append(tuple(map(max, *rows)))
+        else:
+            total = rows[0]
+            for r in rows[1:]:
+                total = tuple(map(operator.add, total, r))
+            lanes.append(total)
     exchanges: tuple[str, ...] = ()
     converted: tuple[str, ...] = ()
     for d in counted:                  # a reduction only used here keeps its path to itself (checked where it is read)
