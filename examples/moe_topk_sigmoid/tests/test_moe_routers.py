@@ -284,11 +284,14 @@ def test_cuda_router_refuses_what_it_cannot_route():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("problem", ["softmax", "grouped"])
+@pytest.mark.parametrize("problem", ["softmax", "grouped", "plain", "biased"])
 def test_dispatch_routes_the_other_routers_on_the_cuda_kernel(problem):
+    """Every case of the two new routers, and the shipped sigmoid routers beyond the tuned grid, through
+    dispatch.py on the GPU (the CUDA router), with two secret seeds each."""
     import dispatch
 
-    res = check(MOE / problem, MOE / "kernels" / "dispatch.py", EvalOptions(device="cuda", seeds=2))
+    cases = [c.name for c in load_problem(MOE / problem).cases if "model" in c.params]
+    res = check(MOE / problem, MOE / "kernels" / "dispatch.py", EvalOptions(device="cuda", seeds=2, cases=cases))
     assert res.correct and res.passed, [(c.case, c.message) for c in res.cases if not c.ok][:5]
     x = torch.randn(8, 160, device="cuda")
     assert dispatch.pick(x, 6) == "router"
