@@ -7,8 +7,13 @@
   here, the target set up, then the same `kpilot check` run locally and through the target, alternating,
   `--repeat` times each; the median difference (target: at most 1 s).
 
+- **A KernelBench batch on a GPU** (with --kernelbench PATH, a KernelBench clone): the first --count level-1
+  problems (or those named with --problem), each with its own reference as the candidate (`ModelNew`) and, with
+  --compile, the reference under torch.compile; `kpilot eval-batch --device cuda` over all of them, its wall time,
+  what passed and fast_p.
+
 Writes benchmarks/results/targets_speed.json. Run: python benchmarks/targets_speed.py [--jobs 8] [--ssh]
-[--repeat 5]
+[--repeat 5] [--device cpu] [--kernelbench PATH [--count 20] [--problem 19_ReLU ...] [--compile]]
 """
 
 from __future__ import annotations
@@ -68,6 +73,58 @@ def batch_wall(problems: Path, cands: Path, workers: int, cwd: Path) -> dict:
             "fast_p": d["fast_p"]}
 
 
+_COMPILED = """
+
+class ModelNew(Model):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.forward = torch.compile(super().forward)
+"""
+
+
+def kernelbench_tree(clone: Path, root: Path, count: int, names: list[str], compiled: bool) -> tuple[Path, Path, int]:
+    """Level-1 problems of a KernelBench clone in eval-batch's layout, each with its reference as the candidate
+    (and, with ``compiled``, the reference under torch.compile): (problems, candidates, how many candidates)."""
+    level = clone / "KernelBench" / "level1"
+    if not level.is_dir():
+        raise SystemExit(f"{clone}: no KernelBench/level1 (point --kernelbench at a KernelBench clone)")
+    chosen = sorted(level.glob("*.py"), key=lambda p: int(p.name.split("_", 1)[0]))
+    if names:
+        chosen = [p for p in chosen if p.stem in names or p.name.split("_", 1)[0] in names]
+    chosen = chosen[:count] if not names else chosen
+    problems, cands = root / "kb_problems", root / "kb_cands"
+    n = 0
+    for src in chosen:
+        pid = src.name.split("_", 1)[0]
+        (problems / "level1").mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, problems / "level1" / src.name)
+        d = cands / "level1" / pid
+        d.mkdir(parents=True, exist_ok=True)
+        text = src.read_text()
+        (d / "reference.py").write_text(text.replace("class Model(", "class ModelNew(", 1))
+        n += 1
+        if compiled:
+            (d / "compiled.py").write_text(text + _COMPILED)
+            n += 1
+    return problems, cands, n
+
+
+def kernelbench_batch(clone: Path, count: int, names: list[str], compiled: bool, workers: int, tmp: Path,
+                      device: str = "cuda") -> dict:
+    problems, cands, n = kernelbench_tree(clone, tmp, count, names, compiled)
+    t0 = time.perf_counter()
+    r = kp("eval-batch", problems, cands, "--workers", workers, "--device", device, "--json", "--store",
+           tmp / "kb.db", cwd=tmp, timeout=3600)
+    wall = time.perf_counter() - t0
+    if r.returncode not in (0, 3):
+        return {"error": r.stderr[-600:], "candidates": n}
+    d = json.loads(r.stdout)
+    return {"candidates": n, "workers": workers, "wall_s": round(wall, 2), "jobs": d["jobs"],
+            "passed": sum(x["passed"] for x in d["rows"]), "fast_p": d["fast_p"],
+            "rows": [{k: x.get(k) for k in ("key", "correct", "passed", "speedup", "median_us", "target")}
+                     for x in d["rows"]]}
+
+
 def ssh_overhead(repeat: int, tmp: Path) -> dict:
     daemon = shutil.which("sshd") or "/usr/sbin/sshd"
     if not Path(daemon).exists():
@@ -122,9 +179,21 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--ssh", action="store_true")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--kernelbench", type=Path, help="a KernelBench clone: also time a GPU batch of its level 1")
+    ap.add_argument("--count", type=int, default=20, help="level-1 problems in the KernelBench batch")
+    ap.add_argument("--problem", action="append", default=[], help="only these level-1 problems (name or number)")
+    ap.add_argument("--compile", action="store_true", help="also each reference under torch.compile")
+    ap.add_argument("--workers", type=int, default=1, help="workers of the KernelBench batch (one per GPU)")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="where the KernelBench batch runs")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="kpilot-targets-") as tmp:
         tmp = Path(tmp)
+        if args.kernelbench:
+            payload = {"kernelbench_batch": kernelbench_batch(args.kernelbench, args.count, args.problem,
+                                                              args.compile, args.workers, tmp, args.device)}
+            write_results("targets_kernelbench", payload)
+            print(json.dumps({k: v for k, v in payload["kernelbench_batch"].items() if k != "rows"}, indent=2))
+            return
         problems, cands = batch_tree(tmp, args.jobs)
         kp("eval-batch", problems, cands, "--workers", 1, "--device", "cpu", "--seeds", "1", "--budget", "0.1",
            "--json", "--store", tmp / "warm.db", cwd=tmp)   # caches warm
