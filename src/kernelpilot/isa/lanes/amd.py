@@ -310,6 +310,14 @@ def _step(st: _State, ins: Instruction) -> None:
         return
     if not ops:
         return
+    if base in _MASK_OPS and len(ops) >= 2:      # lane masks combined in scalar registers (vcc, s[a:b])
+        srcs = [st.masks.get(o) if o in st.masks else _const_mask(o, w) for o in ops[1:3]]
+        fn = _MASK_OPS[base]
+        st.masks[ops[0]] = (None if any(m is None for m in srcs[:fn.__code__.co_argcount]) else
+                            [fn(*(m[l] for m in srcs[:fn.__code__.co_argcount])) for l in range(w)])
+        return
+    if ops and (ops[0] == "vcc" or ops[0].startswith("s[")) and ops[0] in st.masks and not base.startswith("v_cmp_"):
+        st.masks[ops[0]] = None                  # a mask register written by anything else: no longer known
     if base.startswith("v_cmp_"):                 # a per-lane condition, kept for v_cndmask_b32
         cond = _compare(base, [st.read(x) for x in ops[1:3]], w)
         st.masks[ops[0]] = cond
@@ -348,6 +356,20 @@ def _step(st: _State, ins: Instruction) -> None:
         st.write(dst, choose(written, result, st.read(dst), w))
         return
     st.write(dst, _compute(base, values, w))
+
+
+_MASK_OPS = {"s_and_b64": lambda a, b: a and b, "s_or_b64": lambda a, b: a or b, "s_xor_b64": lambda a, b: a != b,
+             "s_andn2_b64": lambda a, b: a and not b, "s_orn2_b64": lambda a, b: a or not b, "s_mov_b64": lambda a: a,
+             "s_not_b64": lambda a: not a}
+
+
+def _const_mask(text: str, w: int) -> list[bool] | None:
+    """A literal 64-bit lane mask (0, -1) as a per-lane list; None for anything else (exec, an unknown register)."""
+    value = _int(text)
+    if value is None:
+        return None
+    full = (1 << 64) - 1 if value == _MASK else value
+    return [bool(full >> l & 1) for l in range(w)]
 
 
 _COMPARE = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
