@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelpilot.isa.lanes.summary import LaneSink, summarize_sink
+from kernelpilot.isa.lanes.summary import LaneSink, span, summarize_sink
 from kernelpilot.isa.model import KernelISA
 
 __all__ = ["LaneReport", "LaneAnalysis", "trace_lanes", "wave_width", "lanes_json", "sink_line", "LANES_SCHEMA"]
@@ -72,7 +72,7 @@ def sink_line(sink: dict[str, Any]) -> str:
     what = sink["kind"] + (f" of lane {sink['lane_read']}" if sink.get("lane_read") is not None else "")
     lanes = sink["complete_lanes"]
     if lanes:
-        shown = ", ".join(map(str, lanes[:8])) + (f", ... ({len(lanes)} lanes)" if len(lanes) > 8 else "")
+        shown = span(lanes)
         times, per_lane = sink.get("times"), max(sink.get("per_lane") or 1, 1)
         held = (f"{'lane' if len(lanes) == 1 else 'lanes'} {shown} {'combines its' if len(lanes) == 1 else 'combine their'} "
                 f"{sink['group']} ({sink['group_size']} lanes) "

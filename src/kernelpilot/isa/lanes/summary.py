@@ -27,7 +27,7 @@ from typing import Any
 from kernelpilot.isa.lanes.values import Data, idempotent, zero_neutral
 from kernelpilot.isa.model import Finding, Instruction
 
-__all__ = ["LaneSink", "summarize_sink"]
+__all__ = ["LaneSink", "summarize_sink", "span"]
 
 
 @dataclass
@@ -60,7 +60,7 @@ class LaneSink:
         return d
 
 
-def _span(lanes: list[int]) -> str:
+def span(lanes: list[int]) -> str:
     """Lanes as ranges: 0-15, 32, 48-63."""
     out, start = [], None
     for i, l in enumerate(lanes):
@@ -133,9 +133,9 @@ def _findings(sink: LaneSink, value: Data, width: int, idem: bool) -> list[Findi
     if not sink.complete_lanes and sink.group_size:
         parts = []
         if sink.missing:
-            parts.append(f"misses lanes {_span(sink.missing)}")
+            parts.append(f"misses lanes {span(sink.missing)}")
         if sink.uneven:
-            parts.append(f"counts lanes {_span(sink.uneven)} more often than the others")
+            parts.append(f"counts lanes {span(sink.uneven)} more often than the others")
         out.append(_finding(
             "lanes.incomplete", "high",
             f"no lane of {what} combines its {sink.group} exactly once: lane {sink.best_lane} "
@@ -154,7 +154,7 @@ def _findings(sink: LaneSink, value: Data, width: int, idem: bool) -> list[Findi
         out.append(_finding(
             "lanes.readlane", "high",
             f"readlane {sink.lane_read} reads a lane that does not hold the whole {sink.group}; lanes "
-            f"{_span(sink.complete_lanes)} do", sink,
+            f"{span(sink.complete_lanes)} do", sink,
             f"Read lane {sink.complete_lanes[-1]}, where the reduction ends.", lane_read=sink.lane_read,
             complete_lanes=sink.complete_lanes))
     elif sink.kind == "readlane" and not sink.complete_lanes and sink.lane_read is not None:
@@ -164,8 +164,8 @@ def _findings(sink: LaneSink, value: Data, width: int, idem: bool) -> list[Findi
         other = [s for s in range(width) if s // 32 != last // 32]
         out.append(_finding(
             "lanes.half-wave", "medium",
-            f"{what} combines one 32-lane half of the 64-lane wave at most (lanes {_span(sink.complete_lanes)} "
-            f"hold their half): lanes {_span(other)} never reach lane {last}", sink,
+            f"{what} combines one 32-lane half of the 64-lane wave at most (lanes {span(sink.complete_lanes)} "
+            f"hold their half): lanes {span(other)} never reach lane {last}", sink,
             "If the whole wave was meant, add the step across the halves (row_bcast:31 on GFX9, a swizzle or "
             "permute by 32, or readlane of lanes 31 and 63); a 32-lane warp's shuffle pattern stops at offset 16.",
             complete_lanes=sink.complete_lanes))
@@ -182,7 +182,7 @@ def _findings(sink: LaneSink, value: Data, width: int, idem: bool) -> list[Findi
     if zeroed:
         out.append(_finding(
             "lanes.zero-fill", "high",
-            f"{'lane' if len(zeroed) == 1 else 'lanes'} {_span(zeroed)} of {what} took a 0 that bound_ctrl read for a missing source lane through an "
+            f"{'lane' if len(zeroed) == 1 else 'lanes'} {span(zeroed)} of {what} took a 0 that bound_ctrl read for a missing source lane through an "
             f"operation for which 0 is not neutral ({', '.join(sorted(o for o in value.ops if not zero_neutral(o))) or 'it'})",
             sink, "Turn bound_ctrl off and give the exchange the operation's identity as its old value (-inf or "
             "INT_MIN for a max, +inf for a min, 1 for a product), so that lanes without a source keep their own.",
@@ -191,7 +191,7 @@ def _findings(sink: LaneSink, value: Data, width: int, idem: bool) -> list[Findi
     if undefined:
         out.append(_finding(
             "lanes.undefined", "high",
-            f"{'lane' if len(undefined) == 1 else 'lanes'} {_span(undefined)} of {what} hold a DPP destination's old "
+            f"{'lane' if len(undefined) == 1 else 'lanes'} {span(undefined)} of {what} hold a DPP destination's old "
             "value that was never written", sink,
             "Give the exchange an old value (update_dpp's first argument, e.g. the operation's identity) or "
             "bound_ctrl so that lanes without a source lane read 0.", lanes=undefined))
