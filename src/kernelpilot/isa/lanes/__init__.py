@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelpilot.isa.lanes.summary import LaneSink, span, summarize_sink
+from kernelpilot.isa.lanes.summary import LaneSink, lanes_phrase, summarize_sink, tally
 from kernelpilot.isa.model import KernelISA
 
 __all__ = ["LaneReport", "LaneAnalysis", "trace_lanes", "wave_width", "lanes_json", "sink_line", "LANES_SCHEMA"]
@@ -27,7 +27,6 @@ class LaneReport:
     width: int
     sinks: list[LaneSink] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-
     source: str = ""
 
     def to_json(self) -> dict[str, Any]:
@@ -72,9 +71,8 @@ def sink_line(sink: dict[str, Any]) -> str:
     what = sink["kind"] + (f" of lane {sink['lane_read']}" if sink.get("lane_read") is not None else "")
     lanes = sink["complete_lanes"]
     if lanes:
-        shown = span(lanes)
         times, per_lane = sink.get("times"), max(sink.get("per_lane") or 1, 1)
-        held = (f"{'lane' if len(lanes) == 1 else 'lanes'} {shown} {'combines its' if len(lanes) == 1 else 'combine their'} "
+        held = (f"{lanes_phrase(lanes)} {'combines its' if len(lanes) == 1 else 'combine their'} "
                 f"{sink['group']} ({sink['group_size']} lanes) "
                 + ("exactly once" if times == 1 else f"exactly once ({per_lane} values per lane)" if times == per_lane
                    else f"{times} times each"))
@@ -86,8 +84,7 @@ def sink_line(sink: dict[str, Any]) -> str:
         held += " at most (selects on loaded data on the way may zero some lanes)"
     via = ", ".join(sink["exchanges"])
     ops = ", ".join(sink["operations"])
-    counts = {c: sink["converted"].count(c) for c in sink.get("converted") or []}
-    conv = ("; converted by " + ", ".join(f"{c} x{n}" if n > 1 else c for c, n in counts.items())) if counts else ""
+    conv = f"; converted by {tally(sink['converted'])}" if sink.get("converted") else ""
     return f"{sink['where']} {sink['opcode']} ({what}): {held}; via {via}" + (f" with {ops}" if ops else "") + conv
 
 

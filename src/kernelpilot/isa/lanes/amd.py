@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import re
 
-from kernelpilot.isa.lanes.values import Data, Index, Value, broadcast, choose, combine, const, exchange, seed
+from kernelpilot.isa.lanes.values import (Data, Index, Value, broadcast, choose, combine, const, convert, exchange,
+                                          index_op, seed)
 from kernelpilot.isa.model import Instruction
 
 __all__ = ["run_amd", "dpp_sources", "swizzle_sources", "parse_swizzle", "describe"]
@@ -214,22 +215,8 @@ class _State:
 
     def write(self, text: str, value: Value) -> None:
         regs = _regs(text)
-        for i, r in enumerate(regs):
+        for r in regs:
             self.regs[r] = value if len(regs) == 1 else None
-
-
-def _index_op(base: str, srcs: list[Value], width: int) -> Value:
-    fn = _INDEX_OPS.get(base.split("_", 1)[1] if "_" in base else base)
-    if fn is None or not all(isinstance(s, Index) for s in srcs):
-        return None
-    try:
-        vals = []
-        for l in range(width):
-            args = [s.values[l] for s in srcs]    # type: ignore[union-attr]
-            vals.append(None if None in args else fn(*args) & _MASK)
-        return Index(tuple(vals))
-    except TypeError:
-        return None
 
 
 def _step(st: _State, ins: Instruction) -> None:
@@ -288,8 +275,8 @@ def _step(st: _State, ins: Instruction) -> None:
             st.write(ops[0], None)
             return
         src = st.read(ops[1])
-        st.write(ops[0], exchange(None, src, swizzle_sources(offset, w), [True] * w, w,
-                                  f"ds_swizzle {' '.join(mods).removeprefix('offset:')}", zero_invalid=True))
+        st.write(ops[0], exchange(src, swizzle_sources(offset, w), w,
+                                  f"ds_swizzle {' '.join(mods).removeprefix('offset:')}"))
         return
     if base in ("ds_bpermute_b32", "ds_permute_b32"):
         addr, data = st.read(ops[1]), st.read(ops[2])
@@ -305,16 +292,15 @@ def _step(st: _State, ins: Instruction) -> None:
             sources = [None] * w
             for l, to in enumerate(lanes):
                 sources[to] = l
-        st.write(ops[0], exchange(None, data, sources, [True] * w, w, f"{base.removeprefix('ds_')} {describe(sources)}",
-                                  zero_invalid=True))
+        st.write(ops[0], exchange(data, sources, w, f"{base.removeprefix('ds_')} {describe(sources)}"))
         return
     if not ops:
         return
     if base in _MASK_OPS and len(ops) >= 2:      # lane masks combined in scalar registers (vcc, s[a:b])
-        srcs = [st.masks.get(o) if o in st.masks else _const_mask(o, w) for o in ops[1:3]]
-        fn = _MASK_OPS[base]
-        st.masks[ops[0]] = (None if any(m is None for m in srcs[:fn.__code__.co_argcount]) else
-                            [fn(*(m[l] for m in srcs[:fn.__code__.co_argcount])) for l in range(w)])
+        fn, arity = _MASK_OPS[base]
+        srcs = [st.masks.get(o) if o in st.masks else _const_mask(o, w) for o in ops[1:1 + arity]]
+        st.masks[ops[0]] = (None if len(srcs) < arity or any(m is None for m in srcs) else
+                            [fn(*(m[l] for m in srcs)) for l in range(w)])
         return
     if ops and (ops[0] == "vcc" or ops[0].startswith("s[")) and ops[0] in st.masks and not base.startswith("v_cmp_"):
         st.masks[ops[0]] = None                  # a mask register written by anything else: no longer known
@@ -348,7 +334,7 @@ def _step(st: _State, ins: Instruction) -> None:
         sources = dpp_sources(dpp, w)
         enabled = [bool(row_mask >> (l // 16) & 1) and bool(bank_mask >> ((l % 16) // 4) & 1) for l in range(w)]
         written = [enabled[l] and (sources[l] is not None or zero) for l in range(w)]
-        moved = exchange(None, values[0] if values else None, sources, [True] * w, w, dpp, zero_invalid=True)
+        moved = exchange(values[0] if values else None, sources, w, dpp)
         if base == "v_mov_b32":
             result = moved
         else:
@@ -358,9 +344,10 @@ def _step(st: _State, ins: Instruction) -> None:
     st.write(dst, _compute(base, values, w))
 
 
-_MASK_OPS = {"s_and_b64": lambda a, b: a and b, "s_or_b64": lambda a, b: a or b, "s_xor_b64": lambda a, b: a != b,
-             "s_andn2_b64": lambda a, b: a and not b, "s_orn2_b64": lambda a, b: a or not b, "s_mov_b64": lambda a: a,
-             "s_not_b64": lambda a: not a}
+# lane masks combined in scalar registers: the operation on one lane's bits, and how many sources it reads
+_MASK_OPS = {"s_and_b64": (lambda a, b: a and b, 2), "s_or_b64": (lambda a, b: a or b, 2),
+             "s_xor_b64": (lambda a, b: a != b, 2), "s_andn2_b64": (lambda a, b: a and not b, 2),
+             "s_orn2_b64": (lambda a, b: a or not b, 2), "s_mov_b64": (lambda a: a, 1), "s_not_b64": (lambda a: not a, 1)}
 
 
 def _const_mask(text: str, w: int) -> list[bool] | None:
@@ -394,15 +381,10 @@ def _compute(base: str, values: list[Value], w: int) -> Value:
     if base in ("v_mov_b32", "s_mov_b32", "v_mov_b64", "s_mov_b64"):
         return values[0] if values else None
     if base.startswith(("v_cvt_", "s_cvt_")):
-        src = values[0] if values else None
-        if isinstance(src, Data):
-            from dataclasses import replace
-
-            return replace(src, converted=src.converted + (base,))
-        return src if isinstance(src, Index) else None
+        return convert(values[0] if values else None, base)
     if any(isinstance(v, Data) for v in values):
         return combine(values, base, w, select=base in _SELECTS)
-    return _index_op(base, values, w)
+    return index_op(_INDEX_OPS.get(base.split("_", 1)[1] if "_" in base else base), values, w)
 
 
 def run_amd(instructions: list[Instruction], width: int) -> tuple[list[tuple[Instruction, Data, int | None]], list[str]]:

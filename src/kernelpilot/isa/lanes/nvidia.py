@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from kernelpilot.isa.lanes.values import Data, Index, Value, combine, const, exchange, new_origin, seed
+from kernelpilot.isa.lanes.values import Data, Index, Value, combine, const, convert, exchange, index_op, new_origin, seed
 from kernelpilot.isa.model import Instruction
 
 __all__ = ["run_nvidia", "shfl_sources"]
@@ -20,7 +20,7 @@ _LOADS = ("LDG", "LDS", "LD", "LDL", "LDSM")
 _STORES = ("STG", "STS", "ST", "STL")
 _CONVERSIONS = ("F2I", "I2F", "I2FP", "F2F", "F2IP", "F2FP", "FRND")
 _INDEX_OPS = {
-    "IADD3": lambda *a: sum(a), "LOP3.LUT": None, "SHF.L.U32": lambda a, b, c=0: a << (b & 31),
+    "IADD3": lambda *a: sum(a), "SHF.L.U32": lambda a, b, c=0: a << (b & 31),
     "SHF.R.U32.HI": lambda a, b, c: c >> (b & 31), "IMAD.MOV.U32": lambda a, b, c: c, "MOV": lambda a: a,
     "IMAD": lambda a, b, c: a * b + c, "LEA": lambda a, b, c: (a << (c & 31)) + b,
 }
@@ -73,14 +73,12 @@ class _State:
         except ValueError:
             return None
 
-    def write(self, text: str, value: Value, count: int = 1) -> None:
-        """Set the register ``text`` names (and, for a wide result, the ``count`` - 1 after it)."""
+    def write(self, text: str, value: Value) -> None:
+        """Set the register ``text`` names (and, for a 64-bit result ``Rn.64``, the register after it)."""
         t = _clean(text)
         if re.fullmatch(r"U?R\d+", t):
             prefix, n = t[:len(t) - len(t.lstrip("UR"))], int(t.lstrip("UR"))
-            if text.strip().endswith(".64"):
-                count = max(count, 2)
-            for k in range(count):
+            for k in range(2 if text.strip().endswith(".64") else 1):
                 self.regs[f"{prefix}{n + k}"] = value if k == 0 else (value if isinstance(value, Data) else None)
 
 
@@ -111,7 +109,7 @@ def _step(st: _State, ins: Instruction) -> None:
             return
         sources = shfl_sources(mode, list(bv.values), cv.values[0])
         label = f"{op} {ops[3]}" + ("" if cv.values[0] == 0x1F or mode == "UP" else f" c={ops[4]}")
-        st.write(ops[1], exchange(None, src, sources, [True] * WARP, WARP, label, zero_invalid=True))
+        st.write(ops[1], exchange(src, sources, WARP, label))
         return
     if head == "REDUX" and len(ops) == 2:         # REDUX.OP URd, Ra: every lane's value combined, one for all
         src = st.read(ops[1])
@@ -131,9 +129,7 @@ def _step(st: _State, ins: Instruction) -> None:
     dst, srcs = ops[0], [s for s in ops[1:] if not re.fullmatch(r"!?P[T0-6]", _clean(s))]
     values = [st.read(s) for s in srcs]
     if head in _CONVERSIONS:
-        v = values[0] if values else None
-        st.write(dst, replace(v, converted=v.converted + (op,)) if isinstance(v, Data) else
-                 (v if isinstance(v, Index) else None))
+        st.write(dst, convert(values[0] if values else None, op))
         return
     if head == "MOV" or op == "IMAD.MOV.U32":
         v = values[-1] if values else None
@@ -142,16 +138,7 @@ def _step(st: _State, ins: Instruction) -> None:
     if any(isinstance(v, Data) for v in values):
         st.write(dst, combine(values, op, WARP, select=head in ("SEL", "FSEL")))
         return
-    fn = _INDEX_OPS.get(op) or _INDEX_OPS.get(head)
-    if fn is not None and values and all(isinstance(v, Index) for v in values):
-        try:
-            vals = tuple(None if None in args else fn(*args) & 0xFFFFFFFF
-                         for args in zip(*(v.values for v in values)))      # type: ignore[union-attr]
-            st.write(dst, Index(vals))
-            return
-        except TypeError:
-            pass
-    st.write(dst, None)
+    st.write(dst, index_op(_INDEX_OPS.get(op) or _INDEX_OPS.get(head), values, WARP))
 
 
 def run_nvidia(instructions: list[Instruction]) -> tuple[list[tuple[Instruction, Data, int | None]], list[str]]:

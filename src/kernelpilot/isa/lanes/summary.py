@@ -27,7 +27,7 @@ from typing import Any
 from kernelpilot.isa.lanes.values import Data, idempotent, zero_neutral
 from kernelpilot.isa.model import Finding, Instruction
 
-__all__ = ["LaneSink", "summarize_sink", "span"]
+__all__ = ["LaneSink", "summarize_sink", "span", "lanes_phrase", "tally"]
 
 
 @dataclass
@@ -70,6 +70,17 @@ def span(lanes: list[int]) -> str:
             out.append(f"{start}" if start == l else f"{start}-{l}")
             start = None
     return ", ".join(out) if out else "none"
+
+
+def lanes_phrase(lanes: list[int]) -> str:
+    """"lane 15" or "lanes 0-15, 32"."""
+    return f"{'lane' if len(lanes) == 1 else 'lanes'} {span(lanes)}"
+
+
+def tally(items: list[str]) -> str:
+    """Items with their counts, in first-seen order: "v_cvt_i32_f32 x4, v_cvt_f32_i32 x4"."""
+    counts = {i: items.count(i) for i in items}
+    return ", ".join(f"{i} x{n}" if n > 1 else i for i, n in counts.items())
 
 
 def _group_name(size: int, width: int) -> str:
@@ -118,7 +129,7 @@ def summarize_sink(ins: Instruction, value: Data, lane_read: int | None, width: 
         least = min((counts[s] for s in group if counts[s]), default=0)
         # an upper bound (a select on data on the way) tells what never arrives, not what arrives twice
         sink.uneven = [] if idem or value.masked else [s for s in group if counts[s] > least]
-    sink.findings = _findings(sink, value, width, idem)
+    sink.findings = _findings(sink, value, width)
     return sink
 
 
@@ -127,7 +138,7 @@ def _finding(id: str, severity: str, title: str, sink: LaneSink, suggestion: str
                    evidence={"at": [sink.where], **evidence})
 
 
-def _findings(sink: LaneSink, value: Data, width: int, idem: bool) -> list[Finding]:
+def _findings(sink: LaneSink, value: Data, width: int) -> list[Finding]:
     out = []
     what = f"the value {'read' if sink.kind == 'readlane' else 'stored'} at {sink.where} ({sink.opcode})"
     if not sink.complete_lanes and sink.group_size:
@@ -157,8 +168,6 @@ def _findings(sink: LaneSink, value: Data, width: int, idem: bool) -> list[Findi
             f"{span(sink.complete_lanes)} do", sink,
             f"Read lane {sink.complete_lanes[-1]}, where the reduction ends.", lane_read=sink.lane_read,
             complete_lanes=sink.complete_lanes))
-    elif sink.kind == "readlane" and not sink.complete_lanes and sink.lane_read is not None:
-        pass                                   # named by lanes.incomplete already
     if width == 64 and sink.group_size == 32 and sink.kind == "store":   # a readlane of a half may be meant
         last = (sink.complete_lanes or [sink.best_lane])[-1]
         other = [s for s in range(width) if s // 32 != last // 32]
@@ -170,11 +179,9 @@ def _findings(sink: LaneSink, value: Data, width: int, idem: bool) -> list[Findi
             "permute by 32, or readlane of lanes 31 and 63); a 32-lane warp's shuffle pattern stops at offset 16.",
             complete_lanes=sink.complete_lanes))
     if value.converted:
-        kinds = {c: value.converted.count(c) for c in value.converted}
         out.append(_finding(
-            "lanes.conversion", "high",
-            f"{what} passes through {', '.join(f'{c} x{n}' if n > 1 else c for c, n in kinds.items())} on its way "
-            "across lanes", sink,
+            "lanes.conversion", "high", f"{what} passes through {tally(list(value.converted))} on its way across lanes",
+            sink,
             "Move the value's bits, not the value (__float_as_int / __int_as_float around an int-only exchange).",
             conversions=list(value.converted)))
     looked_at = [sink.lane_read] if sink.lane_read is not None else (sink.complete_lanes or [sink.best_lane])
@@ -182,8 +189,9 @@ def _findings(sink: LaneSink, value: Data, width: int, idem: bool) -> list[Findi
     if zeroed:
         out.append(_finding(
             "lanes.zero-fill", "high",
-            f"{'lane' if len(zeroed) == 1 else 'lanes'} {span(zeroed)} of {what} took a 0 that bound_ctrl read for a missing source lane through an "
-            f"operation for which 0 is not neutral ({', '.join(sorted(o for o in value.ops if not zero_neutral(o))) or 'it'})",
+            f"{lanes_phrase(zeroed)} of {what} took a 0 that bound_ctrl read for a missing source lane through an "
+            "operation for which 0 is not neutral "
+            f"({', '.join(sorted(o for o in value.ops if not zero_neutral(o))) or 'it'})",
             sink, "Turn bound_ctrl off and give the exchange the operation's identity as its old value (-inf or "
             "INT_MIN for a max, +inf for a min, 1 for a product), so that lanes without a source keep their own.",
             lanes=zeroed))
@@ -191,8 +199,7 @@ def _findings(sink: LaneSink, value: Data, width: int, idem: bool) -> list[Findi
     if undefined:
         out.append(_finding(
             "lanes.undefined", "high",
-            f"{'lane' if len(undefined) == 1 else 'lanes'} {span(undefined)} of {what} hold a DPP destination's old "
-            "value that was never written", sink,
+            f"{lanes_phrase(undefined)} of {what} hold a DPP destination's old value that was never written", sink,
             "Give the exchange an old value (update_dpp's first argument, e.g. the operation's identity) or "
             "bound_ctrl so that lanes without a source lane read 0.", lanes=undefined))
     return out

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Union
 
 __all__ = ["Data", "Index", "Value", "seed", "combine", "broadcast", "const", "exchange", "choose", "new_origin",
-           "idempotent", "zero_neutral"]
+           "idempotent", "zero_neutral", "convert", "index_op"]
 
 Counts = tuple[int, ...]
 
@@ -177,52 +177,41 @@ def broadcast(d: Data, lane: int, width: int, step: str) -> Data:
                    undefined=frozenset(range(width)) if lane in d.undefined else frozenset())
 
 
-def exchange(dst_old: Value, src: Value, sources: list[int | None], written: list[bool], width: int, step: str,
-             *, zero_invalid: bool) -> Value:
-    """A cross-lane read: lane l gets ``src`` from lane ``sources[l]``; where that is None (no source lane), 0 with
-    ``zero_invalid`` (bound_ctrl) or else the lane keeps ``dst_old``; lanes not ``written`` keep ``dst_old``."""
+def exchange(src: Value, sources: list[int | None], width: int, step: str) -> Value:
+    """A cross-lane read: lane l gets ``src`` from lane ``sources[l]``, or 0 where that is None (no source lane).
+    Lanes an instruction does not write (a DPP control's masks, no bound_ctrl) keep their old value through
+    ``choose``."""
+    if isinstance(src, Index):
+        return Index(tuple(src.values[f] if f is not None else 0 for f in sources))
     if not isinstance(src, Data):
-        if isinstance(src, Index):
-            vals = []
-            for l in range(width):
-                if written[l] and (sources[l] is not None or zero_invalid):
-                    vals.append(src.values[sources[l]] if sources[l] is not None else 0)
-                else:
-                    vals.append(dst_old.values[l] if isinstance(dst_old, Index) else None)
-            return Index(tuple(vals))
         return None
     zero = (0,) * width
-    lanes, undefined, zeroed, mixed = [], set(), set(), set()
-    for l in range(width):
-        if written[l] and sources[l] is not None:
-            lanes.append(src.lanes[sources[l]])
-            if sources[l] in src.undefined:
-                undefined.add(l)
-            if sources[l] in src.zero_mixed:
-                mixed.add(l)
-        elif written[l] and zero_invalid:
-            lanes.append(zero)
-            zeroed.add(l)
-        elif isinstance(dst_old, Data):
-            lanes.append(dst_old.lanes[l])
-            if l in dst_old.undefined:
-                undefined.add(l)
-            if l in dst_old.zero_mixed:
-                mixed.add(l)
-        else:
-            lanes.append(zero)
-            if dst_old is None:
-                undefined.add(l)       # the old value was never written: whatever the register held
-    old_steps = dst_old.exchanges if isinstance(dst_old, Data) else ()
-    old_conv = dst_old.converted if isinstance(dst_old, Data) else ()
+    lanes = [src.lanes[f] if f is not None else zero for f in sources]
     per_lane = src.per_lane if src.exchanges else max(max(src.lanes[l][l], 1) for l in range(width))
-    return Data(tuple(lanes), src.ops | (dst_old.ops if isinstance(dst_old, Data) else frozenset()),
-                _merge_steps(src.exchanges, old_steps) + (step,), _merge_steps(src.converted, old_conv),
-                frozenset(undefined), per_lane=per_lane, moved_from=src.origin,
-                repeated=src.repeated + (dst_old.repeated if isinstance(dst_old, Data) else ()),
-                masked=src.masked or (isinstance(dst_old, Data) and dst_old.masked), zeroed=frozenset(zeroed),
-                zero_mixed=frozenset(mixed))
+    return Data(tuple(lanes), src.ops, src.exchanges + (step,), src.converted,
+                frozenset(l for l, f in enumerate(sources) if f is not None and f in src.undefined),
+                per_lane=per_lane, moved_from=src.origin, repeated=src.repeated, masked=src.masked,
+                zeroed=frozenset(l for l, f in enumerate(sources) if f is None),
+                zero_mixed=frozenset(l for l, f in enumerate(sources) if f is not None and f in src.zero_mixed))
 
+
+def convert(value: Value, op: str) -> Value:
+    """A value through a conversion: Data records it on its path, a lane-dependent integer passes as it is."""
+    if isinstance(value, Data):
+        return replace(value, converted=value.converted + (op,))
+    return value if isinstance(value, Index) else None
+
+
+def index_op(fn, values: list[Value], width: int) -> Value:
+    """``fn`` applied lane by lane to lane-dependent integers (32-bit results); None where any source is not one or
+    ``fn`` does not apply."""
+    if fn is None or not values or not all(isinstance(v, Index) for v in values):
+        return None
+    try:
+        return Index(tuple(None if None in args else fn(*args) & 0xFFFFFFFF
+                           for args in zip(*(v.values for v in values))))     # type: ignore[union-attr]
+    except TypeError:
+        return None
 
 
 def choose(mask: list[bool], a: Value, b: Value, width: int) -> Value:
