@@ -43,9 +43,14 @@ def selection_scores(logits: torch.Tensor, bias):
     return x if bias is None else torch.sigmoid(x) + bias.float()
 
 
+def _stable_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """The indices of the k largest scores per row, largest first, ties by the lower index."""
+    return torch.sort(scores, dim=-1, descending=True, stable=True).indices[:, :k]
+
+
 def topk_sigmoid(logits: torch.Tensor, bias, k: int):
     sel = selection_scores(logits, bias)
-    ids = torch.sort(sel, dim=-1, descending=True, stable=True).indices[:, :k]   # stable: lower index first
+    ids = _stable_topk(sel, k)
     w = torch.sigmoid(logits.float()).gather(-1, ids)
     if bias is not None:
         w = w / w.sum(dim=-1, keepdim=True)
@@ -122,11 +127,6 @@ def check(inputs, output, expected):
 def make_inputs_softmax(case: dict, seed: int, device: str):
     logits, _, k = _inputs(case, seed, device, with_bias=False)
     return (logits, k, bool(case.get("renormalize", False)))
-
-
-def _stable_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """The indices of the k largest scores per row, largest first, ties by the lower index."""
-    return torch.sort(scores, dim=-1, descending=True, stable=True).indices[:, :k]
 
 
 def softmax_weights(logits: torch.Tensor, ids: torch.Tensor, renormalize: bool) -> torch.Tensor:

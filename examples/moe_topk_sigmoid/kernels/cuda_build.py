@@ -56,3 +56,11 @@ class Extension:
         if self._module is None:
             self._module = load(*self.sources(), self.kernels, self.flags)
         return self._module
+
+
+def runs_on(logits) -> bool:
+    """Whether a tensor is a 2-D tensor on an NVIDIA GPU these kernels are built for (sm_80 or newer)."""
+    import torch
+
+    return (logits.is_cuda and torch.version.hip is None and logits.dim() == 2
+            and torch.cuda.get_device_capability(logits.device) >= (8, 0))

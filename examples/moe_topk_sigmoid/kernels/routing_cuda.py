@@ -130,10 +130,9 @@ def lanes(experts: int) -> int:
 
 def supported(logits: torch.Tensor, k: int, n_group: int = 1) -> bool:
     experts = logits.shape[-1] if logits.dim() == 2 else 0
-    return (logits.is_cuda and torch.version.hip is None and logits.dim() == 2
-            and logits.dtype in (torch.float32, torch.float16, torch.bfloat16)
+    return (cuda_build.runs_on(logits) and logits.dtype in (torch.float32, torch.float16, torch.bfloat16)
             and 1 <= experts <= MAX_EXPERTS and 1 <= k <= min(MAX_K, experts, lanes(experts))
-            and n_group <= lanes(experts) and torch.cuda.get_device_capability(logits.device) >= (8, 0))
+            and n_group <= lanes(experts))
 
 
 def route(router: str, logits: torch.Tensor, bias, k: int, renormalize: bool = False, n_group: int = 1,

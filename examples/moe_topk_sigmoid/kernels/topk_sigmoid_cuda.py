@@ -214,8 +214,7 @@ _extension = _EXTENSION.module
 
 
 def supported(logits: torch.Tensor, k: int) -> bool:
-    return (logits.is_cuda and torch.version.hip is None and logits.dim() == 2 and logits.shape[1] in EXPERTS
-            and k in KS and torch.cuda.get_device_capability(logits.device) >= (8, 0))
+    return cuda_build.runs_on(logits) and logits.shape[1] in EXPERTS and k in KS
 
 
 def tokens_tier(tokens: int) -> int:

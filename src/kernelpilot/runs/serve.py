@@ -94,16 +94,20 @@ _FOLLOW_JS = """
 """
 
 
-def _state(store_path: Path, run_id: int) -> tuple[str, bool]:
-    """What a follower compares: the run's step count, status and best step, as the JSON text sent in events and
-    kept on the page; and whether the run is still running."""
+def _state(store: Any, run_id: int) -> tuple[str, bool]:
+    """What a follower compares, read from an open run store: the run's step count, status and best step, as the
+    JSON text sent in events and kept on the page; and whether the run is still running."""
+    run = store.run(run_id)
+    state = {"steps": store.step_count(run_id), "status": run.status, "best_step": run.best_step,
+             "best_speedup": run.best_speedup}
+    return json.dumps(state, sort_keys=True), run.status == "running"
+
+
+def _read_state(store_path: Path, run_id: int) -> tuple[str, bool]:
     from kernelpilot.runs.store import RunStore
 
     with RunStore(store_path, create=False) as s:
-        run = s.run(run_id)
-        state = {"steps": s.step_count(run_id), "status": run.status, "best_step": run.best_step,
-                 "best_speedup": run.best_speedup}
-    return json.dumps(state, sort_keys=True), run.status == "running"
+        return _state(s, run_id)
 
 
 def _runs_json(store_path: Path) -> list[dict[str, Any]]:
@@ -174,8 +178,8 @@ def make_server(store_path: Path, *, port: int = 0, token: str | None = None) ->
                 self._send(200, json.dumps(_runs_json(store_path)), "application/json")
             elif len(parts) == 2 and parts[0] == "run" and parts[1].isdigit():
                 run_id = int(parts[1])
-                state, _ = _state(store_path, run_id)        # read first: the page is at least this new
                 with RunStore(store_path, create=False) as s:
+                    state, _ = _state(s, run_id)             # read first: the page is at least this new
                     page = run_html(s, run_id)
                 page = page.replace("<body>", f"<body data-run='{run_id}' data-fingerprint='{html.escape(state)}'>"
                                     "<p id='live' class='muted'></p>", 1)
@@ -192,7 +196,7 @@ def make_server(store_path: Path, *, port: int = 0, token: str | None = None) ->
 
         def _stream(self, run_id: int) -> None:
             """Server-sent events for one run until it stops running or the browser goes away."""
-            state, running = _state(store_path, run_id)       # an unknown run is a 404 before the stream opens
+            state, running = _read_state(store_path, run_id)  # an unknown run is a 404 before the stream opens
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-store")
@@ -213,7 +217,7 @@ def make_server(store_path: Path, *, port: int = 0, token: str | None = None) ->
                     self.wfile.flush()
                     time.sleep(_POLL_S)
                     try:
-                        state, running = _state(store_path, run_id)
+                        state, running = _read_state(store_path, run_id)
                     except KernelpilotError as e:            # the store went bad or away under the stream
                         self.wfile.write(f"event: failed\ndata: {json.dumps(e.message)}\n\n".encode())
                         self.wfile.flush()
