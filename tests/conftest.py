@@ -43,6 +43,15 @@ def require_module(name: str):
         pytest.skip(f"{name} not installed", allow_module_level=True)
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (just now)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def chromium() -> str:
     """Debian's Chromium (or another Chrome) for tests that render pages; skip without one, fail in CI."""
     for name in ("chromium", "chromium-browser", "google-chrome"):

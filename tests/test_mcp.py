@@ -16,7 +16,7 @@ import sys
 import time
 
 import pytest
-from conftest import EXAMPLES, ROOT, require_module, require_tool
+from conftest import EXAMPLES, ROOT, free_port, require_module, require_tool
 
 require_module("mcp")
 anyio = require_module("anyio")
@@ -130,9 +130,7 @@ def test_streamable_http_on_loopback(tmp_path):
     from mcp.client.session import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     token = secrets.token_urlsafe(24)
     proc = subprocess.Popen([sys.executable, "-m", "kernelpilot", "mcp", "--http", str(port), "--workspace",
                              str(_workspace(tmp_path))], env={**ENV, "KPILOT_MCP_TOKEN": token},
@@ -177,9 +175,7 @@ def test_http_token_made_at_start_and_no_remote_address_unless_asked(tmp_path):
     r = subprocess.run([sys.executable, "-m", "kernelpilot", "mcp", "--http", "8765"], capture_output=True,
                        text=True, env={**env, "KPILOT_MCP_TOKEN": "short"}, timeout=60)
     assert r.returncode == 2 and "KPILOT_MCP_TOKEN is too short" in r.stderr
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "kernelpilot", "mcp", "--http", str(port), "--workspace",
                              str(tmp_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

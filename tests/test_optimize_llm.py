@@ -8,12 +8,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, rendered_dom, require_module
+from conftest import ROOT, free_port, rendered_dom, require_module
 from llm_server import ScriptedLLM
 
 from kernelpilot.runs.store import RunStore
@@ -151,9 +150,7 @@ def test_rate_limit_is_retried_with_backoff_then_reported(tmp_path):
 
 
 def test_network_failure_is_one_line(tmp_path):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]     # closed again: nothing listens there
+    port = free_port()     # closed again: nothing listens there
     r = _optimize("anthropic", f"http://127.0.0.1:{port}", tmp_path, "--api-key", "k", "--llm-retries", "0")
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: cannot reach anthropic"), r.stderr

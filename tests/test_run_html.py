@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, chromium, rendered_dom, require_module
+from conftest import ROOT, chromium, free_port, rendered_dom, require_module
 
 SCALE = ROOT / "tests" / "data" / "problems" / "scale"
 
@@ -74,18 +74,21 @@ def test_two_runs_side_by_side(exported):
     assert 'id="speedup-chart"' in dom and 'id="speedup-chart-2"' in dom and "Made with: kernelpilot" in dom
 
 
+def _serve(store: Path, **env: str) -> tuple[subprocess.Popen, int]:
+    """`kpilot runs serve` on a free port: the process (its stderr a pipe) and the port."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "kernelpilot", "runs", "serve", "--store", str(store), "--port",
+                             str(port)], env={**os.environ, "PYTHONPATH": str(ROOT / "src"), **env},
+                            stderr=subprocess.PIPE, text=True)
+    return proc, port
+
+
 def test_runs_serve_lists_runs_behind_its_token(exported):
-    import socket
     import urllib.error
     import urllib.request
 
     store = exported.parent.parent / ".kpilot" / "runs.db"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "kernelpilot", "runs", "serve", "--store", str(store), "--port",
-                             str(port)], env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, stderr=subprocess.PIPE,
-                            text=True)
+    proc, port = _serve(store)
     try:
         line = proc.stderr.readline()
         url = re.search(r"(http://127\.0\.0\.1:\d+/\?token=\S+)", line).group(1)
@@ -109,7 +112,6 @@ def test_runs_serve_lists_runs_behind_its_token(exported):
 def test_a_served_page_follows_a_running_run(tmp_path):
     """The page of a running run, open in Chromium, shows the steps recorded after it loaded and the run's end,
     in place: the open step stays open, and the script reports no error."""
-    import socket
     import time
     import urllib.error
     import urllib.request
@@ -121,12 +123,7 @@ def test_a_served_page_follows_a_running_run(tmp_path):
         run = s.create_run(problem="problems/scale", strategy="search", start_candidate="scale.py", target=None,
                            budget=3, options={}, device="cpu")
         s.add_step(run, StepRecord(kind="start", code="x = 1\n", passed=True, median_us=3.0, speedup=1.0))
-    with socket.socket() as so:
-        so.bind(("127.0.0.1", 0))
-        port = so.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "kernelpilot", "runs", "serve", "--store", str(store), "--port",
-                               str(port)], env={**os.environ, "PYTHONPATH": str(ROOT / "src"),
-                                                "KPILOT_RUNS_TOKEN": "t0ken"}, stderr=subprocess.PIPE, text=True)
+    server, port = _serve(store, KPILOT_RUNS_TOKEN="t0ken")
     browser = None
     try:
         assert "127.0.0.1" in server.stderr.readline()

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, ROOT, in_ci, require_module
+from conftest import EXAMPLES, ROOT, free_port, in_ci, require_module
 
 from kernelpilot.errors import KernelpilotError
 from kernelpilot.targets.bundle import BlobStore, make_bundle, materialize
@@ -78,12 +78,6 @@ def test_the_local_target_runs_a_job_through_a_serve_process():
 # ------------------------------------------------------------------ a real sshd on 127.0.0.1
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory):
     """An OpenSSH server on 127.0.0.1, for this user, with a host key and a client key made here."""
@@ -98,7 +92,7 @@ def sshd(tmp_path_factory):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True)
     (d / "authorized_keys").write_text((d / "client.pub").read_text())
     os.chmod(d / "authorized_keys", 0o600)
-    port = _free_port()
+    port = free_port()
     config = d / "sshd_config"
     config.write_text(f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host'}\nPidFile {d / 'sshd.pid'}\n"
                       f"AuthorizedKeysFile {d / 'authorized_keys'}\nPasswordAuthentication no\n"
@@ -269,7 +263,7 @@ def ray_cluster(tmp_path_factory):
         pytest.importorskip("ray")
     ray_bin = Path(sys.executable).parent / "ray"
     tmp = Path(tempfile.mkdtemp(prefix="kpray-", dir="/tmp"))     # Ray's socket paths must stay short
-    gcs = _free_port()
+    gcs = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "RAY_USAGE_STATS_ENABLED": "0"}
     r = subprocess.run([str(ray_bin), "start", "--head", "--num-cpus", "2", "--port", str(gcs),
                         "--min-worker-port", "31000", "--max-worker-port", "31999", "--include-dashboard=false",
