@@ -81,6 +81,23 @@ def _to(obj: Any, device: str, *, copy: bool = True):
     return obj
 
 
+def _new_step(collect: bool = False) -> None:
+    """Before each call of the candidate: where torch.compile's CUDA-graph trees are loaded (``mode=
+    "reduce-overhead"``), begin a new step, as a training or serving loop does between iterations. The harness
+    copies what it keeps of each output and lets the rest go, so no call continues the previous one. With
+    ``collect`` (between checked calls, untimed), first collect garbage: an earlier output the harness let go but
+    that a reference cycle still holds is freed, not found live in the trees' memory pool (which they refuse). A
+    candidate that never loaded the trees pays one dictionary look-up. In a timed call it runs inside the timer,
+    so whatever the candidate put in its place is timed with the call."""
+    trees = sys.modules.get("torch._inductor.cudagraph_trees")
+    if trees is not None:
+        if collect:
+            import gc
+
+            gc.collect()
+        trees.mark_step_begin()
+
+
 def _nbytes(obj: Any) -> int:
     import torch
 

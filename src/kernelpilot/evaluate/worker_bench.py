@@ -12,7 +12,7 @@ from typing import Any
 from kernelpilot.evaluate.jobs import output_key
 from kernelpilot.evaluate.outputs import save_outputs
 from kernelpilot.evaluate.worker_base import (Worker, _copy_into, _cuda_broken, _err, _journal, _nbytes,
-                                             _plain_output, _resident_bytes, _seed, _sync, _to)
+                                             _new_step, _plain_output, _resident_bytes, _seed, _sync, _to)
 
 __all__ = ["TimingWorker", "BenchWorker"]
 
@@ -132,7 +132,10 @@ class TimingWorker(Worker):
                 else:
                     slots.append((item, kept_out))
 
-            call = lambda: fn(*state["inputs"])  # noqa: E731
+            def call() -> Any:
+                _new_step()
+                return fn(*state["inputs"])
+
             entry: dict[str, Any] = {"case": case.name}
             try:
                 if self.device.startswith("cuda"):

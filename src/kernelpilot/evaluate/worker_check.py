@@ -10,8 +10,8 @@ from typing import Any
 
 from kernelpilot.evaluate.jobs import output_key
 from kernelpilot.evaluate.outputs import save_outputs
-from kernelpilot.evaluate.worker_base import (_cuda_broken, _err, _journal, _nbytes, _plain_output, _resident_bytes,
-                                             _seed, _sync, _to)
+from kernelpilot.evaluate.worker_base import (_cuda_broken, _err, _journal, _nbytes, _new_step, _plain_output,
+                                             _resident_bytes, _seed, _sync, _to)
 from kernelpilot.evaluate.worker_bench import TimingWorker
 
 __all__ = ["CheckWorker"]
@@ -83,6 +83,7 @@ class CheckWorker(TimingWorker):
                 for run in range(2):
                     dev = _to(inputs, self.device)
                     poison_allocator(self.device, 2 * _nbytes(inputs))
+                    _new_step(collect=True)
                     if not probe_done:
                         out, probe = probe_call(lambda: fn(*dev), self.device)
                         probe_done = True
