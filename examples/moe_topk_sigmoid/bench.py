@@ -77,7 +77,7 @@ def bench_variant(variant: str, dtype: str, budget: float, tokens: list[int] | N
     prob = load_problem(HERE / variant)
     cases = [c.name for c in prob.cases if not c.hidden and c.params["dtype"] == dtype
              and (not tokens or c.params["tokens"] in tokens)]
-    per_kernel, baselines, floors, first = {}, {}, {}, {}
+    per_kernel, baselines, floors, first, untimed = {}, {}, {}, {}, []
     # the first kernel serves the most cases and times the baselines on them; a case no kernel serves is left out
     kernels = sorted(kernels, key=lambda k: k in GRID_ONLY)
     cases = [c for c in cases if serves(kernels[0], prob.case(c).params)]
@@ -98,6 +98,7 @@ def bench_variant(variant: str, dtype: str, budget: float, tokens: list[int] | N
         if i == 0:
             baselines = {b.case: b.baselines for b in res.bench}
             floors = {b.case: (b.roofline or {}).get("floor_us") for b in res.bench}
+            untimed = [n for n in res.notes if n.startswith("baseline ") and " on case " in n]
         if not res.passed:
             print(f"{variant} {kernel}: did not pass: {res.error or [f.message for f in res.flags][:2]}")
     from stream_floor import stream_floor_us
@@ -116,6 +117,9 @@ def bench_variant(variant: str, dtype: str, budget: float, tokens: list[int] | N
                "compile_us": comp, "natural_us": _us(natural.timing) if natural else None,
                "natural_graph_us": _us(natural.graph_timing) if natural else None, "floor_us": round(floor, 3),
                "stream_us": stream and stream["us"], "stream_shape": stream and [stream["rows"], stream["warps"]]}
+        missing = [n for n in untimed if n.endswith(f" on case {case}") or f" on case {case}: " in n]
+        if missing:
+            row["baseline_errors"] = missing        # why a baseline has no time on this case
         for kernel, by_case in per_kernel.items():
             if not serves(kernel, row["params"]):
                 continue                        # a kernel for the tuned grid alone: no entry, not a failure

@@ -29,55 +29,84 @@ _PER_DTYPE = r"""
 namespace {
 using T = DTYPE;
 
+struct Args {
+  const T* x;
+  const float* bias;
+  float* w;
+  int* ids;
+  int tokens, experts, k, renormalize, n_group, topk_group;
+};
+
+template <int W, int P, int R>
+void launch_one(const Args& a, cudaStream_t stream) {
+  const int blocks = (int)(((int64_t)a.tokens * W + 255) / 256);
+  const int vector_rows = W * P == a.experts && (a.experts * (int)sizeof(T)) % 16 == 0 &&
+                          reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  moe::topk_router<T, W, P, R><<<blocks, 256, 0, stream>>>(a.x, a.bias, a.w, a.ids, a.tokens, a.experts, a.k,
+                                                          a.renormalize, a.n_group, a.topk_group, vector_rows);
+}
+
+// Every router at the shapes router_shape gives without groups; the grouped router alone where its groups widen W.
 template <int W, int P>
-void launch(int router, const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& w, torch::Tensor& ids,
-            int k, int renormalize, int n_group, int topk_group) {
-  const int tokens = (int)x.size(0), experts = (int)x.size(1);
-  if (tokens == 0) return;
-  const int blocks = (int)(((int64_t)tokens * W + 255) / 256);
-  const T* xp = reinterpret_cast<const T*>(x.data_ptr());
-  const float* bp = bias.numel() ? bias.data_ptr<float>() : nullptr;
-  float* wp = w.data_ptr<float>();
-  int* ip = ids.data_ptr<int>();
-  auto stream = c10::cuda::getCurrentCUDAStream();
-#define MOE_ROUTE(R) moe::topk_router<T, W, P, R><<<blocks, 256, 0, stream>>>(xp, bp, wp, ip, tokens, experts, k, \
-                                                                             renormalize, n_group, topk_group)
+void launch(int router, const Args& a, cudaStream_t stream) {
   switch (router) {
-    case moe::PLAIN: MOE_ROUTE(moe::PLAIN); break;
-    case moe::BIASED: MOE_ROUTE(moe::BIASED); break;
-    case moe::SOFTMAX: MOE_ROUTE(moe::SOFTMAX); break;
-    case moe::GROUPED: MOE_ROUTE(moe::GROUPED); break;
-    default: TORCH_CHECK(false, "unknown router ", router);
+    case moe::PLAIN: return launch_one<W, P, moe::PLAIN>(a, stream);
+    case moe::BIASED: return launch_one<W, P, moe::BIASED>(a, stream);
+    case moe::SOFTMAX: return launch_one<W, P, moe::SOFTMAX>(a, stream);
+    case moe::GROUPED: return launch_one<W, P, moe::GROUPED>(a, stream);
+    default: TORCH_CHECK(false, "unknown router");
   }
-#undef MOE_ROUTE
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 }  // namespace
 
 void route_NAME(int router, const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& w, torch::Tensor& ids,
                 int k, int renormalize, int n_group, int topk_group) {
-  const moe::RouterShape s = moe::router_shape((int)x.size(1));
+  const Args a{reinterpret_cast<const T*>(x.data_ptr()), bias.numel() ? bias.data_ptr<float>() : nullptr,
+               w.data_ptr<float>(), ids.data_ptr<int>(), (int)x.size(0), (int)x.size(1), k, renormalize, n_group,
+               topk_group};
+  if (a.tokens == 0) return;
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const moe::RouterShape s = moe::router_shape(a.experts, router == moe::GROUPED ? n_group : 1);
+  const bool grouped = router == moe::GROUPED;
   switch (s.w * 100 + s.p) {
-    case 801: return launch<8, 1>(router, x, bias, w, ids, k, renormalize, n_group, topk_group);
-    case 1601: return launch<16, 1>(router, x, bias, w, ids, k, renormalize, n_group, topk_group);
-    case 3201: return launch<32, 1>(router, x, bias, w, ids, k, renormalize, n_group, topk_group);
-    case 3202: return launch<32, 2>(router, x, bias, w, ids, k, renormalize, n_group, topk_group);
-    case 3204: return launch<32, 4>(router, x, bias, w, ids, k, renormalize, n_group, topk_group);
-    case 3206: return launch<32, 6>(router, x, bias, w, ids, k, renormalize, n_group, topk_group);
-    case 3208: return launch<32, 8>(router, x, bias, w, ids, k, renormalize, n_group, topk_group);
-    case 3212: return launch<32, 12>(router, x, bias, w, ids, k, renormalize, n_group, topk_group);
-    case 3216: return launch<32, 16>(router, x, bias, w, ids, k, renormalize, n_group, topk_group);
-    default: TORCH_CHECK(false, "experts must be 1 to 512, not ", x.size(1));
+    case 401: return launch<4, 1>(router, a, stream);
+    case 402: return launch<4, 2>(router, a, stream);
+    case 404: return launch<4, 4>(router, a, stream);
+    case 408: return launch<4, 8>(router, a, stream);
+    case 412: return launch<4, 12>(router, a, stream);
+    case 416: return launch<4, 16>(router, a, stream);
+    case 812: return launch<8, 12>(router, a, stream);
+    case 816: return launch<8, 16>(router, a, stream);
+    case 820: return launch<8, 20>(router, a, stream);
+    case 824: return launch<8, 24>(router, a, stream);
+    case 832: return launch<8, 32>(router, a, stream);
+    case 1620: return launch<16, 20>(router, a, stream);
+    case 1624: return launch<16, 24>(router, a, stream);
+    case 1632: return launch<16, 32>(router, a, stream);
   }
+  TORCH_CHECK(grouped, "no kernel for this expert count");
+  switch (s.w * 100 + s.p) {   // groups wider than router_shape's W for the experts
+    case 801: return launch_one<8, 1, moe::GROUPED>(a, stream);
+    case 802: return launch_one<8, 2, moe::GROUPED>(a, stream);
+    case 804: return launch_one<8, 4, moe::GROUPED>(a, stream);
+    case 808: return launch_one<8, 8, moe::GROUPED>(a, stream);
+    case 1601: return launch_one<16, 1, moe::GROUPED>(a, stream);
+    case 1602: return launch_one<16, 2, moe::GROUPED>(a, stream);
+    case 1604: return launch_one<16, 4, moe::GROUPED>(a, stream);
+    case 1608: return launch_one<16, 8, moe::GROUPED>(a, stream);
+    case 1612: return launch_one<16, 12, moe::GROUPED>(a, stream);
+    case 1616: return launch_one<16, 16, moe::GROUPED>(a, stream);
+  }
+  TORCH_CHECK(false, "no grouped kernel for this expert count and n_group");
 }
 """
 
 _MODULE = r"""
 #include <torch/extension.h>
 
-// host C++ only: the kernel file's router numbers (moe::Router) and lanes per token (moe::router_shape) restated
+// host C++ only: the kernel file's router numbers (moe::Router) restated. The checks repeat routing_cuda.refusal's
+// (which runs first) with constant messages.
 enum { PLAIN = 0, BIASED = 1, SOFTMAX = 2, GROUPED = 3 };
-static int lanes_per_token(int64_t experts) { return experts <= 8 ? 8 : experts <= 16 ? 16 : 32; }
 
 #define DECLARE(NAME) void route_##NAME(int router, const torch::Tensor& x, const torch::Tensor& bias, \
     torch::Tensor& w, torch::Tensor& ids, int k, int renormalize, int n_group, int topk_group);
@@ -89,15 +118,13 @@ std::vector<torch::Tensor> route(torch::Tensor x, torch::Tensor bias, int64_t ro
                                  int64_t n_group, int64_t topk_group) {
   TORCH_CHECK(x.is_cuda() && x.dim() == 2 && x.is_contiguous(), "logits: a contiguous [tokens, experts] CUDA tensor");
   const int64_t experts = x.size(1);
-  TORCH_CHECK(experts >= 1 && experts <= 512, "experts must be 1 to 512, not ", experts);
-  const int w_lanes = lanes_per_token(experts);
-  TORCH_CHECK(k >= 1 && k <= 16 && k <= experts && k <= w_lanes, "k must be 1 to min(16, experts), not ", k);
+  TORCH_CHECK(experts >= 1 && experts <= 512, "experts must be 1 to 512");
+  TORCH_CHECK(k >= 1 && k <= 16 && k <= experts, "k must be 1 to min(16, experts)");
   const bool biased = router == BIASED || router == GROUPED;
   if (biased) TORCH_CHECK(bias.is_cuda() && bias.scalar_type() == at::kFloat && bias.is_contiguous() &&
                           bias.numel() == experts, "bias: a contiguous float32 CUDA tensor of one value per expert");
   if (router == GROUPED) {
-    TORCH_CHECK(n_group >= 1 && n_group <= w_lanes && experts % n_group == 0, "n_group must divide the experts (and "
-                "be ", w_lanes, " or fewer), not ", n_group);
+    TORCH_CHECK(n_group >= 1 && n_group <= 16 && experts % n_group == 0, "n_group must divide the experts (16 at most)");
     TORCH_CHECK(topk_group >= 1 && topk_group <= n_group && k <= topk_group * (experts / n_group),
                 "topk_group must be 1 to n_group, its groups holding k experts or more");
   }
@@ -123,20 +150,45 @@ _sources = _EXTENSION.sources
 _extension = _EXTENSION.module
 
 
-def lanes(experts: int) -> int:
-    """The lanes per token the kernel gives this many experts (moe::router_shape): 8, 16 or 32."""
-    return 8 if experts <= 8 else 16 if experts <= 16 else 32
+MAX_GROUPS = 16
+
+
+def refusal(router: str, logits: torch.Tensor, bias, k: int, n_group: int = 1, topk_group: int = 1) -> str | None:
+    """Why the kernel cannot route these arguments, or None. Checked here, before the extension is called, so a
+    bad argument is one clear Python error; the extension checks the same again."""
+    if router not in ROUTERS:
+        return f"router must be one of {', '.join(ROUTERS)}, not {router!r}"
+    if not (logits.is_cuda and logits.dim() == 2):
+        return "logits: a [tokens, experts] CUDA tensor"
+    if logits.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        return f"logits must be float32, float16 or bfloat16, not {logits.dtype}"
+    experts = logits.shape[1]
+    if not 1 <= experts <= MAX_EXPERTS:
+        return f"experts must be 1 to {MAX_EXPERTS}, not {experts}"
+    if not 1 <= k <= min(MAX_K, experts):
+        return f"k must be 1 to min({MAX_K}, experts), not {k}"
+    if router in ("biased", "grouped") and (bias is None or bias.shape != (experts,) or bias.device != logits.device):
+        return "bias: one value per expert, on the logits' device"
+    if router == "grouped":
+        if not (1 <= n_group <= MAX_GROUPS and experts % n_group == 0):
+            return f"n_group must divide the experts (and be {MAX_GROUPS} or fewer), not {n_group}"
+        if not (1 <= topk_group <= n_group and k <= topk_group * (experts // n_group)):
+            return "topk_group must be 1 to n_group, its groups holding k experts or more"
+    return None
 
 
 def supported(logits: torch.Tensor, k: int, n_group: int = 1) -> bool:
-    experts = logits.shape[-1] if logits.dim() == 2 else 0
-    return (cuda_build.runs_on(logits) and logits.dtype in (torch.float32, torch.float16, torch.bfloat16)
-            and 1 <= experts <= MAX_EXPERTS and 1 <= k <= min(MAX_K, experts, lanes(experts))
-            and n_group <= lanes(experts))
+    """Whether the kernel serves this shape on this GPU (dispatch.py's choice; the arguments' own errors are
+    left to ``route``)."""
+    return (cuda_build.runs_on(logits) and refusal("plain", logits, None, k) is None
+            and n_group <= MAX_GROUPS)
 
 
 def route(router: str, logits: torch.Tensor, bias, k: int, renormalize: bool = False, n_group: int = 1,
           topk_group: int = 1):
+    why = refusal(router, logits, bias, k, n_group, topk_group)
+    if why:
+        raise ValueError(why)
     x = logits.contiguous()
     b = bias.float().contiguous() if bias is not None else x.new_empty(0, dtype=torch.float32)
     return tuple(_extension().route(x, b, ROUTERS[router], int(k), bool(renormalize), int(n_group), int(topk_group)))

@@ -1,23 +1,25 @@
 // MoE routing for NVIDIA sm_80+, every router of the case study in one kernel: plain and biased sigmoid,
 // softmax gating and DeepSeek-V3's grouped selection, for any expert count up to 512 and any k up to 16.
 //
-// W lanes per token (8, 16 or 32: the fewest that hold the experts in at most P of them each), the token's experts
-// strided over them: lane l holds experts l, l + W, l + 2W, ... (P slots), so each slot's loads are consecutive
-// across the lanes whatever the expert count and the rows' alignment. A round takes the largest key of the lanes'
-// best untaken slots (REDUX over a whole warp, a butterfly of shuffles over 8 or 16 lanes), then the lowest expert
-// index among the lanes holding it (the lowest index among equal scores); the owner lane marks its slot taken and
-// passes the slot's weight value, and lane r of the token keeps round r's id and weight, so the K results are
-// written by K lanes at once.
+// W lanes per token (4, 8 or 16: 4 up to 64 experts, 8 up to 256, 16 beyond, so that a warp routes 8, 4 or 2
+// tokens and keeps that many rows' loads in flight), each lane holding P consecutive experts (lane l: experts
+// l * P .. l * P + P - 1), loaded as 16-byte vectors where the rows allow it. Only the keys stay in registers: a
+// round takes each lane's best untaken key (the lowest expert among equals), the largest over the token's lanes
+// and the lowest expert holding it (xor shuffles within the W lanes), and the owner marks it taken; lane r % W
+// keeps round r's expert. The weights are made after the rounds from the chosen experts' logits (read again, from
+// L1), so no per-expert weight is kept.
 //
 // Score and weight:
 //   PLAIN    score logit, weight sigmoid(logit)
 //   BIASED   score sigmoid(logit) + bias[e], weight sigmoid(logit), renormalised over the k
 //   SOFTMAX  score logit, weight exp(logit - max) / sum over all experts, or renormalised over the k
 //   GROUPED  as BIASED, within the topk_group groups (of n_group, consecutive experts) whose two largest scores
-//            sum the most (lowest group among equals); lane g holds group g's score while the groups are chosen
+//            sum the most (lowest group among equals). Where each group is whole lanes (W * P = experts and P
+//            divides a group), a lane's top two are merged over its group's lanes; otherwise each group's top
+//            two are reduced over all W lanes in turn (n_group up to W).
 // Keys: order_key of the score (unsigned, ordered like the floats); 0 marks a slot taken, past the experts, or in
 // a group not kept, below every real key.
-// Analysis build: nvcc -arch=sm_90 -O3 -cubin -DMOE_ROUTER=3 -DMOE_W=32 -DMOE_P=8 [-DMOE_DTYPE=__nv_bfloat16] topk_router.cu
+// Analysis build: nvcc -arch=sm_90 -O3 -cubin -DMOE_ROUTER=3 -DMOE_W=8 -DMOE_P=32 [-DMOE_DTYPE=__nv_bfloat16] topk_router.cu
 #if defined(MOE_ROUTER) && !defined(MOE_DTYPE)
 #define MOE_DTYPE float
 #endif
@@ -33,19 +35,15 @@ __device__ inline float from_order_key(unsigned k) {
   return __uint_as_float(k ^ ((k >> 31) ? 0x80000000u : 0xffffffffu));
 }
 
-// Reductions over a token's W lanes (a whole warp: REDUX; 8 or 16 lanes: shuffles within the segment).
+// Reductions over a token's W lanes (xor shuffles within the segment of W lanes).
 template <int W, bool MAX>
 __device__ inline unsigned lanes_extreme(unsigned v) {
-  if constexpr (W == 32) {
-    return MAX ? __reduce_max_sync(0xffffffffu, v) : __reduce_min_sync(0xffffffffu, v);
-  } else {
 #pragma unroll
-    for (int off = W / 2; off > 0; off >>= 1) {
-      const unsigned other = __shfl_xor_sync(0xffffffffu, v, off, W);
-      v = MAX ? max(v, other) : min(v, other);
-    }
-    return v;
+  for (int off = W / 2; off > 0; off >>= 1) {
+    const unsigned other = __shfl_xor_sync(0xffffffffu, v, off, W);
+    v = MAX ? max(v, other) : min(v, other);
   }
+  return v;
 }
 
 template <int W>
@@ -61,127 +59,181 @@ __device__ inline float lanes_sum(float v) {
   return v;
 }
 
+// The two largest keys (k1 >= k2) of the lanes l ^ off for off < L, each lane giving its own two.
+template <int W>
+__device__ inline void lanes_top2(unsigned& k1, unsigned& k2, int L) {
+#pragma unroll
+  for (int off = W / 2; off > 0; off >>= 1) {
+    if (off < L) {   // uniform: L is the same in every lane
+      const unsigned o1 = __shfl_xor_sync(0xffffffffu, k1, off, W);
+      const unsigned o2 = __shfl_xor_sync(0xffffffffu, k2, off, W);
+      k2 = max(min(k1, o1), max(k2, o2));
+      k1 = max(k1, o1);
+    }
+  }
+}
+
+__device__ inline void take_top2(unsigned kj, unsigned& k1, unsigned& k2) {
+  if (kj > k1) { k2 = k1; k1 = kj; } else if (kj > k2) { k2 = kj; }
+}
+
+__device__ inline float sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
+
 template <typename T, int W, int P, int ROUTER>
 __global__ __launch_bounds__(256) void topk_router(const T* __restrict__ logits, const float* __restrict__ bias,
                                                    float* __restrict__ weights, int* __restrict__ ids, int tokens,
                                                    int experts, int k, int renormalize, int n_group,
-                                                   int topk_group) {
-  static_assert(W == 8 || W == 16 || W == 32, "8, 16 or 32 lanes per token");
-  static_assert(P >= 1 && P <= 16, "1 to 16 experts per lane");
+                                                   int topk_group, int vector_rows) {
+  static_assert(W == 4 || W == 8 || W == 16, "4, 8 or 16 lanes per token");
+  static_assert(P >= 1 && P <= 32, "1 to 32 experts per lane");
+  constexpr int R = (16 + W - 1) / W;         // rounds a lane keeps: round r goes to lane r % W (k <= 16)
   const int thread = blockIdx.x * blockDim.x + threadIdx.x;
   if ((thread & ~31) / W >= tokens) return;   // whole warps leave together: the shuffles below take all 32 lanes
   const int lane = thread % W;
   const int token = thread / W;
   const bool active = token < tokens;         // a warp's last tokens may lie past the end: they compute, not store
   const T* row = logits + (size_t)(active ? token : 0) * experts;
+  const int first = lane * P;                 // this lane's experts: first .. first + P - 1
 
-  float x[P], val[P];
+  float x[P];
+  if (vector_rows) {                          // uniform: W * P = experts, rows 16-byte aligned
+    load_row<T, P>(row + first, x);
+  } else {
+#pragma unroll
+    for (int j = 0; j < P; ++j) x[j] = first + j < experts ? to_float<T>(row[first + j]) : 0.0f;
+  }
   unsigned key[P];
 #pragma unroll
   for (int j = 0; j < P; ++j) {
-    const int e = j * W + lane;
+    const int e = first + j;
     const bool valid = active && e < experts;
-    x[j] = valid ? to_float<T>(row[e]) : neg_inf();
-    if constexpr (ROUTER == SOFTMAX || ROUTER == PLAIN) {
+    if constexpr (ROUTER == PLAIN || ROUTER == SOFTMAX) {
       key[j] = valid ? order_key(x[j]) : 0u;
     } else {
-      val[j] = 1.0f / (1.0f + __expf(-x[j]));
-      key[j] = valid ? order_key(val[j] + bias[e]) : 0u;
+      key[j] = valid ? order_key(sigmoid(x[j]) + bias[e]) : 0u;
     }
-    if constexpr (ROUTER == PLAIN) val[j] = 1.0f / (1.0f + __expf(-x[j]));
   }
-  float total = 1.0f;
+  float row_max = 0.0f, total = 1.0f;
   if constexpr (ROUTER == SOFTMAX) {
     unsigned m = 0;
 #pragma unroll
     for (int j = 0; j < P; ++j) m = max(m, key[j]);
-    const unsigned top = lanes_max<W>(m);     // every lane takes part: the shuffles span the whole warp
-    const float row_max = active ? from_order_key(top) : 0.0f;
+    row_max = from_order_key(lanes_max<W>(m));
     float s = 0.0f;
 #pragma unroll
-    for (int j = 0; j < P; ++j) {
-      val[j] = __expf(x[j] - row_max);        // 0 past the experts (x = -inf)
-      s += val[j];
-    }
+    for (int j = 0; j < P; ++j) s += key[j] ? __expf(x[j] - row_max) : 0.0f;
     total = lanes_sum<W>(s);
   }
   if constexpr (ROUTER == GROUPED) {
     const int per = experts / n_group;
-    int group[P];
+    bool kept_here;                          // whether this lane's experts (fast path) lie in a kept group
+    if (W * P == experts && per % P == 0) {   // each group is L whole lanes
+      const int L = per / P;
+      unsigned k1 = 0, k2 = 0;
 #pragma unroll
-    for (int j = 0; j < P; ++j) group[j] = (j * W + lane < experts) ? (j * W + lane) / per : 0;
-    float my_group_score = neg_inf();
-    for (int g = 0; g < n_group; ++g) {
-      unsigned k1 = 0, k2 = 0;                // this lane's two largest keys in group g
+      for (int j = 0; j < P; ++j) take_top2(key[j], k1, k2);
+      lanes_top2<W>(k1, k2, L);
+      const float score = from_order_key(k1) + (per > 1 ? from_order_key(k2) : 0.0f);
+      const unsigned g = (unsigned)(lane / L);
+      bool chosen = false;
+      for (int t = 0; t < topk_group; ++t) {
+        const unsigned gk = chosen ? 0u : order_key(score);
+        const unsigned top = lanes_max<W>(gk);
+        chosen |= g == lanes_min<W>(gk == top ? g : 0xffffffffu);
+      }
+      kept_here = chosen;
+#pragma unroll
+      for (int j = 0; j < P; ++j) key[j] = kept_here ? key[j] : 0u;
+    } else {                                  // any layout: each group's top two over all the lanes, in turn
+      const float inv_per = 1.0f / (float)per;
+      float my_group_score = neg_inf();
+      for (int g = 0; g < n_group; ++g) {
+        unsigned k1 = 0, k2 = 0;
+#pragma unroll
+        for (int j = 0; j < P; ++j) {
+          const int e = first + j;
+          take_top2(e >= g * per && e < (g + 1) * per ? key[j] : 0u, k1, k2);
+        }
+        lanes_top2<W>(k1, k2, W);
+        if (lane == g) my_group_score = from_order_key(k1) + (per > 1 ? from_order_key(k2) : 0.0f);
+      }
+      unsigned kept = 0;
+      bool chosen = false;
+      for (int t = 0; t < topk_group; ++t) {
+        const unsigned gk = (chosen || lane >= n_group) ? 0u : order_key(my_group_score);
+        const unsigned top = lanes_max<W>(gk);
+        const unsigned g = lanes_min<W>(gk == top ? (unsigned)lane : 0xffffffffu);
+        chosen |= (unsigned)lane == g;
+        kept |= 1u << g;
+      }
 #pragma unroll
       for (int j = 0; j < P; ++j) {
-        const unsigned kj = group[j] == g ? key[j] : 0u;
-        if (kj > k1) { k2 = k1; k1 = kj; } else if (kj > k2) { k2 = kj; }
+        const int group = __float2int_rz(((float)(first + j) + 0.5f) * inv_per);   // (first + j) / per, exactly
+        key[j] = (kept >> min(group, 31)) & 1u ? key[j] : 0u;
       }
-      const unsigned t1 = lanes_max<W>(k1);
-      float score = from_order_key(t1);
-      if (per > 1) {                          // the second: the one lane of the first gives its own second
-        const unsigned first_lane = lanes_min<W>(k1 == t1 ? (unsigned)lane : 0xffffffffu);
-        score += from_order_key(lanes_max<W>((unsigned)lane == first_lane ? k2 : k1));
-      }
-      if (lane == g) my_group_score = score;
     }
-    unsigned kept = 0;
-    bool chosen = false;
-    for (int t = 0; t < topk_group; ++t) {
-      const unsigned gk = (chosen || lane >= n_group) ? 0u : order_key(my_group_score);
-      const unsigned top = lanes_max<W>(gk);
-      const unsigned g = lanes_min<W>(gk == top ? (unsigned)lane : 0xffffffffu);
-      chosen |= (unsigned)lane == g;
-      kept |= 1u << g;
-    }
-#pragma unroll
-    for (int j = 0; j < P; ++j) key[j] = ((kept >> group[j]) & 1u) ? key[j] : 0u;
   }
 
-  int my_id = 0;
-  float my_w = 0.0f;
+  int mine[R];
+#pragma unroll
+  for (int q = 0; q < R; ++q) mine[q] = 0;
   for (int r = 0; r < k; ++r) {
     unsigned best = 0;
     int best_j = 0;
 #pragma unroll
     for (int j = 0; j < P; ++j) {
-      if (key[j] > best) { best = key[j]; best_j = j; }   // strict: the lowest slot (index) among equals
+      if (key[j] > best) { best = key[j]; best_j = j; }   // strict: the lowest expert among equals
     }
     const unsigned top = lanes_max<W>(best);
-    const unsigned idx = lanes_min<W>(best == top ? (unsigned)(best_j * W + lane) : 0xffffffffu);
-    const int owner = (int)(idx % W), slot = (int)(idx / W);
-    float w = 0.0f;
-    if (lane == owner) {
+    const int idx = (int)lanes_min<W>(best == top ? (unsigned)(first + best_j) : 0xffffffffu);
 #pragma unroll
-      for (int j = 0; j < P; ++j) {
-        if (j == slot) { key[j] = 0u; w = val[j]; }
-      }
+    for (int j = 0; j < P; ++j) key[j] = first + j == idx ? 0u : key[j];
+#pragma unroll
+    for (int q = 0; q < R; ++q) mine[q] = r == q * W + lane ? idx : mine[q];
+  }
+  // The weights of this lane's rounds, from their logits read again.
+  float w[R];
+  float sum = 0.0f;
+#pragma unroll
+  for (int q = 0; q < R; ++q) {
+    const bool have = q * W + lane < k;
+    const float xe = have ? to_float<T>(row[mine[q]]) : 0.0f;
+    if constexpr (ROUTER == SOFTMAX) {
+      w[q] = have ? __expf(xe - row_max) : 0.0f;
+    } else {
+      w[q] = have ? sigmoid(xe) : 0.0f;
     }
-    w = __shfl_sync(0xffffffffu, w, owner, W);
-    if (lane == r) { my_id = (int)idx; my_w = w; }
+    sum += w[q];
   }
   float denom = 1.0f;
-  if constexpr (ROUTER == BIASED || ROUTER == GROUPED) denom = lanes_sum<W>(lane < k ? my_w : 0.0f);
-  if constexpr (ROUTER == SOFTMAX) denom = renormalize ? lanes_sum<W>(lane < k ? my_w : 0.0f) : total;
-  if (active && lane < k) {
-    weights[(size_t)token * k + lane] = my_w / denom;
-    ids[(size_t)token * k + lane] = my_id;
+  if constexpr (ROUTER == BIASED || ROUTER == GROUPED) denom = lanes_sum<W>(sum);
+  if constexpr (ROUTER == SOFTMAX) denom = renormalize ? lanes_sum<W>(sum) : total;
+  if (active) {
+#pragma unroll
+    for (int q = 0; q < R; ++q) {
+      const int r = q * W + lane;
+      if (r < k) {
+        weights[(size_t)token * k + r] = w[q] / denom;
+        ids[(size_t)token * k + r] = mine[q];
+      }
+    }
   }
 }
 
-// The lanes per token and slots per lane for an expert count: 8 lanes up to 8 experts, 16 up to 16, else a warp
-// with P the next of 1, 2, 4, 6, 8, 12, 16 that holds them.
+// The lanes per token and experts per lane for an expert count (and, for the grouped router, its groups: a
+// group's score is kept by one lane, so W >= n_group): W 4 up to 64 experts, 8 up to 256, 16 beyond; P the next
+// of 1, 2, 4, 8, 12, 16, 20, 24, 32 that holds them.
 struct RouterShape {
   int w, p;
 };
 
-__host__ inline RouterShape router_shape(int experts) {
-  if (experts <= 8) return {8, 1};
-  if (experts <= 16) return {16, 1};
-  constexpr int kPs[] = {1, 2, 4, 6, 8, 12, 16};
+__host__ inline RouterShape router_shape(int experts, int n_group = 1) {
+  int w = experts <= 64 ? 4 : experts <= 256 ? 8 : 16;
+  while (w < n_group && w < 16) w *= 2;
+  if (n_group > w) return {0, 0};
+  constexpr int kPs[] = {1, 2, 4, 8, 12, 16, 20, 24, 32};
   for (int p : kPs) {
-    if (experts <= 32 * p) return {32, p};
+    if (experts <= w * p) return {w, p};
   }
   return {0, 0};
 }
@@ -190,5 +242,5 @@ __host__ inline RouterShape router_shape(int experts) {
 
 #ifdef MOE_ROUTER   // one instantiation for `kpilot isa analyze` (-D MOE_ROUTER, MOE_W, MOE_P, MOE_DTYPE)
 template __global__ void moe::topk_router<MOE_DTYPE, MOE_W, MOE_P, MOE_ROUTER>(const MOE_DTYPE*, const float*, float*,
-                                                                              int*, int, int, int, int, int, int);
+                                                                              int*, int, int, int, int, int, int, int);
 #endif
