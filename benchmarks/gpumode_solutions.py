@@ -2,15 +2,15 @@
 gpu-mode/reference-kernels that ships `solutions/correct/` and `solutions/wrong/`; each correct solution must
 pass and each wrong one fail. Needs a GPU (the problems make their data on CUDA); not used by any test.
 
-With --own-eval, each solution is also run through the problem set's own `eval.py` in its `test` mode, staged
-as GPU MODE stages it (the files `task.yml` lists, the solution as `submission.py`, the `tests:` cases in a test
-file, results read from the POPCORN_FD stream): where a solution listed as correct fails there too, the listing,
-not the harness, is wrong.
+With --own-eval, each solution is also run through the problem set's own `eval.py` in its `test` mode (or, with
+--own-mode benchmark, its `benchmark` mode on the `benchmarks:` cases), staged as GPU MODE stages it (the files
+`task.yml` lists, the solution as `submission.py`, the cases in a test file, results read from the POPCORN_FD
+stream): where a solution listed as correct fails there too, the listing, not the harness, is wrong.
 
 Writes benchmarks/results/gpumode_solutions.json (and .jsonl): per solution the expected and actual verdict,
 the first failing case's message, the wall time of the check, and with --own-eval GPU MODE's own verdict.
 Run: python benchmarks/gpumode_solutions.py --repo PATH/TO/reference-kernels [--set pmpp_v2 --set pmpp]
-[--problem conv2d_py] [--own-eval]
+[--problem conv2d_py] [--own-eval [--own-mode benchmark]]
 """
 
 from __future__ import annotations
@@ -53,8 +53,9 @@ def check(problem: Path, solution: Path, timeout: float) -> dict:
             "failed_cases": len(failing), "message": message[:300], "flags": flags, "elapsed_s": d.get("elapsed_s")}
 
 
-def own_eval(problem: Path, solution: Path, timeout: float) -> dict:
-    """The solution through the problem set's own eval.py (``test`` mode), staged as task.yml says."""
+def own_eval(problem: Path, solution: Path, timeout: float, mode: str = "test") -> dict:
+    """The solution through the problem set's own eval.py, staged as task.yml says: ``test`` mode on the
+    ``tests:`` cases, or ``benchmark`` mode on the ``benchmarks:`` cases (one checked call each, then timing)."""
     import yaml
 
     task = yaml.safe_load((problem / "task.yml").read_text())
@@ -64,18 +65,21 @@ def own_eval(problem: Path, solution: Path, timeout: float) -> dict:
         for f in task.get("files") or []:
             source = solution if f["source"] == "@SUBMISSION@" else problem / f["source"]
             shutil.copyfile(source, stage / f["name"])
-        lines = ["; ".join(f"{k}: {v}" for k, v in case.items()) for case in task["tests"]]
+        cases = task["tests"] if mode == "test" else task.get("benchmarks") or []
+        lines = ["; ".join(f"{k}: {v}" for k, v in case.items()) for case in cases]
         (stage / "tests.txt").write_text("\n".join(lines) + "\n")
         main = (task.get("config") or {}).get("main", "eval.py")
-        p = subprocess.run([sys.executable, main, "test", "tests.txt"], cwd=stage, capture_output=True, text=True,
+        p = subprocess.run([sys.executable, main, mode, "tests.txt"], cwd=stage, capture_output=True, text=True,
                            timeout=timeout, env={**os.environ, "POPCORN_FD": "1"})
     except subprocess.TimeoutExpired:
         return {"passed": False, "wall_s": round(time.perf_counter() - t0, 1), "message": "timed out"}
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     log = dict(ln.split(": ", 1) for ln in p.stdout.splitlines() if ": " in ln)
-    failing = sorted(k for k, v in log.items() if k.startswith("test.") and k.endswith(".status") and v == "fail")
-    message = log.get(failing[0].replace(".status", ".message"), "") if failing else ""
+    prefix = "test." if mode == "test" else "benchmark."
+    failing = sorted(k for k, v in log.items() if k.startswith(prefix) and k.endswith(".status") and v == "fail")
+    message = (log.get(failing[0].replace(".status", ".message")) or log.get(failing[0].replace(".status", ".error"))
+               or "") if failing else ""
     if "check" not in log:
         message = f"exit {p.returncode}, no check line: " + (p.stderr or p.stdout)[-300:]
     return {"passed": log.get("check") == "pass", "wall_s": round(time.perf_counter() - t0, 1),
@@ -89,6 +93,8 @@ def main() -> None:
     ap.add_argument("--problem", action="append", help="only these problems (e.g. sort_py; repeatable)")
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--own-eval", action="store_true", help="also run each solution through the set's own eval.py")
+    ap.add_argument("--own-mode", choices=["test", "benchmark"], default="test",
+                    help="eval.py's mode with --own-eval: its test cases, or its benchmark cases (default test)")
     args = ap.parse_args()
     rows = []
     for pset in args.sets or ["pmpp_v2", "pmpp"]:
@@ -102,7 +108,7 @@ def main() -> None:
                            "expected": "pass" if kind == "correct" else "fail", **check(problem, sol, args.timeout)}
                     row["as_expected"] = row["passed"] == (kind == "correct")
                     if args.own_eval:
-                        row["gpumode"] = own_eval(problem, sol, args.timeout)
+                        row["gpumode"] = own_eval(problem, sol, args.timeout, args.own_mode)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
                     partial("gpumode_solutions", row)
