@@ -66,11 +66,22 @@ def cache_dirs(env: Mapping[str, str] | None = None) -> dict[str, Path]:
     }
 
 
+def _environ() -> dict[str, str]:
+    """This process's environment, copied key by key: another thread may set or remove a variable meanwhile
+    (pytest does, around each test), which makes iterating ``os.environ`` itself raise."""
+    out = {}
+    for k in list(os.environ.keys()):
+        v = os.environ.get(k)
+        if v is not None:
+            out[k] = v
+    return out
+
+
 def worker_env(work_dir: Path, *, extra: Mapping[str, str] | None = None,
                env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of a worker: the allow-listed part of ``env`` (this process's by default), the caches
     named explicitly, a private temporary folder (``work_dir``), and this kernelpilot first on PYTHONPATH."""
-    env = os.environ if env is None else env
+    env = _environ() if env is None else env
     out = {k: v for k, v in env.items() if _allowed(k)}
     for name, path in cache_dirs(env).items():
         out[name] = str(path)
