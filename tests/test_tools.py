@@ -197,3 +197,48 @@ def test_isa_lanes_for_a_confined_caller_compiles_triton_in_the_box(tmp_path):
     assert len(warp) >= 2 and all(len(s["complete_lanes"]) == 32 and not s["findings"] for s in warp)
     with pytest.raises(KernelpilotError):
         call("isa_lanes", {"sources": ["/etc/passwd"]}, ctx)
+
+
+def test_a_confined_caller_profiles_no_command_of_its_choosing(tmp_path):
+    ctx = ToolContext(workspace=tmp_path, confined=True)
+    for args in ({"command": ["python3", "-c", "print(1)"]}, {"command": ["ncu", "--version"], "tool": "torch"}):
+        with pytest.raises(ToolArgumentError, match="profile.command: tools run no command"):
+            call("profile", args, ctx)
+
+
+_HOSTILE = """import os, sys, torch
+print("key: " + os.environ.get("ANTHROPIC_API_KEY", "absent"), file=sys.stderr)
+try:
+    with open({outside!r}, "w") as f:
+        f.write("escaped")
+except OSError:
+    pass
+
+
+def softmax(x):
+    return torch.softmax(x, dim=-1)
+"""
+
+
+def test_a_candidate_profiled_for_a_confined_caller_runs_in_the_box(tmp_path, monkeypatch):
+    """What the profile tool puts under the profiler for a confined caller, run here without one: the candidate
+    driven in the box a check's worker gets, where it sees none of the caller's credentials and writes nowhere
+    but its own folder (where the kernel has Landlock)."""
+    from kernelpilot.evaluate import landlock
+    from kernelpilot.evaluate.drive import command
+    from kernelpilot.evaluate.isolation import boxed_command
+
+    pytest.importorskip("torch")
+    outside = tmp_path / "outside.txt"
+    candidate = tmp_path / "hostile.py"
+    candidate.write_text(_HOSTILE.format(outside=str(outside)))
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-not-a-key")
+    cmd, env = boxed_command(command(EXAMPLES / "problems" / "row_softmax", candidate, calls=1, device="cpu"),
+                             tmp_path / "box")
+    assert cmd[1:3] == ["-m", "kernelpilot.evaluate.supervise"] and "ANTHROPIC_API_KEY" not in env
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert '"exit": {"status": 0, "reason": null' in p.stdout       # the supervisor's report: the drive ran its calls
+    assert "key: absent" in p.stderr
+    if landlock.abi_version() > 0:
+        assert not outside.exists()

@@ -22,7 +22,7 @@ from kernelpilot.evaluate.jobs import Job, JobFormatError, WorkerResult
 from kernelpilot.evaluate.supervise import set_dumpable
 from kernelpilot.evaluate.worker_env import cache_dirs, redact, worker_env
 
-__all__ = ["run_job", "run_boxed", "Confinement", "WorkerProcess", "WorkerPool", "describe_exit", "default_memory_bytes",
+__all__ = ["run_job", "run_boxed", "boxed_command", "Confinement", "WorkerProcess", "WorkerPool", "describe_exit", "default_memory_bytes",
            "hide_own_memory", "trusted_cache_dirs"]
 
 _SIGNALS = {
@@ -554,6 +554,27 @@ def _reap(proc: subprocess.Popen | ForkedProcess) -> None:
         pass
 
 
+def boxed_command(cmd: list[str], work_dir: Path, *, box: Confinement = Confinement(),
+                  gpu: bool = True) -> tuple[list[str], dict[str, str]]:
+    """``cmd`` as the box a candidate's worker gets would run it: the command line that starts it under its
+    supervisor (writes confined to ``work_dir``, the compilers' caches and the device files; a memory limit; what
+    it starts ended with it) and the environment to start that with (the allow-listed variables only: no
+    credentials; the GPUs hidden unless ``gpu``). A caller may put a profiler in front of the command line."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    caches = cache_dirs()
+    extra = {k: str(v) for k, v in caches.items()}
+    if not gpu:
+        extra["CUDA_VISIBLE_DEVICES"] = ""
+    env = worker_env(work_dir, extra=extra)
+    limit = default_memory_bytes() if box.memory_bytes is None else box.memory_bytes
+    opts = ["--memory-bytes", str(int(limit))]
+    for path in _writable(work_dir, caches, box.writable):
+        opts += ["--writable", path]
+    if not box.sandbox:
+        opts.append("--no-sandbox")
+    return [sys.executable, "-m", "kernelpilot.evaluate.supervise", *opts, "--", *cmd], env
+
+
 def run_boxed(cmd: list[str], work_dir: Path, *, timeout: float, box: Confinement = Confinement()) -> tuple[int, str]:
     """Run ``cmd`` (a command that runs untrusted code without a GPU: an offline compile that imports a
     candidate's Triton file) in the box a candidate's worker gets: its writes confined to ``work_dir`` and the
@@ -561,19 +582,10 @@ def run_boxed(cmd: list[str], work_dir: Path, *, timeout: float, box: Confinemen
     it and everything it started are killed. Returns its exit status (-1: killed at the time limit) and the end
     of its standard error; -2: the memory limit)."""
     work_dir = Path(work_dir)
-    work_dir.mkdir(parents=True, exist_ok=True)
-    caches = cache_dirs()
-    env = worker_env(work_dir, extra={"CUDA_VISIBLE_DEVICES": "", **{k: str(v) for k, v in caches.items()}})
-    limit = default_memory_bytes() if box.memory_bytes is None else box.memory_bytes
-    opts = ["--memory-bytes", str(int(limit))]
-    for path in _writable(work_dir, caches, box.writable):
-        opts += ["--writable", path]
-    if not box.sandbox:
-        opts.append("--no-sandbox")
+    boxed, env = boxed_command(cmd, work_dir, box=box, gpu=False)
     stderr, reports = work_dir / "stderr.txt", work_dir / "supervisor.jsonl"
     with open(stderr, "wb") as se, open(reports, "wb") as so:
-        proc = subprocess.Popen([sys.executable, "-m", "kernelpilot.evaluate.supervise", *opts, "--", *cmd],
-                                stdin=subprocess.DEVNULL, stdout=so, stderr=se, env=env, cwd=work_dir,
+        proc = subprocess.Popen(boxed, stdin=subprocess.DEVNULL, stdout=so, stderr=se, env=env, cwd=work_dir,
                                 start_new_session=True)
         try:
             proc.wait(timeout=timeout)

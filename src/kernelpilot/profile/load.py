@@ -228,31 +228,33 @@ def load_profile(path: str | Path, *, details: str | Path | None = None, gpu: st
 
 
 def run_profile(command: list[str], opts: ProfileOptions, *, gpu: str | None = None,
-                all_metrics: bool = False) -> Profile:
+                all_metrics: bool = False, env: dict[str, str] | None = None) -> Profile:
     """Profile ``command`` now, under ncu (the report kept in ``opts.out``); where ncu may not read the
     GPU's counters and the command is a Python program, its kernels are timed with the PyTorch profiler
-    instead, and the profile says why in its notes."""
+    instead, and the profile says why in its notes. ``env``: the profiler's and the command's environment
+    (default: this process's)."""
     from kernelpilot.toolchain.ncu import CounterPermissionError, export_pages, profile_command
 
     opts.out.mkdir(parents=True, exist_ok=True)
     if opts.tool == "torch":
-        return run_torch_profile(command, opts, gpu=gpu)
+        return run_torch_profile(command, opts, gpu=gpu, env=env)
     if opts.tool == "rocprofv3":
         from kernelpilot.toolchain.rocprof import trace_command
 
-        out = trace_command(command, opts.out / opts.name, counters=list(opts.pmc) or None, timeout=opts.timeout)
+        out = trace_command(command, opts.out / opts.name, counters=list(opts.pmc) or None, timeout=opts.timeout,
+                            env=env)
         prof = read_rocprof(out, gpu=gpu)
         prof.source = " ".join(command)
         return prof
     try:
         run = profile_command(command, opts.out / f"{opts.name}.ncu-rep", full=opts.full, kernel=opts.kernel,
                               launch_count=opts.launch_count, source=opts.source, from_start=opts.from_start,
-                              timeout=opts.timeout)
+                              timeout=opts.timeout, env=env)
     except CounterPermissionError as e:
         if python_script(command) is None:
             raise KernelpilotError(f"{e.message}; the fallback (kernel times from the PyTorch profiler) needs a "
                                    "Python command (python script.py ...).", hint=e.hint) from None
-        prof = run_torch_profile(command, opts, gpu=gpu)
+        prof = run_torch_profile(command, opts, gpu=gpu, env=env)
         prof.notes.insert(0, f"{e.message}: timed with the PyTorch profiler instead")
         return prof
     raw, det = export_pages(run.report)
@@ -264,7 +266,8 @@ def run_profile(command: list[str], opts: ProfileOptions, *, gpu: str | None = N
     return prof
 
 
-def run_torch_profile(command: list[str], opts: ProfileOptions, *, gpu: str | None = None) -> Profile:
+def run_torch_profile(command: list[str], opts: ProfileOptions, *, gpu: str | None = None,
+                      env: dict[str, str] | None = None) -> Profile:
     """Time every kernel of a Python command with the PyTorch profiler (no counters); the trace is kept."""
     import subprocess
     import sys
@@ -283,7 +286,7 @@ def run_torch_profile(command: list[str], opts: ProfileOptions, *, gpu: str | No
     trace = opts.out / f"{opts.name}.trace.json"
     try:
         p = subprocess.run([sys.executable, "-m", "kernelpilot.profile.torch_timing", str(trace), script, *args],
-                           capture_output=True, text=True, env=kernelpilot_env(), timeout=opts.timeout)
+                           capture_output=True, text=True, env=env or kernelpilot_env(), timeout=opts.timeout)
     except subprocess.TimeoutExpired:
         raise KernelpilotError(f"the command did not finish within {opts.timeout:.0f} s.") from None
     if not trace.exists():

@@ -38,7 +38,7 @@ _NO_KERNELS = re.compile(r"==WARNING== No kernels were profiled")
 
 def profile_command(command: list[str], report: Path, *, full: bool = False, kernel: str | None = None,
                     launch_count: int | None = None, source: bool = False, clock_control: str = "none",
-                    from_start: bool = True, timeout: float = 3600.0) -> NcuRun:
+                    from_start: bool = True, timeout: float = 3600.0, env: dict[str, str] | None = None) -> NcuRun:
     """Profile ``command`` into ``report`` (``.ncu-rep`` added by ncu). Raises ToolNotFoundError,
     CounterPermissionError, or ToolError (the command failed, or nothing was profiled)."""
     if not command:
@@ -60,7 +60,7 @@ def profile_command(command: list[str], report: Path, *, full: bool = False, ker
     if not from_start:
         cmd += ["--profile-from-start", "off"]     # the program marks its range (cudaProfilerStart/Stop)
     cmd += list(command)
-    res = run_tool(cmd, tool="ncu", timeout=timeout, check=False)
+    res = run_tool(cmd, tool="ncu", timeout=timeout, check=False, env=env)
     text = res.stdout + "\n" + res.stderr
     if _PERMISSION.search(text):
         line = next((l.strip() for l in text.splitlines() if _PERMISSION.search(l)), "ERR_NVGPUCTRPERM")

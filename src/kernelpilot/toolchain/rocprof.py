@@ -13,7 +13,7 @@ __all__ = ["trace_command"]
 
 
 def trace_command(command: list[str], out_dir: Path, *, counters: list[str] | None = None,
-                  timeout: float = 3600.0) -> Path:
+                  timeout: float = 3600.0, env: dict[str, str] | None = None) -> Path:
     """``rocprofv3 --kernel-trace --stats [--pmc COUNTERS] -f csv -d OUT -- COMMAND``; returns OUT."""
     if not command:
         raise KernelpilotError("no command to profile: put it after `--`, e.g. `kpilot profile --tool rocprofv3 -- ./app`.")
@@ -23,7 +23,7 @@ def trace_command(command: list[str], out_dir: Path, *, counters: list[str] | No
     if counters:
         cmd += ["--pmc", *counters]
     cmd += ["--", *command]
-    res = run_tool(cmd, tool="rocprofv3", timeout=timeout, check=False)
+    res = run_tool(cmd, tool="rocprofv3", timeout=timeout, check=False, env=env)
     if not any(out_dir.rglob("*kernel_trace.csv")):
         text = "\n".join(l for l in (res.stdout + "\n" + res.stderr).splitlines() if l.strip())
         raise ToolError("rocprofv3", cmd, res.returncode, text[-3000:],

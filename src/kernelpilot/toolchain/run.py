@@ -45,13 +45,15 @@ def run_tool(
     compile_of: str | None = None,
     check: bool = True,
     input: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> ToolResult:
-    """Run ``command``; on a non-zero exit raise ``CompileError`` (when ``compile_of`` names the source
-    being compiled) or ``ToolError``, both carrying stderr and the command line."""
+    """Run ``command`` (in ``env``, or this process's environment); on a non-zero exit raise ``CompileError``
+    (when ``compile_of`` names the source being compiled) or ``ToolError``, both carrying stderr and the command
+    line."""
     cmd = [str(c) for c in command]
     try:
         proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, input=input,
-                              errors="replace")
+                              errors="replace", env=env)
     except FileNotFoundError as e:
         raise ToolError(tool, cmd, -1, str(e), message=f"{tool} could not be started: {e.strerror}.") from None
     except subprocess.TimeoutExpired:

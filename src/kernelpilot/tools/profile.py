@@ -9,7 +9,7 @@ from typing import Any
 
 from kernelpilot.options import OptionError, Options, param
 from kernelpilot.profile.load import ProfileOptions
-from kernelpilot.tools.registry import ToolContext, register
+from kernelpilot.tools.registry import ToolArgumentError, ToolContext, register
 from kernelpilot.tools.shapes import array_of, shape
 
 __all__ = ["ProfileRequest", "ProfileDiffRequest", "Profiled"]
@@ -65,8 +65,13 @@ class Profiled:
           shape("kernelpilot.profile/1", tool="string", source="string", report={"type": ["string", "null"]},
                 kernels=array_of(), totals=array_of(), notes=array_of("string")))
 def profile(opts: ProfileRequest, ctx: ToolContext) -> Profiled:
+    """A confined caller (an MCP client, a model) runs no command of its choosing, and the candidate it
+    profiles runs in the box a check's worker gets, under the profiler, with no credentials in its environment."""
     from kernelpilot.profile.load import load_profile, run_profile
 
+    if ctx.confined and opts.command:
+        raise ToolArgumentError("profile.command: tools run no command of the caller's choosing; profile a "
+                                "candidate on a problem (problem and candidate) or read a report (report).")
     if opts.report is not None:
         return Profiled(load_profile(opts.report, details=opts.details, gpu=opts.gpu, all_metrics=opts.metrics,
                                      hotspots=opts.source), opts.metrics)
@@ -80,7 +85,12 @@ def profile(opts: ProfileRequest, ctx: ToolContext) -> Profiled:
 
         command = drive_command(str(opts.problem), str(opts.candidate), case=opts.case)
         opts = opts.replace(from_start=False)
-    return Profiled(run_profile(command, opts, gpu=opts.gpu, all_metrics=opts.metrics), opts.metrics)
+    env = None
+    if ctx.confined:
+        from kernelpilot.evaluate.isolation import boxed_command
+
+        command, env = boxed_command(command, opts.out / f"{opts.name}.box")
+    return Profiled(run_profile(command, opts, gpu=opts.gpu, all_metrics=opts.metrics, env=env), opts.metrics)
 
 
 @dataclass(frozen=True, kw_only=True)
