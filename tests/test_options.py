@@ -108,6 +108,26 @@ def test_the_cli_and_the_tool_come_from_one_declaration(tool):
             assert list(c.type.choices) == spec["enum"]
 
 
+def test_no_option_is_declared_twice():
+    """Every option's help text is written in one declaration: options several operations take come from one
+    function (the run store, the worker timeout, the problem, the target, a run's id)."""
+    import ast
+    from collections import defaultdict
+
+    where = defaultdict(list)
+    for f in sorted((ROOT / "src" / "kernelpilot").rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "param" and node.args:
+                try:
+                    text = ast.literal_eval(node.args[0])
+                except ValueError:
+                    continue                              # built from values: not a copied string
+                where[text].append(f"{f.relative_to(ROOT)}:{node.lineno}")
+    assert len(where) > 100                               # the declarations were found
+    twice = {text[:60]: places for text, places in where.items() if len(places) > 1}
+    assert not twice, twice
+
+
 def test_check_and_bench_offer_only_what_they_take():
     check, bench = REGISTRY["check"].parameters["properties"], REGISTRY["bench"].parameters["properties"]
     assert "seeds" in check and "baselines" not in check and "budget" not in check

@@ -19,7 +19,7 @@ from kernelpilot.cli.output import Output, echo, table, warn
 from kernelpilot.cli.spec import command
 from kernelpilot.errors import UsageError
 from kernelpilot.options import Options, param
-from kernelpilot.runs.store import DEFAULT_PATH
+from kernelpilot.runs.store import store_option
 from kernelpilot.tools import run as run_tool
 
 __all__ = ["optimize_cmd", "runs"]
@@ -157,7 +157,7 @@ runs.add_command(export_cmd)
 
 @dataclass(frozen=True, kw_only=True)
 class ServeOptions(Options):
-    store: Path = param("The run store (SQLite).", DEFAULT_PATH, path=True)
+    store: Path = store_option()
     port: int = param("The port on 127.0.0.1 (0: any free one).", 0, minimum=0)
 
 

@@ -32,6 +32,11 @@ __all__ = ["EvalOptions", "check", "bench", "evaluate", "default_device"]
 _CHECK, _BENCH = ("check", "eval", "eval_batch"), ("bench", "eval", "eval_batch")   # the operations taking each
 
 
+def worker_timeout_option() -> Any:
+    """The ``timeout`` option of every operation that runs candidates in workers, declared once."""
+    return param("Seconds each worker process may take.", 600.0, minimum=1)
+
+
 @dataclass(frozen=True, kw_only=True)
 class EvalOptions(Options):
     """How check, bench and eval run a candidate: declared once for the Python API, the CLI and the tools
@@ -48,7 +53,7 @@ class EvalOptions(Options):
     budget: float = param("Seconds of timed samples per case at most.", TimingOptions.budget_s,
                           exclusive_minimum=0, only=_BENCH)
     verify: int = param("Timed outputs re-checked per case.", 3, minimum=0, only=_BENCH)
-    timeout: float = param("Seconds each worker process may take.", 600.0, minimum=1)
+    timeout: float = worker_timeout_option()
     memory_limit_gb: float | None = param("GiB of host memory a worker (with what it starts) may hold before it is "
                                           "killed (default: 80% of this machine's).", flag="--memory-limit",
                                           exclusive_minimum=0)

@@ -17,7 +17,7 @@ from kernelpilot.errors import KernelpilotError
 from kernelpilot.evaluate.isolation import WorkerPool
 from kernelpilot.evaluate.problem import load_problem
 from kernelpilot.evaluate.result import EvalResult, ratio
-from kernelpilot.evaluate.runner import EvalOptions, bench, default_device, evaluate
+from kernelpilot.evaluate.runner import EvalOptions, bench, default_device, evaluate, worker_timeout_option
 from kernelpilot.loop.halving import Result, next_trials
 from kernelpilot.loop.llm_client import LLMChoice, LLMError
 from kernelpilot.loop.prune import spec_kernels, static_verdict
@@ -28,7 +28,7 @@ from kernelpilot.runs.environment import environment
 from kernelpilot.runs.lock import RunLock
 from kernelpilot.options import param
 from kernelpilot.options import to_json as options_json
-from kernelpilot.runs.store import DEFAULT_PATH, RunRecord, RunStore, StepRecord
+from kernelpilot.runs.store import DEFAULT_PATH, RunRecord, RunStore, StepRecord, store_option
 
 __all__ = ["OptimizeOptions", "optimize", "resume"]
 
@@ -58,13 +58,13 @@ class OptimizeOptions(LLMChoice):
     min_occupancy_pct: float = param("search with arch: drop variants below this occupancy.", 12.5, minimum=0)
     eta: int = param("search: the halving factor (keep 1/eta of the variants each round).", 2, minimum=2)
     seeds: int = param("Secret random seeds per case when checking a candidate.", 2, minimum=1)
-    timeout: float = param("Seconds each worker process may take.", 600.0, minimum=1)
+    timeout: float = worker_timeout_option()
     target: str | None = param("Where candidates run: a target's name (`kpilot target list`), every evaluation "
                                "there, the start's included; default: here.", short="-t")
     parallel: int = param("search: evaluations at once, each on a worker of its own (one per GPU of the target, "
                           "or on CPU workers); with more than one, they run through the target's workers.", 1,
                           minimum=1)
-    store: Path = param("The run store (SQLite).", DEFAULT_PATH, path=True)
+    store: Path = store_option()
     llm_retries: int = param("llm: retries with backoff on rate limits and network errors.", 4, minimum=0)
     price_in: float | None = param("llm: USD per million input tokens, for the cost per step.", minimum=0)
     price_out: float | None = param("llm: USD per million output tokens.", minimum=0)

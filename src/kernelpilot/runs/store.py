@@ -21,6 +21,13 @@ from kernelpilot.errors import KernelpilotError
 __all__ = ["DEFAULT_PATH", "RunRecord", "StepRecord", "RunStore"]
 
 DEFAULT_PATH = Path(".kpilot") / "runs.db"
+
+
+def store_option(help: str = "The run store (SQLite).") -> Any:
+    """The ``store`` option of every operation that reads or writes runs, declared once."""
+    from kernelpilot.options import param
+
+    return param(help, DEFAULT_PATH, path=True)
 SCHEMA_VERSION = 2
 
 _SCHEMA = """

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from kernelpilot.evaluate.runner import EvalOptions
 from kernelpilot.options import param
+from kernelpilot.tools.fields import problem_option, target_option
 from kernelpilot.tools.registry import ToolContext, register
 from kernelpilot.tools.shapes import array_of, shape
 
@@ -17,11 +18,10 @@ __all__ = ["EvalRequest"]
 
 @dataclass(frozen=True, kw_only=True)
 class EvalRequest(EvalOptions):
-    problem: Path = param("The problem: a native problem folder, a KernelBench .py, or a GPU MODE folder.",
-                          argument=True, path=True, required=True)
+    problem: Path = problem_option(required=True)
     candidate: Path = param("The candidate file (native: defines the entry function; KernelBench: ModelNew; GPU "
                             "MODE: custom_kernel).", short="-c", path=True, required=True)
-    target: str | None = param("Where to run: a target's name (`kpilot target list`); default: here.", short="-t")
+    target: str | None = target_option()
 
 
 _RESULT = shape("kernelpilot.eval/1", optional=("gpu", "error", "correct", "speedup"),

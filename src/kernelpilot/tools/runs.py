@@ -13,7 +13,8 @@ from kernelpilot.errors import KernelpilotError
 from kernelpilot.loop.engine import OptimizeOptions
 from kernelpilot.loop.llm_client import WithKey
 from kernelpilot.options import OptionError, Options, param
-from kernelpilot.runs.store import DEFAULT_PATH
+from kernelpilot.runs.store import store_option
+from kernelpilot.tools.fields import problem_option, run_id_option
 from kernelpilot.tools.registry import REGISTRY, ToolContext, call, register
 from kernelpilot.tools.shapes import array_of, shape
 
@@ -26,8 +27,7 @@ AGENT_TOOLS = ("arch_info", "isa_analyze", "isa_diff", "profile", "read_candidat
 
 @dataclass(frozen=True, kw_only=True)
 class OptimizeRequest(OptimizeOptions, WithKey):
-    problem: Path | None = param("The problem: a native problem folder, a KernelBench .py, or a GPU MODE folder.",
-                                 argument=True, path=True)
+    problem: Path | None = problem_option()
     candidate: Path | None = param("The starting candidate (search: it declares KPILOT_TUNE).", short="-c",
                                    path=True)
     resume: int | None = param("Carry on this stopped run, with the options it was started with (budget and "
@@ -102,14 +102,14 @@ class RunsRequest(Options):
     code: bool = param("With a run: each step's code and diff too.", False)
     trace: bool = param("With a run: each step's trace too (the model's messages, tool calls and results with "
                         "their tokens and times; each evaluation's progress events).", False)
-    store: Path = param("The run store (SQLite).", DEFAULT_PATH, path=True)
+    store: Path = store_option()
 
 
 @dataclass(frozen=True, kw_only=True)
 class StatusRequest(Options):
-    run: int = param("The run id.", argument=True, minimum=1, required=True)
+    run: int = run_id_option()
     last: int = param("How many of the latest steps.", 10, minimum=1)
-    store: Path = param("The run store (SQLite).", DEFAULT_PATH, path=True)
+    store: Path = store_option()
 
 
 @register("optimize_status", """The state of an optimization run: status, why it ended, the best step and its
@@ -144,7 +144,7 @@ def runs(opts: RunsRequest, ctx: ToolContext) -> dict[str, Any]:
 
 @dataclass(frozen=True, kw_only=True)
 class ExportRequest(Options):
-    run: int = param("The run id.", argument=True, minimum=1, required=True)
+    run: int = run_id_option()
     out: Path | None = param("The folder for report.md and its chart (default: run-ID-report).", path=True)
     html: bool = param("Also run.html: the run in one self-contained page (a speedup chart, a step table that "
                        "sorts and filters, each step's diff, ISA, profile and trace), for a browser.", False)
@@ -152,7 +152,7 @@ class ExportRequest(Options):
                                 "reached, each one's steps).", minimum=1)
     chrome_trace: bool = param("Also trace.json: the run's timeline (steps, model turns, tool calls, evaluations) in "
                                "Chrome's trace format, for Perfetto (ui.perfetto.dev) or chrome://tracing.", False)
-    store: Path = param("The run store (SQLite).", DEFAULT_PATH, path=True)
+    store: Path = store_option()
 
 
 @register("runs_export", """Write a Markdown report of one run (its options, every step with its hypothesis,

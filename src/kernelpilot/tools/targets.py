@@ -10,7 +10,8 @@ from typing import Any
 
 from kernelpilot.evaluate.runner import EvalOptions
 from kernelpilot.options import Options, param
-from kernelpilot.runs.store import DEFAULT_PATH
+from kernelpilot.runs.store import store_option
+from kernelpilot.tools.fields import target_option
 from kernelpilot.tools.registry import ToolContext, register
 from kernelpilot.tools.shapes import array_of, shape
 
@@ -111,9 +112,9 @@ class BatchRequest(EvalOptions):
                            argument=True, path=True, required=True)
     candidates: Path = param("The candidates, KernelBench's generations layout: LEVEL/PROBLEM_ID/SAMPLE.py.",
                              argument=True, path=True, required=True)
-    target: str | None = param("Where to run: a target's name (`kpilot target list`); default: here.", short="-t")
+    target: str | None = target_option()
     workers: int | None = param("Jobs at once (default: one per GPU of the target, or one).", minimum=1)
-    store: Path = param("The run store (SQLite) the batch is recorded in.", DEFAULT_PATH, path=True)
+    store: Path = store_option("The run store (SQLite) the batch is recorded in.")
     resume: int | None = param("Carry on this batch run: the candidates it recorded are not run again.", minimum=1)
 
 
