@@ -265,6 +265,9 @@ def test_infinite_values_are_not_measurements(fx):
         row = '","'.join(cells[:i] + [value] + cells[i + 1:])
         (launch,) = read_raw_csv("\n".join([header, units, row]), "x.csv")
         assert "gpu__time_duration.sum" not in launch.metrics and launch.metrics      # the rest is read
+        assert launch.dropped == ["gpu__time_duration.sum"]
+        prof = from_ncu_pages("\n".join([header, units, row]), None, source="x.csv")
+        assert any("infinite value left out: gpu__time_duration.sum" in n for n in prof.notes)
 
 
 def test_reader_errors_name_the_file():

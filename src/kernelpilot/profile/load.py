@@ -105,6 +105,10 @@ def from_raw_launches(raws: list, rules: list | None, *, source: str, gpu: str |
     if device and gspec is None:
         prof.notes.append(f"{device} is not in kernelpilot's arch data: no peak bandwidth or occupancy step "
                           "(pass --gpu NAME)")
+    for i, r in enumerate(raws):
+        if r.dropped:                  # said, so that a missing time is not taken for a measurement
+            prof.notes.append(f"launch {i} ({r.info.get('Kernel Name') or '?'}): {len(r.dropped)} metric(s) with an "
+                              f"infinite value left out: {', '.join(r.dropped[:5])}")
     if rules:
         if len(rules) == len(prof.kernels):
             for k, rs in zip(prof.kernels, rules):

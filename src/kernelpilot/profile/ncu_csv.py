@@ -38,6 +38,7 @@ class RawLaunch:
     metrics: dict[str, float] = field(default_factory=dict)   # numeric metrics in base units
     text: dict[str, str] = field(default_factory=dict)        # non-numeric metric values
     units: dict[str, str] = field(default_factory=dict)       # the base unit of each metric
+    dropped: list[str] = field(default_factory=list)          # metrics whose value was infinite
 
 
 def to_base(value: float, unit: str) -> tuple[float, str]:
@@ -116,6 +117,8 @@ def read_raw_csv(text: str, source: str = "<csv>", *, keep: Callable[[str], bool
                         text[name] = cell.strip()
                     continue
             if not math.isfinite(v):      # NaN (not measured) or an infinity: no value to compute with
+                if math.isinf(v):         # not how ncu says "not measured": said in the profile's notes
+                    launch.dropped.append(name)
                 continue
             metrics[name] = v * factor
             units_out[name] = base
