@@ -167,6 +167,16 @@ def test_quiet_prints_nothing_and_json_progress_goes_to_stderr(tmp_path):
     assert human.returncode == 0 and human.stderr == "" and "PASSED" in human.stdout
 
 
+def test_list_commands_refuse_what_only_show_takes():
+    """A list command beside its show command takes none of show's options: given, they are usage errors."""
+    for args, needle in ((["runs", "list", "7"], "unexpected extra argument"), (["runs", "list", "--code"], "--code"),
+                         (["runs", "list", "--trace"], "--trace"), (["arch", "list", "h200"], "unexpected extra argument")):
+        r = _kp(*args)
+        assert r.returncode == 2 and needle in r.stderr, (args, r.stderr)
+    r = _kp("arch", "list", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["gpus"]
+
+
 def test_results_match_their_declared_output_schema(tmp_path):
     jsonschema = require_module("jsonschema")
     hip = str(EXAMPLES / "kernels" / "wave_argmax_dpp.hip")

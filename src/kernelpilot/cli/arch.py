@@ -32,9 +32,9 @@ def arch() -> None:
 
 
 @command("arch_info", name="list", help="List the known GPUs (peaks are dense: no sparsity).",
-         examples="kpilot arch list --json")
+         examples="kpilot arch list --json", omit=("name",))
 def list_cmd(opts, out: Output) -> None:
-    out.result(run("arch_info", opts.replace(name=None)), _list_text)
+    out.result(run("arch_info", opts), _list_text)
 
 
 def _list_text(answer, paint) -> str:

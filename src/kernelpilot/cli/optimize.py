@@ -76,9 +76,10 @@ def runs() -> None:
 
 
 
-@command("runs", name="list", help="Every run in the store.", examples="kpilot runs list --json")
+@command("runs", name="list", help="Every run in the store.", examples="kpilot runs list --json",
+         omit=("run", "code", "trace"))
 def list_cmd(opts, out: Output) -> None:
-    out.result(run_tool("runs", opts.replace(run=None)), _list_text)
+    out.result(run_tool("runs", opts), _list_text)
 
 
 def _list_text(d: dict[str, Any], paint) -> str:

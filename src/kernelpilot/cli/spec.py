@@ -116,10 +116,12 @@ def _help(description: str, cls: type, operation: str, examples: str) -> str:
 
 def command(tool: str, *, name: str | None = None, examples: str = "", extra: tuple[click.Parameter, ...] = (),
             context_settings: dict[str, Any] | None = None, help: str | None = None,
-            options: type | None = None) -> Callable:
+            options: type | None = None, omit: tuple[str, ...] = ()) -> Callable:
     """A click command for the registered tool ``tool``: ``fn(opts, out, **extra)`` is its body, ``extra`` the
     command's own rendering options (not part of the operation). With ``options`` (and ``help``), a command of
-    the CLI's own that is no tool (a server), made from that options class the same way."""
+    the CLI's own that is no tool (a server), made from that options class the same way. ``omit``: the tool's
+    options this command does not take (a list command beside its show command: given, they are usage errors,
+    not silently ignored)."""
     from types import SimpleNamespace
 
     from kernelpilot.tools import REGISTRY
@@ -132,7 +134,7 @@ def command(tool: str, *, name: str | None = None, examples: str = "", extra: tu
             own = {p.name: kw.pop(p.name) for p in extra}
             return fn(options_from_cli(spec.options, tool, kw), out, **own)
 
-        params = [*click_params(spec.options, tool), *extra,
+        params = [*(c for c in click_params(spec.options, tool) if c.name not in omit), *extra,
                   click.Option(["--json", "as_json"], is_flag=True, help="Machine-readable output on stdout; "
                                "progress as JSON lines on stderr."),
                   click.Option(["--quiet", "-q"], is_flag=True, help="Print nothing but errors; the exit status "
