@@ -38,6 +38,25 @@ def test_every_operation_is_a_command_or_an_agents_tool():
     assert set(REGISTRY) == set(COMMANDS) | AGENT_ONLY
 
 
+def test_every_command_is_made_from_an_options_class():
+    """No command declares its options by hand: each is built by cli.spec.command (so each takes --json and
+    --quiet), the servers and the guide installer included."""
+    import click
+
+    _register()
+
+    def leaves(c, path):
+        if isinstance(c, click.Group):
+            for name, sub in c.commands.items():
+                yield from leaves(sub, [*path, name])
+        else:
+            yield " ".join(path), {p.name for p in c.params}
+
+    found = dict(leaves(cli, []))
+    assert {"mcp", "skill install", "doctor", "runs serve"} <= set(found)
+    assert not [name for name, ps in found.items() if not {"as_json", "quiet"} <= ps]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Sample(Options):
     n: int = param("How many.", 3, minimum=1)

@@ -3,46 +3,54 @@ the optimization workflow with kpilot)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
-from kernelpilot.cli.output import echo
+from kernelpilot.cli.output import Output, warn
+from kernelpilot.cli.spec import command
 from kernelpilot.errors import KernelpilotError
+from kernelpilot.options import Options, param
 
 __all__ = ["mcp_cmd", "skill"]
 
 
-@click.command("mcp")
-@click.option("--http", "port", type=int, help="Serve the streamable HTTP transport on this port instead of stdio.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="With --http: the address to bind.")
-@click.option("--allow-remote", is_flag=True, help="With --http: allow a --host other than a loopback address.")
-@click.option("--workspace", type=click.Path(file_okay=False, path_type=Path), help="Folder candidate files are read from and written to (default: here).")
-def mcp_cmd(port: int | None, host: str, allow_remote: bool, workspace: Path | None) -> None:
-    """Serve kernelpilot's tools over the Model Context Protocol (stdio by default).
+@dataclass(frozen=True, kw_only=True)
+class McpOptions(Options):
+    http: int | None = param("Serve the streamable HTTP transport on this port instead of stdio.", minimum=1)
+    host: str = param("With --http: the address to bind.", "127.0.0.1")
+    allow_remote: bool = param("With --http: allow a --host other than a loopback address.", False)
+    workspace: Path | None = param("Folder candidate files are read from and written to (default: here).",
+                                   path=True)
 
-    Over HTTP every request needs the header 'Authorization: Bearer TOKEN': the token is KPILOT_MCP_TOKEN, or one
-    made at start and printed once on stderr. Tools reach only the files under --workspace.
 
-    \b
-    Claude Code:  claude mcp add kernelpilot -- kpilot mcp
-    HTTP:         kpilot mcp --http 8765        (http://127.0.0.1:8765/mcp)
-    """
+@command("mcp", options=McpOptions, help="""Serve kernelpilot's tools over the Model Context Protocol (stdio by
+    default). Over HTTP every request needs the header 'Authorization: Bearer TOKEN': the token is
+    KPILOT_MCP_TOKEN, or one made at start and printed once on stderr (with --json, as a JSON line there). Tools
+    reach only the files under --workspace.""", examples="""
+    claude mcp add kernelpilot -- kpilot mcp
+    kpilot mcp --http 8765        (http://127.0.0.1:8765/mcp)""")
+def mcp_cmd(opts: McpOptions, out: Output) -> None:
     try:
         from kernelpilot import mcp_server
         import mcp  # noqa: F401
     except ImportError:
         raise KernelpilotError("the mcp package is not installed: pip install 'kernelpilot[mcp]'.") from None
-    if port is None:
-        mcp_server.serve_stdio(workspace)
+    if opts.http is None:             # stdout is the protocol's: nothing else is printed there
+        mcp_server.serve_stdio(opts.workspace)
         return
-    mcp_server.check_host(host, allow_remote)
+    mcp_server.check_host(opts.host, opts.allow_remote)
     token, made = mcp_server.http_token()
-    where = f"http://{host if ':' not in host else '[' + host + ']'}:{port}/mcp"
-    click.echo(f"kpilot mcp: serving {where}; send 'Authorization: Bearer {token}' with every request"
-               if made else f"kpilot mcp: serving {where}; requests need the token in {mcp_server.TOKEN_ENV}",
-               err=True)
-    mcp_server.serve_http(port, host, workspace, token=token, allow_remote=allow_remote)
+    where = f"http://{opts.host if ':' not in opts.host else '[' + opts.host + ']'}:{opts.http}/mcp"
+    if out.mode == "json":
+        out.progress({"event": "serving", "url": where, **({"token": token} if made
+                                                            else {"token_env": mcp_server.TOKEN_ENV})})
+    elif out.mode == "human":
+        warn(f"kpilot mcp: serving {where}; send 'Authorization: Bearer {token}' with every request" if made
+             else f"kpilot mcp: serving {where}; requests need the token in {mcp_server.TOKEN_ENV}")
+    mcp_server.serve_http(opts.http, opts.host, opts.workspace, token=token, allow_remote=opts.allow_remote)
 
 
 GUIDE = """# Optimizing GPU kernels with kernelpilot (kpilot)
@@ -105,16 +113,24 @@ def skill() -> None:
     """A guide that teaches a coding agent the kpilot workflow."""
 
 
-@skill.command("install")
-@click.option("--for", "agent", type=click.Choice(sorted(TARGETS)), required=True, help="The coding agent.")
-@click.option("--print", "just_print", is_flag=True, help="Print the guide instead of writing it.")
-@click.option("--dir", "root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True, help="The project folder to write it into.")
-def install_cmd(agent: str, just_print: bool, root: Path) -> None:
-    """Write the guide where AGENT reads it (SKILL.md for Claude Code, AGENTS.md for Codex, a rule for Cursor)."""
+@dataclass(frozen=True, kw_only=True)
+class SkillOptions(Options):
+    agent: str = param("The coding agent.", flag="--for", choices=tuple(sorted(TARGETS)), required=True)
+    print_guide: bool = param("Print the guide instead of writing it.", False, flag="--print")
+    dir: Path = param("The project folder to write it into.", Path("."), path=True)
+
+
+@command("skill_install", name="install", options=SkillOptions, help="""Write the guide where the agent reads it
+    (SKILL.md for Claude Code, AGENTS.md for Codex, a rule for Cursor).""",
+         examples="kpilot skill install --for claude")
+def install_cmd(opts: SkillOptions, out: Output) -> None:
+    out.result(_install(opts.agent, opts.print_guide, opts.dir), lambda d, paint: d.get("guide") or d["message"])
+
+
+def _install(agent: str, just_print: bool, root: Path) -> dict[str, Any]:
     text = FRONT[agent] + GUIDE
     if just_print:
-        echo(text)
-        return
+        return {"guide": text}
     path = root / TARGETS[agent]
     path.parent.mkdir(parents=True, exist_ok=True)
     if agent == "codex" and path.exists():
@@ -125,8 +141,10 @@ def install_cmd(agent: str, just_print: bool, root: Path) -> None:
                                    "Convert it to UTF-8, or add the guide by hand (kpilot skill install "
                                    "--print).") from None
         if GUIDE.splitlines()[0] in current:
-            echo(f"{path} already has the kernelpilot guide")
-            return
+            return {"path": str(path), "written": False, "message": f"{path} already has the kernelpilot guide"}
         text = current.rstrip() + "\n\n" + GUIDE
     path.write_text(text)
-    echo(f"wrote {path}")
+    return {"path": str(path), "written": True, "message": f"wrote {path}"}
+
+
+skill.add_command(install_cmd)

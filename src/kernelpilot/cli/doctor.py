@@ -8,11 +8,12 @@ usable; 1 when one is not, after printing everything. Other features never make 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from typing import Any
 
-import click
-
-from kernelpilot.cli.output import echo, emit_json, table, warn
+from kernelpilot.cli.output import Output, echo, table, warn
+from kernelpilot.cli.spec import command
+from kernelpilot.options import Options
 from kernelpilot.toolchain.features import core_unusable, evaluate, features_using, module, tool
 
 __all__ = ["doctor", "render", "report_json"]
@@ -85,30 +86,26 @@ def report_json(inv, statuses) -> dict[str, Any]:
     return doc
 
 
-@click.command()
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (kernelpilot.doctor/2).")
-def doctor(as_json: bool) -> None:
-    """Check tools, Python extras, GPU and driver, and ncu's counter permission; say which features work.
+@dataclass(frozen=True, kw_only=True)
+class DoctorOptions(Options):
+    """None: what this machine has decides the answer."""
 
-    Exits 1 when a core feature (ISA analysis of CUDA C++, HIP C++ or Triton) is unusable, naming the
-    command that fixes each one.
 
-    \b
-    Examples:
-      kpilot doctor
-      kpilot doctor --json
-    """
+@command("doctor", options=DoctorOptions, help="""Check tools, Python extras, GPU and driver, and ncu's counter
+    permission; say which features work. Exits 1 when a core feature (ISA analysis of CUDA C++, HIP C++ or
+    Triton) is unusable, naming the command that fixes each one (with --json: the kernelpilot.doctor/2 document,
+    its "ok" false).""", examples="""
+    kpilot doctor
+    kpilot doctor --json""")
+def doctor(opts: DoctorOptions, out: Output) -> None:
     from kernelpilot.toolchain.inventory import detect
 
     inv = detect()
     statuses = evaluate(inv.available())
     failure = _failure(statuses)
-    if as_json:
-        emit_json(report_json(inv, statuses))
-    else:
-        echo(render(inv, statuses))
-        if failure:
+    out.result(report_json(inv, statuses), lambda doc, paint: render(inv, statuses))
+    if failure:
+        if out.mode == "human":
             echo()
             warn(failure)
-    if failure:
         sys.exit(1)
