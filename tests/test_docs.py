@@ -213,3 +213,50 @@ def test_ask_without_matching_passages_says_so_without_a_model(tmp_path):
                        capture_output=True, text=True, env={k: v for k, v in env.items() if not k.endswith("API_KEY")},
                        timeout=120)
     assert r.returncode == 0 and json.loads(r.stdout)["answer"] == "The documentation corpus holds no answer to this question."
+
+
+def _bomb_pdf(inflated_bytes: int) -> bytes:
+    """A one-page PDF whose content stream inflates (FlateDecode) to ``inflated_bytes`` of zeros."""
+    import zlib
+
+    z = zlib.compressobj(9)
+    chunk = bytes(64 << 20)
+    stream = b"".join(z.compress(chunk) for _ in range(inflated_bytes // len(chunk))) + z.flush()
+    objs = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
+            b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream"]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for i, body in enumerate(objs, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objs) + 1, xref)
+    return bytes(out)
+
+
+def test_a_pdf_that_inflates_to_a_gigabyte_is_refused_quickly(index, tmp_path):
+    require_module("pypdf")
+    import time
+
+    bomb = tmp_path / "bomb.pdf"
+    bomb.write_bytes(_bomb_pdf(1 << 30))
+    assert bomb.stat().st_size < 4 << 20
+    import resource
+
+    t0 = time.perf_counter()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss           # KiB
+    with pytest.raises(KernelpilotError, match="not a readable PDF|no text could be read"):
+        index.add(bomb)
+    assert time.perf_counter() - t0 < 30
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 512 << 10   # never inflated whole
+
+
+def test_a_query_of_one_word_repeated_is_answered_in_bounded_time(index):
+    import time
+
+    t0 = time.perf_counter()
+    hits = index.search(" ".join(["dpp"] * 250) + " " + " ".join(f"w{i}" for i in range(200)))
+    assert time.perf_counter() - t0 < 5
+    assert hits and any("dpp" in (h.citation + h.snippet).lower() for h in hits)   # the word that is known is found

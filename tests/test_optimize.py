@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, require_module
+from conftest import EXAMPLES, ROOT, require_module
 
 from kernelpilot.errors import InputFormatError, KernelpilotError
 from kernelpilot.loop.halving import Result, next_trials, ranking, rounds_needed
@@ -347,3 +347,11 @@ def test_a_store_from_before_traces_opens_with_its_runs(tmp_path):
         s.add_step(run.id, StepRecord(kind="variant", trace=[{"role": "evaluation", "events": []}]))
         assert s.steps(run.id)[1].trace == [{"role": "evaluation", "events": []}]
     assert sqlite3.connect(db).execute("SELECT value FROM meta").fetchone()[0] == "2"
+
+
+def test_a_missing_candidate_is_a_usage_error_as_in_check(tmp_path):
+    row = EXAMPLES / "problems" / "row_softmax"
+    for cmd in (["optimize", row, "-c", tmp_path / "nope.py", "--device", "cpu"], ["check", row, "-c", tmp_path / "nope.py"]):
+        r = kp(*map(str, cmd), cwd=tmp_path)
+        assert r.returncode == 2 and r.stderr.strip().endswith("nope.py: no such candidate file."), (cmd, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1

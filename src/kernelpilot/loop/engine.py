@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from kernelpilot.errors import KernelpilotError
+from kernelpilot.errors import KernelpilotError, UsageError
 from kernelpilot.evaluate.isolation import WorkerPool
 from kernelpilot.evaluate.problem import load_problem
 from kernelpilot.evaluate.result import EvalResult, ratio
@@ -209,7 +209,7 @@ def optimize(problem: str | Path, candidate: str | Path, opts: OptimizeOptions, 
     load_problem(problem)        # a malformed problem fails here, before a run is recorded
     cand = Path(candidate).resolve()
     if not cand.is_file():
-        raise KernelpilotError(f"{cand}: no such candidate file.")
+        raise UsageError(f"{cand}: no such candidate file.")     # as check, bench and eval say it
     model = None
     if opts.strategy == "search":
         read_space(cand)         # a search needs a tuning space: say so before anything runs
