@@ -33,6 +33,14 @@ def require_tool(name: str) -> Path:
         pytest.skip(str(e))
 
 
+def json_events(text: str) -> list[dict]:
+    """The JSON progress events a command printed with --json (its standard error: one object per line; lines of
+    anything else there, a library's warning, are not events)."""
+    import json
+
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
 def require_module(name: str):
     """Import and return the module; skip (the whole file, where called at its top) if it is missing, fail in CI."""
     try:

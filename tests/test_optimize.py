@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, ROOT, require_module
+from conftest import EXAMPLES, ROOT, json_events, require_module
 
 from kernelpilot.errors import InputFormatError, KernelpilotError
 from kernelpilot.loop.halving import Result, next_trials, ranking, rounds_needed
@@ -138,11 +138,13 @@ def searched(tmp_path_factory):
 def test_search_end_to_end_on_cpu(searched):
     d, r = searched
     assert r.returncode == 0, r.stderr
-    events = [json.loads(line) for line in r.stdout.splitlines()]
+    events = json_events(r.stderr)
     assert events[0] == {"event": "run", "run": 1, "store": str((d / ".kpilot" / "runs.db").resolve()),
                          "strategy": "search"}
     steps, end = [e for e in events if e["event"] == "step"], events[-1]
     assert end["event"] == "end" and end["status"] == "done" and "budget of 8" in end["reason"]
+    result = json.loads(r.stdout)                   # the run's outcome: the one thing on stdout
+    assert result["run"] == 1 and result["status"] == "done" and result["best_step"] == end["best_step"]
     assert steps[0]["kind"] == "start" and steps[0]["params"] == {"BLOCK": 64, "NUM_WARPS": 1}
     assert len(steps) == 8 and all(s["event"] == "step" and s["passed"] for s in steps)
     assert {s["params"]["round"] for s in steps[1:]} <= {0, 1}
@@ -200,7 +202,9 @@ def test_killed_run_resumes_from_its_last_step(tmp_path):
     p = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     seen = []
-    for line in p.stdout:
+    for line in p.stderr:
+        if not line.startswith("{"):
+            continue
         event = json.loads(line)
         if event["event"] == "step":
             seen.append(event)
@@ -220,7 +224,7 @@ def test_killed_run_resumes_from_its_last_step(tmp_path):
         assert len(s.steps(1)) == len(before)
     r = kp("optimize", "--resume", "1", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    events = [json.loads(line) for line in r.stdout.splitlines()]
+    events = json_events(r.stderr)
     assert events[-1]["status"] == "done" and "budget of 5" in events[-1]["reason"]
     assert events[0]["event"] == "run" and events[1]["n"] == len(before)   # carried on from the next step
     with RunStore(tmp_path / ".kpilot" / "runs.db", create=False) as s:
@@ -286,7 +290,7 @@ def test_variants_find_the_files_beside_their_start(tmp_path):
     r = kp("optimize", SCALE, "-c", start, "--device", "cpu", "--budget", "3", "--bench-budget", "0.05", "--json",
            cwd=work)
     assert r.returncode == 0, r.stderr
-    steps = [e for e in map(json.loads, r.stdout.splitlines()) if e["event"] == "step"]
+    steps = [e for e in json_events(r.stderr) if e["event"] == "step"]
     assert [s["kind"] for s in steps] == ["start", "variant", "variant"] and all(s["passed"] for s in steps), steps
     variant = next((work / ".kpilot").glob("run-*/step-1.py"))
     assert variant.read_text().splitlines()[-1] == PREFIX + str(start.resolve())
@@ -307,7 +311,7 @@ def test_a_search_with_two_workers_evaluates_a_round_at_once(tmp_path):
     r = kp("optimize", SCALE, "-c", TUNABLE, "--device", "cpu", "--budget", "5", "--bench-budget", "0.05",
            "--parallel", "2", "--goal", "1000", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    events = [json.loads(line) for line in r.stdout.splitlines()]
+    events = json_events(r.stderr)
     steps, end = [e for e in events if e["event"] == "step"], events[-1]
     assert end["status"] == "done" and "budget of 5" in end["reason"] and len(steps) == 5
     assert all(s["passed"] for s in steps) and steps[0]["kind"] == "start"

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, free_port, rendered_dom, require_module
+from conftest import ROOT, free_port, json_events, rendered_dom, require_module
 from llm_server import ScriptedLLM
 
 from kernelpilot.runs.store import RunStore
@@ -56,7 +56,7 @@ def test_llm_loop_feeds_the_failure_back_and_records_both_steps(tmp_path, provid
         r = _optimize(provider, llm.url(provider), tmp_path, "--api-key", "test-key")
         reqs = llm.requests
     assert r.returncode == 0, r.stderr
-    events = [json.loads(line) for line in r.stdout.splitlines()]
+    events = json_events(r.stderr)
     assert events[-1]["event"] == "end" and events[-1]["status"] == "done"
     assert events[-1]["reason"] == "the model stopped: the block size was the limit"
     steps = [e for e in events if e["event"] == "step"]
@@ -107,7 +107,7 @@ def test_the_budget_counts_the_models_proposals(tmp_path):
                llm.url("openai"), "--model", "scripted", "--device", "cpu", "--bench-budget", "0.05", "--budget", "3",
                "--api-key", "k", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    events = [json.loads(line) for line in r.stdout.splitlines()]
+    events = json_events(r.stderr)
     steps = [e for e in events if e["event"] == "step"]
     assert [s["kind"] for s in steps] == ["start", "proposal", "proposal"]
     assert [(s["evaluations"], s["budget"]) for s in steps] == [(1, 3), (2, 3), (3, 3)]
@@ -143,8 +143,9 @@ def test_rate_limit_is_retried_with_backoff_then_reported(tmp_path):
         r = _optimize("openai", llm.url("openai"), tmp_path / "x", "--api-key", "k", "--llm-retries", "1") \
             if (tmp_path / "x").mkdir() is None else None
         assert len(llm.requests) == 2        # one try and one retry
-    lines = r.stderr.strip().splitlines()
+    lines = [line for line in r.stderr.strip().splitlines() if not line.startswith("{")]   # besides the events
     assert r.returncode == 1 and len(lines) == 1 and "rate limited by openai" in lines[0] and "after 1 retries" in lines[0]
+    assert json.loads(r.stdout)["error"]["message"].startswith("rate limited by openai")
     with RunStore(tmp_path / "x" / ".kpilot" / "runs.db", create=False) as s:
         assert s.run(1).status == "stopped"   # resumable later
 
@@ -166,7 +167,7 @@ def test_parallel_proposals_are_evaluated_together(tmp_path):
         r = _optimize("openai", llm.url("openai"), tmp_path, "--api-key", "k", "--parallel", "2")
         reqs = llm.requests
     assert r.returncode == 0, r.stderr
-    events = [json.loads(line) for line in r.stdout.splitlines()]
+    events = json_events(r.stderr)
     steps = [e for e in events if e["event"] == "step"]
     assert [(s["kind"], s["passed"]) for s in steps] == [("start", True), ("proposal", False), ("proposal", True)]
     assert events[-1]["reason"] == "the model stopped: enough"

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from kernelpilot.cli.output import Output, echo, table, warn
+from kernelpilot.cli.output import Output, table, warn
 from kernelpilot.cli.spec import command
 from kernelpilot.errors import UsageError
 from kernelpilot.options import Options, param
@@ -36,15 +36,12 @@ __all__ = ["optimize_cmd", "runs"]
 def optimize_cmd(opts, out: Output) -> None:
     from kernelpilot.tools.runs import optimize_run
 
-    on_event = _json_event if out.mode == "json" else _print_event if out.mode == "human" else None
-    run = optimize_run(opts, on_event)
-    if out.mode == "human":
-        echo(f"run {run.id}: {run.status} ({run.stop_reason}); best step {run.best_step}, "
-             f"{run.best_speedup}x over the start. `kpilot runs show {run.id}` for the timeline.")
-
-
-def _json_event(event: dict[str, Any]) -> None:
-    click.echo(json.dumps(event), nl=True)
+    # progress as every command gives it (JSON lines on stderr with --json); the run's outcome is the result
+    run = optimize_run(opts, out.progress if out.mode == "json" else _print_event if out.mode == "human" else None)
+    out.result({"run": run.id, "status": run.status, "stop_reason": run.stop_reason, "best_step": run.best_step,
+                "best_speedup": run.best_speedup, "store": str(Path(opts.store).resolve())},
+               lambda d, paint: f"run {d['run']}: {d['status']} ({d['stop_reason']}); best step {d['best_step']}, "
+                                f"{d['best_speedup']}x over the start. `kpilot runs show {d['run']}` for the timeline.")
 
 
 def _print_event(e: dict[str, Any]) -> None:
