@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -341,6 +342,21 @@ def test_a_candidate_on_a_problem_runs_under_the_driver():
     assert r.returncode == 1 and r.stderr.startswith("error: ncu") and len(r.stderr.strip().splitlines()) == 1
     r = kp("profile", "--problem", str(ROW))
     assert r.returncode == 2 and "problem and candidate go together" in r.stderr
+
+
+@pytest.mark.gpu
+def test_a_confined_caller_profiles_its_candidate_in_the_box(tmp_path, monkeypatch):
+    """The profile tool for an MCP client or a model: the candidate runs under ncu inside the box (writes
+    confined, no credentials), and ncu still sees its kernels in the marked range."""
+    from kernelpilot.tools import ToolContext, call
+
+    ws = tmp_path / "ws"
+    shutil.copytree(ROW, ws / "row_softmax")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-not-a-key")
+    d = call("profile", {"problem": "row_softmax", "candidate": "row_softmax/candidates/triton_softmax.py",
+                         "out": "prof"}, ToolContext(workspace=ws, confined=True))
+    assert {k["name"] for k in d["kernels"]} == {"softmax_kernel"}, d.get("notes")
+    assert (ws / "prof" / "profile.box").is_dir()            # the box's own folder
 
 
 @pytest.mark.gpu
