@@ -51,6 +51,10 @@ def open_channels(spec: TargetSpec, *, slots: int | None = None, build: str | No
         channels = []
         for i in range(n):
             env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+            if n > 1 and "OMP_NUM_THREADS" not in os.environ:
+                # each worker its share of the cores: several CPU evaluations at once, each with a thread per
+                # core, would contend for them rather than overlap
+                env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // n))
             if gpus:    # one worker per GPU: the i-th of those this process sees
                 visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
                 env["CUDA_VISIBLE_DEVICES"] = visible[i % gpus] if len(visible) == gpus else str(i % gpus)
