@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -43,15 +42,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def geomean(xs: list[float]) -> float | None:
-    return round(math.exp(sum(map(math.log, xs)) / len(xs)), 3) if xs else None
-
-
 def main() -> None:
     import torch
 
     import dispatch
     import natural_pytorch
+    from bench import geomean
     import reference as ref
     from stream_floor import flushed_median_us, stream_floor_us
 

@@ -56,7 +56,7 @@ def cuda_algo(logits: torch.Tensor, bias, k: int) -> str:
 def topk_sigmoid(logits: torch.Tensor, bias, k: int):
     which = pick(logits, k)
     if which == "cuda":
-        return topk_sigmoid_cuda.run(logits, bias, k, cuda_algo(logits, bias, k))
+        return topk_sigmoid_cuda.launch(logits, bias, k, cuda_algo(logits, bias, k))   # pick() checked it
     if which == "router":
         return routing_cuda.topk_sigmoid(logits, bias, k)
     if which == "hip":

@@ -230,12 +230,18 @@ def sort_algo(tokens: int, experts: int, k: int, element_size: int = 2, biased: 
 def run(logits: torch.Tensor, bias, k: int, algo: str, blocks_per_sm: int = 12):
     """``blocks_per_sm``: with "keys_persistent", the grid's blocks per SM (at most). "sort": the sorting-network
     kernel with the experts per thread for the shape."""
-    if logits.dim() != 2 or not supported(logits, k) or algo not in (*ALGOS, "sort"):
+    if not supported(logits, k) or algo not in (*ALGOS, "sort"):
         # refused here: the extension's own checks would stop it too, but a check whose message carries values
         # has crashed the process on the GPU machine's build instead of raising
         raise ValueError(f"this kernel routes {', '.join(map(str, EXPERTS))} experts with k in {KS} on NVIDIA "
                          f"sm_80+ ({', '.join(ALGOS)} or sort), not logits {tuple(logits.shape)} on "
                          f"{logits.device}, k {k}, {algo!r}")
+    return launch(logits, bias, k, algo, blocks_per_sm)
+
+
+def launch(logits: torch.Tensor, bias, k: int, algo: str, blocks_per_sm: int = 12):
+    """``run`` without its checks, for a caller that has asked ``supported`` already and names an algorithm of
+    ``ALGOS`` (dispatch.py, on every call it times)."""
     if algo == "sort":
         algo = sort_algo(logits.shape[0], logits.shape[1], k, logits.element_size(), bias is not None)
     x = logits.contiguous()

@@ -22,8 +22,8 @@ from kernelpilot.evaluate.jobs import Job, JobFormatError, WorkerResult
 from kernelpilot.evaluate.supervise import set_dumpable
 from kernelpilot.evaluate.worker_env import cache_dirs, redact, worker_env
 
-__all__ = ["run_job", "run_boxed", "boxed_command", "Confinement", "WorkerProcess", "WorkerPool", "describe_exit", "default_memory_bytes",
-           "hide_own_memory", "trusted_cache_dirs"]
+__all__ = ["run_job", "run_boxed", "boxed_command", "Confinement", "WorkerProcess", "WorkerPool", "describe_exit",
+           "default_memory_bytes", "hide_own_memory", "trusted_cache_dirs"]
 
 _SIGNALS = {
     signal.SIGSEGV: "crashed with a segmentation fault (SIGSEGV)",

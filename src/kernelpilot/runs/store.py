@@ -18,7 +18,7 @@ from typing import Any
 
 from kernelpilot.errors import KernelpilotError
 
-__all__ = ["DEFAULT_PATH", "RunRecord", "StepRecord", "RunStore"]
+__all__ = ["DEFAULT_PATH", "store_option", "RunRecord", "StepRecord", "RunStore"]
 
 DEFAULT_PATH = Path(".kpilot") / "runs.db"
 
@@ -28,6 +28,8 @@ def store_option(help: str = "The run store (SQLite).") -> Any:
     from kernelpilot.options import param
 
     return param(help, DEFAULT_PATH, path=True)
+
+
 SCHEMA_VERSION = 2
 
 _SCHEMA = """
