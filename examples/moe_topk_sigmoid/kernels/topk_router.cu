@@ -126,7 +126,6 @@ __global__ __launch_bounds__(256) void topk_router(const T* __restrict__ logits,
   }
   if constexpr (ROUTER == GROUPED) {
     const int per = experts / n_group;
-    bool kept_here;                          // whether this lane's experts (fast path) lie in a kept group
     if (W * P == experts && per % P == 0) {   // each group is L whole lanes
       const int L = per / P;
       unsigned k1 = 0, k2 = 0;
@@ -141,9 +140,8 @@ __global__ __launch_bounds__(256) void topk_router(const T* __restrict__ logits,
         const unsigned top = lanes_max<W>(gk);
         chosen |= g == lanes_min<W>(gk == top ? g : 0xffffffffu);
       }
-      kept_here = chosen;
 #pragma unroll
-      for (int j = 0; j < P; ++j) key[j] = kept_here ? key[j] : 0u;
+      for (int j = 0; j < P; ++j) key[j] = chosen ? key[j] : 0u;   // this lane's group was kept, or not
     } else {                                  // any layout: each group's top two over all the lanes, in turn
       const float inv_per = 1.0f / (float)per;
       float my_group_score = neg_inf();
