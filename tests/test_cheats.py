@@ -121,6 +121,8 @@ RUNS: dict[str, Run] = {
     "bench/row/lazy_subclass": row("lazy_subclass", "bench"),
     "eval/row/rigged_sampling": row("rigged_sampling", "eval", timing=LONG_TIMING),
     "eval/row/repaired_samples": row("repaired_samples", "eval", timing=LONG_TIMING),
+    "eval/row/forged_samples": row("forged_samples", "eval"),
+    "eval/row/precomputed_batch": row("precomputed_batch", "eval"),
     # GPU
     "gpu/row/triton_softmax": row("triton_softmax", device="cuda", cases=None),
     "gpu/row/input_mutation": row("input_mutation", device="cuda"),
@@ -140,6 +142,8 @@ RUNS: dict[str, Run] = {
     "gpu/bench/row/lazy_subclass": row("lazy_subclass", "bench", device="cuda"),
     "gpu/eval/row/rigged_sampling": row("rigged_sampling", "eval", device="cuda", timing=LONG_TIMING),
     "gpu/eval/row/repaired_samples": row("repaired_samples", "eval", device="cuda", timing=LONG_TIMING),
+    "gpu/eval/row/forged_samples": row("forged_samples", "eval", device="cuda"),
+    "gpu/eval/row/precomputed_batch": row("precomputed_batch", "eval", device="cuda"),
     "gpu/eval/row/side_stream_late": row("side_stream_late", "eval", device="cuda", timing=LONG_TIMING),
 }
 
@@ -491,11 +495,32 @@ def test_patched_random_source_is_rejected(outcome, key):
     assert not res.passed and not res.bench     # rejected by the check: not benchmarked
 
 
-@pytest.mark.parametrize("key", ["eval/row/repaired_samples"])
+@pytest.mark.parametrize("key", keys("eval/row/repaired_samples", gpu=("gpu/eval/row/repaired_samples",)))
 def test_repaired_timed_outputs_are_caught(outcome, key):
     res = outcome(key)
     assert res.correct is True          # check sees only honest calls
-    assert "timed-output-tampered" in ids(res, "error")   # the journaled fingerprint no longer matches
+    # Caught either way: a whole kept output it repaired no longer matches the fingerprint journaled when it was
+    # kept (tampered), or, should every kept one have come from an honest call, the sixteen calls re-checked by
+    # their journaled samples, nine in ten of them stale (wrong).
+    assert {"timed-output-tampered", "timed-output-wrong"} & set(ids(res, "error"))
+    assert not res.passed
+
+
+@pytest.mark.parametrize("key", keys("eval/row/forged_samples", gpu=("gpu/eval/row/forged_samples",)))
+def test_forged_records_of_timed_calls_are_caught(outcome, key):
+    res = outcome(key)
+    assert res.correct is True          # check is untimed: every call there is honest
+    found = [f for f in res.flags if f.id == "timed-output-tampered" and "second record" in f.message]
+    assert found and found[0].level == "error", [(f.id, f.message) for f in res.flags]
+    assert not res.passed
+
+
+@pytest.mark.parametrize("key", keys("eval/row/precomputed_batch", gpu=("gpu/eval/row/precomputed_batch",)))
+def test_no_later_inputs_exist_while_a_timed_call_runs(outcome, key):
+    # It answers from later calls' inputs where it finds any, else replays an earlier answer: it finds none.
+    res = outcome(key)
+    assert res.correct is True
+    assert "timed-output-wrong" in ids(res, "error")
     assert not res.passed
 
 

@@ -50,7 +50,8 @@ def _timed_key(key: str) -> bool:
 class VerifyItem:
     """One output for the reference to verify: the case and secret seed it was made from, the fingerprint of the
     inputs the candidate's process made, and the fingerprints its journal recorded when the output was made
-    (``"missing"`` where there was no record)."""
+    (``"missing"`` where there was no record); or, with ``sample``, a timed call judged by the elements of its
+    output that its journal record holds."""
 
     case: str
     seed: int
@@ -58,6 +59,7 @@ class VerifyItem:
     fingerprint: str
     output_fingerprint: str = "missing"
     journal_input: str | None = None
+    sample: dict[str, Any] | None = None    # a timed call re-checked by the sample its record holds (sampling.py)
 
     @property
     def timed(self) -> bool:

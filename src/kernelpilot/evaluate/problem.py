@@ -79,6 +79,12 @@ class Problem:
             return Tolerance(*DEFAULT_TOLERANCES[key])
         return self.default_tolerance
 
+    @property
+    def own_check(self) -> bool:
+        """Whether the problem judges outputs with a check of its own (GPU MODE's ``check_implementation``, a
+        native problem's ``check``): outputs are then judged whole, never by sampled elements."""
+        return self.format == "gpumode" or bool(self.options.get("check"))
+
     def case(self, name: str) -> Case:
         for c in self.cases + self.benchmark_cases:
             if c.name == name:

@@ -16,11 +16,11 @@ from typing import Any, Callable
 from kernelpilot.errors import KernelpilotError, UsageError
 from kernelpilot.evaluate.guards import scan_source
 from kernelpilot.evaluate.isolation import Confinement, WorkerPool, WorkerProcess, hide_own_memory, run_job
-from kernelpilot.evaluate.jobs import (BenchJob, CheckJob, Job, Verdict, VerifyItem, VerifyJob, WorkerResult,
-                                      output_key)
+from kernelpilot.evaluate.jobs import BenchJob, CheckJob, Job, Verdict, VerifyJob, WorkerResult
 from kernelpilot.evaluate.problem_files import Seal, problem_files
 from kernelpilot.evaluate.worker_env import redact, redact_json, secret_values
 from kernelpilot.evaluate.problem import Problem, load_problem
+from kernelpilot.evaluate.rechecks import items_to_verify
 from kernelpilot.evaluate.result import Baseline, BenchCase, CaseResult, EvalResult, Flag, ratio
 from kernelpilot.evaluate.roofline import floor, gpu_from_device_name
 from kernelpilot.evaluate.timing import TimingOptions
@@ -52,7 +52,8 @@ class EvalOptions(Options):
     graphs: bool = param("Also time CUDA-graph replays (removes launch overhead).", False, only=_BENCH)
     budget: float = param("Seconds of timed samples per case at most.", TimingOptions.budget_s,
                           exclusive_minimum=0, only=_BENCH)
-    verify: int = param("Timed outputs re-checked per case.", 3, minimum=0, only=_BENCH)
+    verify: int = param("Timed calls re-checked per case, drawn from all of them once timing is over.", 16,
+                        minimum=0, only=_BENCH)
     timeout: float = worker_timeout_option()
     memory_limit_gb: float | None = param("GiB of host memory a worker (with what it starts) may hold before it is "
                                           "killed (default: 80% of this machine's).", flag="--memory-limit",
@@ -188,21 +189,6 @@ def _verify(session: _Session, problem: Problem, device: str, items: list[dict[s
         raise KernelpilotError(f"the problem's reference failed, so nothing can be checked: "
                                f"{res.fatal if res.problem_error else _fatal_text(res)}")
     return res
-
-
-def _items(res: WorkerResult, *, check: bool) -> list[VerifyItem]:
-    """Outputs for the reference to verify: the check's (where ``check``) and the timed outputs kept for
-    re-checking, each with the fingerprints the worker journaled when it made them (the first record for a key
-    wins: later ones could be forged from inside the candidate's process)."""
-    journal: dict[str, dict[str, Any]] = {}
-    for rec in res.journal:
-        if isinstance(rec.get("key"), str):
-            journal.setdefault(rec["key"], rec)
-    items = [VerifyItem(case=e.case, seed=e.seed, key=output_key(e.case, e.seed), fingerprint=e.fingerprint)
-             for e in (res.cases if check else ()) if not e.error]
-    items += [it for e in res.bench for it in e.verify]
-    return [replace(it, output_fingerprint=journal.get(it.key, {}).get("output") or "missing",
-                    journal_input=journal.get(it.key, {}).get("input")) for it in items]
 
 
 def _merge_check(result: EvalResult, prob: Problem, res: WorkerResult, ref: WorkerResult | None) -> None:
@@ -373,7 +359,8 @@ def _run_timed(problem, candidate, opts: EvalOptions, *, do_check: bool, do_benc
             result.error = f"the candidate could not be run: {_fatal_text(res)}"
             _check_seal(session, result)
             return result
-        items = _items(res, check=do_check)
+        items, journal_flags = items_to_verify(res, check=do_check, verify=opts.verify, sampled=not prob.own_check)
+        result.flags.extend(journal_flags)
         outputs = [cand.dir / "candidate_outputs", cand.dir / "bench_outputs"]
         if items:
             _say(opts, stage="reference", what="computing the reference's outputs and comparing",

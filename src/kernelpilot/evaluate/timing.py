@@ -1,9 +1,9 @@
 """Timing that a careful engineer would do by hand, and one typed result.
 
-Every sample: new inputs prepared (untimed), L2 flushed by reading a buffer twice its size (which writes back
+Every sample: new inputs made for it alone, just before it (untimed), L2 flushed by reading a buffer twice its size (which writes back
 whatever the cache held dirty and leaves it holding clean lines, as after Nsight Compute's cache flush), then
 CUDA events recorded on the current stream around the call, and a device-wide synchronize before the
-next sample. Warm-up first; then samples in batches until the median is stable (it moves by less than
+next sample. Warm-up first; then samples, a batch at a time, until the median is stable (it moves by less than
 ``rel_tol`` when a batch is added) or the time budget or ``max_n`` is reached. Work the candidate puts on
 other streams is not inside these events: the worker's guard call finds it (``side-stream`` flag).
 
@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable
 
 __all__ = ["TimingOptions", "Timing", "summarize", "measure", "gpu_sampler", "graph_sampler", "cpu_sampler",
-           "l2_flush_buffer", "l2_flusher"]
+           "keep_busy", "l2_flush_buffer", "l2_flusher"]
 
 
 @dataclass(frozen=True)
@@ -86,20 +86,15 @@ def summarize(samples: list[float], method: str, converged: bool) -> Timing:
 
 
 def measure(sample: Callable[[int], float], method: str, opts: TimingOptions, *,
-            prepare_batch: Callable[[list[int]], None] | None = None,
-            batch: int | None = None) -> Timing:
-    """Warm up, then call ``sample(i)`` (returns one time in microseconds) until the median is stable.
+            untimed: Callable[[], float] | None = None) -> Timing:
+    """Warm up, then call ``sample(i)`` (returns one time in microseconds) in batches of ``opts.batch`` until
+    the median is stable.
 
-    ``prepare_batch(indices)`` (untimed) runs before each batch of samples, e.g. to generate every input the
-    batch will use, so that the samples themselves follow each other closely. Between batches the warm-up runs
-    again (``sample`` with negative indices) for at least ``warmup_s``: a GPU left idle while inputs were
-    generated lowers its clocks, and the first kernels after the gap would run slow.
-
-    ``budget_s`` counts the warm-up and the samples, not the preparation; the whole, preparation included,
-    stops at four times the budget (slow input generators get fewer samples, never an endless run).
+    ``untimed()`` (optional) says how many seconds the samples have spent so far outside their timers, e.g.
+    making each call's new inputs: ``budget_s`` counts the warm-up and the timed calls, not that; the whole,
+    preparation included, stops at four times the budget (slow input generators get fewer samples, never an
+    endless run).
     """
-    size = max(1, batch or opts.batch)
-
     def warm() -> None:
         t0 = time.perf_counter()
         i = 0
@@ -109,22 +104,15 @@ def measure(sample: Callable[[int], float], method: str, opts: TimingOptions, *,
             if i >= 1000:
                 break
 
+    spent = untimed or (lambda: 0.0)
     samples: list[float] = []
+    warm()
     start = time.perf_counter()
-    untimed = 0.0
+    outside = spent()
     converged = False
     prev_median = None
-    first = True
     while len(samples) < opts.max_n:
-        ids = list(range(len(samples), len(samples) + size))
-        if prepare_batch is not None:
-            t0 = time.perf_counter()
-            prepare_batch(ids)
-            untimed += time.perf_counter() - t0
-        if first or prepare_batch is not None:
-            warm()
-            first = False
-        for i in ids:
+        for i in range(len(samples), min(len(samples) + opts.batch, opts.max_n)):
             samples.append(sample(i))
         med = statistics.median(samples)
         if len(samples) >= opts.min_n and prev_median is not None and med > 0:
@@ -133,14 +121,27 @@ def measure(sample: Callable[[int], float], method: str, opts: TimingOptions, *,
                 break
         prev_median = med
         elapsed = time.perf_counter() - start
-        if elapsed - untimed > opts.budget_s and len(samples) >= opts.min_n:
+        if elapsed - (spent() - outside) > opts.budget_s and len(samples) >= opts.min_n:
             break
         if elapsed > 4 * opts.budget_s:
             break
     t = summarize(samples, method, converged)
-    if prepare_batch is not None:
-        t.prepare_s = round(untimed, 3)
+    if untimed is not None:
+        t.prepare_s = round(spent() - outside, 3)
     return t
+
+
+def keep_busy(device: str, seconds: float) -> None:
+    """Keep the GPU busy for about ``seconds`` (at most 50 ms) with a spin kernel and wait for it: after the
+    host made a call's inputs for that long with the GPU idle, its clocks have dropped, and the next timed
+    kernels would run slow."""
+    import torch
+
+    spin = getattr(torch.cuda, "_sleep", None)
+    if spin is None or not device.startswith("cuda") or seconds <= 0:
+        return
+    spin(int(min(seconds, 0.05) * 1e6 * _SPIN_CYCLES_PER_US))
+    torch.cuda.synchronize()
 
 
 def l2_flush_buffer(device: str = "cuda"):

@@ -1,24 +1,42 @@
 """Timing a candidate or a baseline (``BenchJob``), and the timing a check runs after it (``CheckJob`` with
-``bench_cases``): every sample on new inputs made a batch at a time, a few timed outputs kept at random for the
-reference, the timing functions bound before the candidate was imported. Runs only in worker processes."""
+``bench_cases``): every sample on new inputs made for it just before it, a sample of every timed output journaled
+for the reference (and a few whole outputs), the timing functions bound before the candidate was imported. Runs
+only in worker processes."""
 
 from __future__ import annotations
 
 import os
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
 from kernelpilot.evaluate.jobs import output_key
 from kernelpilot.evaluate.outputs import save_outputs
+from kernelpilot.evaluate.timing import keep_busy
 from kernelpilot.evaluate.worker_base import (Worker, _copy_into, _cuda_broken, _err, _journal, _nbytes,
-                                             _new_step, _plain_output, _resident_bytes, _seed, _sync, _to)
+                                             _new_step, _plain_output, _seed, _sync, _to)
 
 __all__ = ["TimingWorker", "BenchWorker"]
 
-# Timed outputs kept for the reference to re-check, per case: up to the job's ``verify`` of them while they fit
-# in this many bytes, and always one.
+# Whole timed outputs kept for the reference to re-check, per case: up to ``_FULL_KEPT`` (or the job's ``verify``
+# where the problem has its own check) while they fit in ``_KEEP_BYTES``, and always one. Every timed call leaves
+# a sample besides (sampling.py).
 _KEEP_BYTES = 2 << 30
+_FULL_KEPT = 3
+# Making a call's inputs longer than this leaves the GPU idle long enough to lower its clocks: it is kept busy
+# for as long before the call (timing.keep_busy).
+_IDLE_S = 0.002
+
+
+def _fresh_seed(urandom, used: set[int]) -> int:
+    """A secret seed for one timed call's inputs, from ``urandom`` and not in ``used`` (then added): each call's
+    inputs, and the key its output travels under, are its own."""
+    while True:
+        seed = int.from_bytes(urandom(4), "little") & 0x7FFFFFFF
+        if seed not in used:
+            used.add(seed)
+            return seed
 
 
 class TimingWorker(Worker):
@@ -54,6 +72,7 @@ class TimingWorker(Worker):
 
     def bench(self, cases: tuple[str, ...]) -> None:
         from kernelpilot.evaluate.guards import fingerprint
+        from kernelpilot.evaluate.sampling import take_sample
 
         TimingOptions, cpu_sampler, gpu_sampler, measure, side_stream_level = (
             self.tools[n] for n in ("TimingOptions", "cpu_sampler", "gpu_sampler", "measure", "side_stream_level"))
@@ -63,39 +82,68 @@ class TimingWorker(Worker):
             fn = getattr(self, "fn", None) or self.rt.load_candidate(Path(self.job.candidate), self.device, 0)
         else:
             fn = self.rt.baseline(self.job.baseline)
+        # A candidate's timed calls are re-checked: every one leaves a sample in the journal, and a few leave
+        # their whole output (all of ``verify`` where the problem has its own check, which samples cannot feed).
+        checked = role == "candidate" and self.job.verify > 0
+        full_n = 0
+        if checked:
+            full_n = self.job.verify if self.problem.own_check else min(self.job.verify, _FULL_KEPT)
         out_cases = []
         kept: dict[str, Any] = {}
         urandom = self.clock.get("os.urandom") or os.urandom   # as it was before the candidate was imported
+        now = time.perf_counter
         for case in self.cases(cases):
-            base = _seed()
-            state: dict[str, Any] = {}
-            keep_n = self.job.verify if role == "candidate" else 0
+            state: dict[str, Any] = {"warm_inputs": self.rt.make_inputs(case, _seed(), self.device)}
             slots: list[tuple[dict[str, Any], Any]] = []
             seen = [0]
-
-            # Every timed call gets inputs no call has seen. They are generated a batch at a time before the
-            # batch (untimed), so timed calls follow each other closely and the GPU keeps its clocks; warm-up
-            # calls between batches use an input of their own that is never timed.
-            pool: dict[int, tuple[int, Any, str | None]] = {}
-            state["warm_inputs"] = self.rt.make_inputs(case, _seed(), self.device)
-            in_bytes = max(_nbytes(state["warm_inputs"]), 1)
-            batch = max(1, min(opts.batch, _resident_bytes(self.device) // in_bytes))
-
-            def prepare_batch(ids: list[int]) -> None:
-                pool.clear()
-                state.pop("inputs", None)
-                for i in ids:
-                    seed = (base + 1000003 * (i + 10)) & 0x7FFFFFFF
-                    inputs = self.rt.make_inputs(case, seed, self.device)
-                    # fingerprinted as made: the reference regenerates them from the seed, before any call
-                    pool[i] = (seed, inputs, fingerprint(inputs) if keep_n > 0 else None)
-                _sync(self.device)
+            used: set[int] = set()
+            prep_s = [0.0]
 
             def prepare(i: int) -> None:
                 if i < 0:
                     state["seed"], state["inputs"], state["fp"] = None, state["warm_inputs"], None
-                else:
-                    state["seed"], state["inputs"], state["fp"] = pool.pop(i)
+                    return
+                # Every timed call gets inputs made for it alone, from a secret seed drawn now: while the
+                # candidate runs, no later call's inputs exist, and nothing it can read tells what they will be.
+                t0 = now()
+                state.pop("inputs", None)
+                seed = _fresh_seed(urandom, used)
+                inputs = self.rt.make_inputs(case, seed, self.device)
+                # fingerprinted as made: the reference makes them again from the seed and compares
+                state["seed"], state["inputs"], state["fp"] = seed, inputs, fingerprint(inputs) if checked else None
+                _sync(self.device)
+                took = now() - t0
+                if took > _IDLE_S:
+                    keep_busy(self.device, took)
+                prep_s[0] += now() - t0
+
+            def record(i: int, out: Any, *, graph: bool = False) -> None:
+                # Out of the process at once, before the candidate runs again: the call's seed, its inputs'
+                # fingerprint and a sample of its output at positions drawn now (sampling.py). The parent picks
+                # the calls the reference re-checks once timing is over.
+                rec = {"key": output_key(case.name, state["seed"], timed=True), "case": case.name,
+                       "seed": state["seed"], "call": i, "input": state["fp"],
+                       "sample": take_sample(out, int.from_bytes(urandom(8), "little"))}
+                if graph:
+                    rec["graph"] = True
+                elif full_n:
+                    # Reservoir sampling with os.urandom, decided after the call returned: every timed call is
+                    # equally likely to leave its whole output. Its fingerprint goes with the record: an output
+                    # edited later in this process is caught.
+                    t = seen[0]
+                    seen[0] += 1
+                    if not t:
+                        state["keep"] = min(full_n, max(1, _KEEP_BYTES // max(_nbytes(out), 1)))
+                    j = t if t < state["keep"] else int.from_bytes(urandom(8), "little") % (t + 1)
+                    if j < state["keep"]:
+                        item = {"case": case.name, "seed": state["seed"], "key": rec["key"], "fingerprint": state["fp"]}
+                        kept_out = _to(out, self.device)
+                        rec["output"] = fingerprint(kept_out)
+                        if j < len(slots):
+                            slots[j] = (item, kept_out)
+                        else:
+                            slots.append((item, kept_out))
+                _journal(rec)
 
             def after(i: int, out: Any) -> None:
                 # Around every timed call: the timing code is the code bound before the candidate was imported.
@@ -106,42 +154,21 @@ class TimingWorker(Worker):
                     if why:
                         state["lazy"] = why
                         self.flag("lazy-output", f"a timed output is not a plain tensor: {why}")
-                if "lazy" in state:
-                    return      # nothing of a rejected candidate's is kept for re-checking
-                if i < 0 or keep_n <= 0:
-                    return
-                if not seen[0]:
-                    # As many as fit in a budget (at least one): each is held on the device until the case ends
-                    # and re-checked by the reference.
-                    state["keep"] = min(keep_n, max(1, _KEEP_BYTES // max(_nbytes(out), 1)))
-                # Reservoir sampling with os.urandom, decided after the call returned: every timed call is
-                # equally likely to be re-checked, and nothing in this process tells which will be.
-                t = seen[0]
-                seen[0] += 1
-                j = t if t < state["keep"] else int.from_bytes(urandom(8), "little") % (t + 1)
-                if j >= state["keep"]:
-                    return
-                # A private copy on the device, and fingerprints (computed on the device: no slow host work
-                # between timed calls) out of the process at once: an output edited later is caught.
-                item = {"case": case.name, "seed": state["seed"], "key": output_key(case.name, state["seed"], timed=True),
-                        "fingerprint": state["fp"]}
-                kept_out = _to(out, self.device)
-                _journal({"key": item["key"], "input": item["fingerprint"], "output": fingerprint(kept_out)})
-                if j < len(slots):
-                    slots[j] = (item, kept_out)
-                else:
-                    slots.append((item, kept_out))
+                if "lazy" in state or i < 0 or not checked:
+                    return      # nothing of a rejected candidate's is re-checked
+                record(i, out)
 
             def call() -> Any:
                 _new_step()
                 return fn(*state["inputs"])
 
             entry: dict[str, Any] = {"case": case.name}
+            untimed = lambda: prep_s[0]  # noqa: E731
             try:
                 if self.device.startswith("cuda"):
                     sampler = gpu_sampler(call, prepare=prepare, after=after, flush_l2=opts.flush_l2,
                                           flush_mode=opts.flush_mode, device=self.device, clock=self.clock)
-                    timing = measure(sampler, "cuda-events", opts, prepare_batch=prepare_batch, batch=batch)
+                    timing = measure(sampler, "cuda-events", opts, untimed=untimed)
                     if sampler.host_us:
                         timing.host_median_us = round(statistics.median(sampler.host_us), 3)
                     tail = sampler.tails.excess_us()
@@ -157,10 +184,12 @@ class TimingWorker(Worker):
                                       level=level, case=case.name, untimed_tail_us=round(tail, 3))
                 else:
                     timing = measure(cpu_sampler(call, prepare=prepare, after=after, clock=self.clock),
-                                     "cpu-wall-clock", opts, prepare_batch=prepare_batch, batch=batch)
+                                     "cpu-wall-clock", opts, untimed=untimed)
                 entry["timing"] = timing.to_json()
                 if self.job.graphs and self.device.startswith("cuda"):
-                    entry["graph_timing"] = self._graph_timing(fn, state, prepare, opts, prepare_batch, batch)
+                    entry["graph_timing"] = self._graph_timing(
+                        fn, state, prepare, opts, untimed,
+                        (lambda i, out: record(i, out, graph=True)) if checked else None)
             except Exception as e:
                 entry["error"] = _err(e)
                 if _cuda_broken(e):
@@ -180,9 +209,11 @@ class TimingWorker(Worker):
         self.result["bench"] = out_cases
         self._check_timers()
 
-    def _graph_timing(self, fn, state: dict[str, Any], prepare, opts, prepare_batch, batch: int) -> dict[str, Any]:
+    def _graph_timing(self, fn, state: dict[str, Any], prepare, opts, untimed, record) -> dict[str, Any]:
         """Time CUDA-graph replays of the call: new inputs are copied into the captured buffers before
-        each replay (untimed), so only the kernels are timed, without launch overhead."""
+        each replay (untimed), so only the kernels are timed, without launch overhead. After each replay the
+        captured output is sampled like any timed output (``record``), so a graph that does not compute the
+        answer is caught too."""
         import torch
 
         graph_sampler, measure = self.tools["graph_sampler"], self.tools["measure"]
@@ -197,17 +228,23 @@ class TimingWorker(Worker):
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.graph(graph):
-                fn(*static)
+                captured = fn(*static)
         except Exception as e:
             return {"error": f"could not capture a CUDA graph: {type(e).__name__}: {e}"[:500]}
+        if record is not None and _plain_output(captured):
+            return {"error": f"the captured call's output is not a plain tensor: {_plain_output(captured)}"}
 
         def prep(i: int) -> None:
             prepare(i)
             _copy_into(static, state["inputs"])
 
-        t = measure(graph_sampler(graph, prepare=prep, flush_l2=opts.flush_l2, flush_mode=opts.flush_mode,
-                                  device=self.device, clock=self.clock),
-                    "cuda-graph-replay", opts, prepare_batch=prepare_batch, batch=batch)
+        def after(i: int) -> None:
+            if record is not None and i >= 0:
+                record(i, captured)
+
+        t = measure(graph_sampler(graph, prepare=prep, after=after, flush_l2=opts.flush_l2,
+                                  flush_mode=opts.flush_mode, device=self.device, clock=self.clock),
+                    "cuda-graph-replay", opts, untimed=untimed)
         return t.to_json()
 
 

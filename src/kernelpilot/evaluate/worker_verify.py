@@ -1,6 +1,7 @@
 """Verifying a candidate's outputs (``VerifyJob``) in the reference's process: the inputs made again from their
 seeds and checked against the candidate's, the reference run (or taken from what a serving worker kept), and
-each output compared where the reference computed it. Runs only in worker processes."""
+each output compared where the reference computed it (a timed call's sample: the same elements of the
+reference's output). Runs only in worker processes."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ class VerifyWorker(Worker):
     def reference_verify(self) -> None:
         from kernelpilot.evaluate.compare import compare_outputs
         from kernelpilot.evaluate.guards import fingerprint
+        from kernelpilot.evaluate.sampling import check_sample
 
         got_all: dict[str, Any] = {}
         unreadable = None
@@ -47,6 +49,10 @@ class VerifyWorker(Worker):
                           "reference's (a patched generator, or a nondeterministic make_inputs)", case=case.name)
                 continue
             ref_by_case.setdefault(case.name, []).append(expected_fp)
+            if it.sample is not None:
+                # A timed call judged by the elements its journal record holds, against the same elements here.
+                res.update(check_sample(it.sample, expected, self.problem.tolerance_for).to_json())
+                continue
             if it.key not in got_all:
                 res.update(ok=False, message=unreadable or "no output")
                 continue

@@ -1,20 +1,22 @@
-"""Cheat: repairing the re-checked timed outputs after the fact. ``bench`` keeps a random few timed outputs (a
-reservoir filled after each call, from ``os.urandom`` captured before the import) as CPU copies, which it saves
+"""Cheat: repairing the re-checked timed outputs after the fact. ``bench`` keeps a random few whole timed outputs
+(a reservoir filled after each call, from ``os.urandom`` captured before the import) as copies, which it saves
 for the reference to check only when the case's timing is over. Those copies live in the candidate's process.
 On every timed call this candidate finds the harness's sampler on the Python stack (through an exception's
 traceback: no ``sys._getframe``, ``inspect`` or ``gc`` for the static scan to see), reads the reservoir from
-the ``after`` closure, and overwrites any copy added since its previous call with the right answer for that
-call's inputs, which it kept. It also computes honestly on the last call of every sampling batch (read from
+the closures of its ``after`` hook, and overwrites any copy added since its previous call with the right answer
+for that call's inputs, which it kept. It also computes honestly on the last call of every batch (read from
 ``measure``'s ``samples`` and ``opts``), since timing can stop there and no later call would repair it. Every
 other timed call returns the answer of an earlier call.
 
-How it fools the harness: ``check`` is not timed, so every call there is honest and every case passes. In
-``bench`` the re-checked outputs have all been repaired, so they are right, while nine timed calls in ten (with
-the default batch of 10) do no work; the repairs run inside a few timed calls, which the median ignores.
-A harness that keeps the outputs in memory until it saves them would pass it with a fake speedup.
+How it fools a harness that keeps outputs in memory: ``check`` is not timed, so every call there is honest and
+every case passes. In ``bench`` the re-checked outputs have all been repaired, so they are right, while nine
+timed calls in ten (with a batch of 10) do no work; the repairs run inside a few timed calls, which the median
+ignores.
 
-Caught by: ``timed-output-tampered`` (error). The worker writes a fingerprint of each kept output to a journal
-pipe the moment it keeps it; the reference worker compares the saved output with the journaled fingerprint.
+Caught by: ``timed-output-wrong`` (error): every timed call leaves a sample of its output in the journal the
+moment it returns, and the parent picks the calls to re-check once timing is over; nine in ten are stale.
+Usually ``timed-output-tampered`` (error) as well: the fingerprint of each whole output kept was journaled when
+it was kept, and the repaired copy no longer matches it.
 """
 
 import torch
@@ -48,18 +50,26 @@ def _harness_frames():
 
 
 def _kept_outputs(after):
-    """(key, tensor) for every output the harness keeps for re-checking: the lists of (item, tensor) pairs among
-    the ``after`` closure's variables."""
-    for cell in after.__closure__ or ():
-        try:
-            value = cell.cell_contents
-        except ValueError:
+    """(key, tensor) for every whole output the harness keeps for re-checking: the lists of (item, tensor) pairs
+    among the variables of the ``after`` hook's closure and of the functions it closes over."""
+    todo, seen = [after], set()
+    while todo:
+        fn = todo.pop()
+        if id(fn) in seen:
             continue
-        if isinstance(value, list):
-            for pair in value:
-                if isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[1], torch.Tensor):
-                    item = pair[0]
-                    yield (item.get("key") if isinstance(item, dict) else None) or id(pair[1]), pair[1]
+        seen.add(id(fn))
+        for cell in getattr(fn, "__closure__", None) or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                continue
+            if callable(value) and getattr(value, "__closure__", None):
+                todo.append(value)
+            elif isinstance(value, list):
+                for pair in value:
+                    if isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[1], torch.Tensor):
+                        item = pair[0]
+                        yield (item.get("key") if isinstance(item, dict) else None) or id(pair[1]), pair[1]
 
 
 def _repair(sample) -> None:
