@@ -216,6 +216,33 @@ def test_eval_batch_on_two_workers_records_everything_and_resumes(tmp_path):
     assert again.returncode == 0 and resumed["evaluated"] == 0 and len(resumed["rows"]) == 4
 
 
+def test_workers_keep_to_the_problems_they_have_set_up():
+    """Each worker process keeps a problem's reference worker, reference outputs and baseline timings: two workers
+    on two problems take one each, and a worker left idle takes over the larger one's rest."""
+    import threading
+
+    from kernelpilot.targets.dispatch import spread
+
+    ran: dict[str, list[str]] = {"a": [], "b": []}
+    gate = threading.Barrier(2)
+
+    def work(channel, item):
+        if not ran[channel]:
+            gate.wait(timeout=10)           # both workers have taken their first item before either goes on
+        ran[channel].append(item)
+        time.sleep(0.02 if item.startswith("small") else 0.05)
+        return item
+
+    items = [f"big{i}" for i in range(8)] + [f"small{i}" for i in range(2)]
+    out = list(spread(items, ["a", "b"], work, group=lambda item: item.rstrip("0123456789")))
+    assert sorted(value for _, value, _ in out) == sorted(items)
+    first = {c: {x.rstrip("0123456789") for x in ran[c][:1]} for c in ran}
+    assert first["a"] != first["b"]                      # one problem each to begin with
+    small = "a" if first["a"] == {"small"} else "b"
+    assert [x for x in ran[small] if x.startswith("small")] == ["small0", "small1"]   # its own first, then the rest
+    assert all(x.startswith("big") for x in ran["b" if small == "a" else "a"])          # the other never set up small
+
+
 def test_a_worker_killed_mid_batch_loses_nothing(tmp_path):
     require_module("triton")
     import signal

@@ -130,7 +130,7 @@ def run_batch(jobs: list[Job], channels: list[Any], options: Callable[[Job], tup
 
     tally = _Tally(jobs, record, on_event)
     try:
-        for i, result, error in spread(jobs, channels, work, retries=retries):
+        for i, result, error in spread(jobs, channels, work, retries=retries, group=lambda job: job.problem):
             tally.finish(jobs[i], result, None if error is None else
                          error.message if isinstance(error, TargetError) else str(error))
     except KeyboardInterrupt:

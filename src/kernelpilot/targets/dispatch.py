@@ -117,10 +117,57 @@ def run_remote(target: str, operation: str, opts: Any,
         channel.close()
 
 
-def spread(items: list[Any], channels: list[Any], work: Callable[[Any, Any], Any], *,
-           retries: int = 0) -> Iterator[tuple[int, Any, KernelpilotError | None]]:
+class _Queue:
+    """The items waiting, handed to channels with affinity: a channel takes an item of a group it has served
+    before (the same problem: its process keeps the reference worker, the reference's outputs and the
+    baselines' timings), else one of a group no channel has started, else one of the group with the most
+    items left. So two workers split two problems instead of both setting up each."""
+
+    def __init__(self, n: int, group: Callable[[int], Any]) -> None:
+        import threading
+
+        self.pending = list(range(n))
+        self.tries = dict.fromkeys(self.pending, 0)
+        self.group = group
+        self.started: set[Any] = set()
+        self.served: dict[int, set[Any]] = {}
+        self.lock = threading.Lock()
+
+    def take(self, channel: int) -> int | None:
+        with self.lock:
+            if not self.pending:
+                return None
+            mine = self.served.setdefault(channel, set())
+            pick = next((i for i in self.pending if self.group(i) in mine), None)
+            if pick is None:
+                pick = next((i for i in self.pending if self.group(i) not in self.started), None)
+            if pick is None:
+                left: dict[Any, int] = {}
+                for i in self.pending:
+                    left[self.group(i)] = left.get(self.group(i), 0) + 1
+                most = max(left, key=left.__getitem__)
+                pick = next(i for i in self.pending if self.group(i) == most)
+            self.pending.remove(pick)
+            mine.add(self.group(pick))
+            self.started.add(self.group(pick))
+            return pick
+
+    def give_back(self, i: int) -> None:
+        with self.lock:
+            self.tries[i] += 1
+            self.pending.insert(0, i)
+
+    def drain(self) -> list[int]:
+        with self.lock:
+            left, self.pending = self.pending, []
+            return left
+
+
+def spread(items: list[Any], channels: list[Any], work: Callable[[Any, Any], Any], *, retries: int = 0,
+           group: Callable[[Any], Any] | None = None) -> Iterator[tuple[int, Any, KernelpilotError | None]]:
     """Run ``work(channel, item)`` for every item, one item at a time per channel, the channels at once; yield
-    ``(index, value, error)`` here as each item finishes. A channel whose connection is lost (``TargetLost``)
+    ``(index, value, error)`` here as each item finishes. With ``group`` (an item's problem), a channel keeps to
+    the groups it has served while it can (``_Queue``). A channel whose connection is lost (``TargetLost``)
     takes no more items and gives its item back for another (``retries`` times), then the item fails with it;
     once no channel is left, every item still waiting fails. Any other KernelpilotError fails its item only."""
     import queue
@@ -128,42 +175,35 @@ def spread(items: list[Any], channels: list[Any], work: Callable[[Any, Any], Any
 
     from kernelpilot.targets.channel import TargetLost
 
-    todo: queue.Queue = queue.Queue()
-    for i, item in enumerate(items):
-        todo.put((i, 0))
+    todo = _Queue(len(items), (lambda i: group(items[i])) if group is not None else (lambda i: i))
     done: queue.Queue = queue.Queue()
     alive = len(channels)
     lock = threading.Lock()
 
-    def run(channel: Any) -> None:
+    def run(k: int, channel: Any) -> None:
         nonlocal alive
         while True:
-            try:
-                i, tries = todo.get_nowait()
-            except queue.Empty:
+            i = todo.take(k)
+            if i is None:
                 return
             try:
                 done.put((i, work(channel, items[i]), None))
             except TargetLost as e:
-                if tries < retries:
-                    todo.put((i, tries + 1))
+                if todo.tries[i] < retries:
+                    todo.give_back(i)
                 else:
                     done.put((i, None, e))
                 with lock:
                     alive -= 1
                     if alive == 0:          # no channel left: what is still waiting fails, it is not lost
-                        while True:
-                            try:
-                                left, _ = todo.get_nowait()
-                            except queue.Empty:
-                                break
+                        for left in todo.drain():
                             done.put((left, None, TargetLost("no worker left to run it")))
                 return
             except KernelpilotError as e:
                 done.put((i, None, e))
 
-    for channel in channels:
-        threading.Thread(target=run, args=(channel,), daemon=True).start()
+    for k, channel in enumerate(channels):
+        threading.Thread(target=run, args=(k, channel), daemon=True).start()
     if not channels:
         for i in range(len(items)):
             done.put((i, None, TargetLost("no worker left to run it")))
