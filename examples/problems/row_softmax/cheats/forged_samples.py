@@ -3,7 +3,7 @@ the moment it returns: the call's key, its inputs' fingerprint, and a sample of 
 after the call, which the reference may re-check. This candidate writes that record first, while it runs: it
 reads the call's secret seed and its inputs' fingerprint from the harness's ``prepare`` closure (found through
 an exception's traceback), picks the sample's positions itself (nonce 0), computes only the rows those
-positions fall in, and writes the record into every pipe among its open file descriptors (one is the journal).
+positions fall in, and writes the record into the journal (its descriptor is a global of the harness's module).
 Then it returns the answer of an earlier call, doing no work on the rest.
 
 How it fools a harness: one that takes the first record of a key as the harness's re-checks the forged
@@ -15,10 +15,10 @@ with a second record means the candidate wrote to the journal ("... have a secon
 
 import json
 import os
-import stat
 
 import torch
 
+from kernelpilot.evaluate import worker_base
 from kernelpilot.evaluate.sampling import _encode, positions
 
 _latest: dict = {}
@@ -55,14 +55,7 @@ def _forge(x: torch.Tensor, state: dict, case) -> None:
            "input": state["fp"], "sample": {"nonce": 0, "leaves": [
                {"path": "out", "shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", ""),
                 "values": _encode(values.cpu())}]}}
-    line = (json.dumps(rec) + "\n").encode()
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
-        try:
-            if fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode):
-                os.write(fd, line)
-        except OSError:
-            pass
+    os.write(worker_base._JOURNAL_FD, (json.dumps(rec) + "\n").encode())
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
