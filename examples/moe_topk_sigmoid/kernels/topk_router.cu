@@ -1,13 +1,14 @@
 // MoE routing for NVIDIA sm_80+, every router of the case study in one kernel: plain and biased sigmoid,
 // softmax gating and DeepSeek-V3's grouped selection, for any expert count up to 512 and any k up to 16.
 //
-// W lanes per token (4, 8 or 16: 4 up to 64 experts, 8 up to 256, 16 beyond, so that a warp routes 8, 4 or 2
-// tokens and keeps that many rows' loads in flight), each lane holding P consecutive experts (lane l: experts
+// W lanes per token (4, 8 or 16: 4 up to 64 experts, 8 up to 128, 16 beyond, so that a lane holds at most 16 of
+// them up to 256 experts; a warp routes 8, 4 or 2 tokens and keeps that many rows' loads in flight), each lane holding P consecutive experts (lane l: experts
 // l * P .. l * P + P - 1), loaded as 16-byte vectors where the rows allow it. Only the keys stay in registers: a
 // round takes each lane's best untaken key (the lowest expert among equals), the largest over the token's lanes
 // and the lowest expert holding it (xor shuffles within the W lanes), and the owner marks it taken; lane r % W
-// keeps round r's expert. The weights are made after the rounds from the chosen experts' logits (read again, from
-// L1), so no per-expert weight is kept.
+// keeps round r's expert. Where the scores allow (see "Packed keys" below), each key also carries its expert, and
+// a round is one pass over a lane's keys and one max over the lanes. The weights are made after the rounds from
+// the chosen experts' logits (read again, from L1), so no per-expert weight is kept.
 //
 // Score and weight:
 //   PLAIN    score logit, weight sigmoid(logit)
@@ -23,6 +24,8 @@
 #if defined(MOE_ROUTER) && !defined(MOE_DTYPE)
 #define MOE_DTYPE float
 #endif
+#include <type_traits>
+
 #include "topk_sigmoid_common.cuh"
 
 namespace moe {
@@ -77,8 +80,6 @@ __device__ inline void take_top2(unsigned kj, unsigned& k1, unsigned& k2) {
   if (kj > k1) { k2 = k1; k1 = kj; } else if (kj > k2) { k2 = kj; }
 }
 
-__device__ inline float sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
-
 template <typename T, int W, int P, int ROUTER>
 __global__ __launch_bounds__(256) void topk_router(const T* __restrict__ logits, const float* __restrict__ bias,
                                                    float* __restrict__ weights, int* __restrict__ ids, int tokens,
@@ -103,6 +104,7 @@ __global__ __launch_bounds__(256) void topk_router(const T* __restrict__ logits,
     for (int j = 0; j < P; ++j) x[j] = first + j < experts ? to_float<T>(row[first + j]) : 0.0f;
   }
   unsigned key[P];
+  unsigned bmin = 0xffffffffu, bmax = 0u;     // the bias's extremes (order keys), for the packed keys below
 #pragma unroll
   for (int j = 0; j < P; ++j) {
     const int e = first + j;
@@ -110,7 +112,10 @@ __global__ __launch_bounds__(256) void topk_router(const T* __restrict__ logits,
     if constexpr (ROUTER == PLAIN || ROUTER == SOFTMAX) {
       key[j] = valid ? order_key(x[j]) : 0u;
     } else {
-      key[j] = valid ? order_key(sigmoid(x[j]) + bias[e]) : 0u;
+      const float b = e < experts ? bias[e] : 0.0f;
+      key[j] = valid ? order_key(sigmoid(x[j]) + b) : 0u;
+      bmin = e < experts ? min(bmin, order_key(b)) : bmin;
+      bmax = e < experts ? max(bmax, order_key(b)) : bmax;
     }
   }
   float row_max = 0.0f, total = 1.0f;
@@ -121,7 +126,7 @@ __global__ __launch_bounds__(256) void topk_router(const T* __restrict__ logits,
     row_max = from_order_key(lanes_max<W>(m));
     float s = 0.0f;
 #pragma unroll
-    for (int j = 0; j < P; ++j) s += key[j] ? __expf(x[j] - row_max) : 0.0f;
+    for (int j = 0; j < P; ++j) s += key[j] ? __expf(from_order_key(key[j]) - row_max) : 0.0f;   // x from its key
     total = lanes_sum<W>(s);
   }
   if constexpr (ROUTER == GROUPED) {
@@ -175,7 +180,46 @@ __global__ __launch_bounds__(256) void topk_router(const T* __restrict__ logits,
   int mine[R];
 #pragma unroll
   for (int q = 0; q < R; ++q) mine[q] = 0;
-  for (int r = 0; r < k; ++r) {
+  // Packed keys, where they order the scores exactly (16-bit logits, no bias) or within the problems' tolerance
+  // (a bias spanning at most 1: the score quantized to 23 bits, at most 2.4e-7 apart, where the checks let
+  // scores within 1e-6 come in either order): the score's bits, then 511 - expert, so one max over the lanes
+  // names the expert too, the lowest among equals. A round takes the largest key below the last round's (the
+  // distance below it, wrapping around for keys already taken, is least for that key): nothing to clear.
+  bool packed = false;
+  float lo = 0.0f, scale = 0.0f;
+  if constexpr (ROUTER == PLAIN || ROUTER == SOFTMAX) {
+    packed = sizeof(T) == 2;
+  } else {
+    lo = from_order_key(lanes_min<W>(bmin));                   // the scores lie in [lo, hi)
+    const float hi = from_order_key(lanes_max<W>(bmax)) + 1.0f;
+    packed = hi - lo <= 2.0f;                                  // the same in every lane: the bias is the row's
+    scale = 8388605.0f / (hi - lo);
+  }
+  if (packed) {
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+      const unsigned low = 511u - (unsigned)(first + j);
+      if constexpr (ROUTER == PLAIN || ROUTER == SOFTMAX) {
+        // A 16-bit logit's order key is the float's top 16 (bf16) or 19 (fp16) bits; the rest is all 0 or all 1.
+        constexpr int S = std::is_same<T, __half>::value ? 13 : 16;
+        key[j] = key[j] ? ((key[j] >> S) << 9) | low : 0u;
+      } else {
+        const unsigned q = 1u + min(__float2uint_rz((from_order_key(key[j]) - lo) * scale), 8388605u);
+        key[j] = key[j] ? (q << 9) | low : 0u;
+      }
+    }
+    unsigned prev = 0xffffffffu;
+    for (int r = 0; r < k; ++r) {
+      unsigned gap = prev - 1u;                                // a key of 0: below every real key
+#pragma unroll
+      for (int j = 0; j < P; ++j) gap = min(gap, prev - 1u - key[j]);
+      prev = lanes_max<W>(prev - 1u - gap);
+      const int idx = 511 - (int)(prev & 511u);
+#pragma unroll
+      for (int q = 0; q < R; ++q) mine[q] = r == q * W + lane ? idx : mine[q];
+    }
+  }
+  for (int r = 0; r < (packed ? 0 : k); ++r) {
     unsigned best = 0;
     int best_j = 0;
 #pragma unroll
@@ -211,7 +255,7 @@ __global__ __launch_bounds__(256) void topk_router(const T* __restrict__ logits,
     for (int q = 0; q < R; ++q) {
       const int r = q * W + lane;
       if (r < k) {
-        weights[(size_t)token * k + r] = w[q] / denom;
+        weights[(size_t)token * k + r] = __fdividef(w[q], denom);
         ids[(size_t)token * k + r] = mine[q];
       }
     }
@@ -219,17 +263,18 @@ __global__ __launch_bounds__(256) void topk_router(const T* __restrict__ logits,
 }
 
 // The lanes per token and experts per lane for an expert count (and, for the grouped router, its groups: a
-// group's score is kept by one lane, so W >= n_group): W 4 up to 64 experts, 8 up to 256, 16 beyond; P the next
-// of 1, 2, 4, 8, 12, 16, 20, 24, 32 that holds them.
+// group's score is kept by one lane, so W >= n_group): the fewest of 4, 8 and 16 lanes that keep a lane to 16
+// experts (16 lanes beyond 256 experts), so that a lane's keys take few registers and many warps fit an SM; P
+// the next of 1, 2, 4, 8, 10, 12, 16, 20, 24, 32 that holds them.
 struct RouterShape {
   int w, p;
 };
 
 __host__ inline RouterShape router_shape(int experts, int n_group = 1) {
-  int w = experts <= 64 ? 4 : experts <= 256 ? 8 : 16;
+  int w = experts <= 64 ? 4 : experts <= 128 ? 8 : 16;
   while (w < n_group && w < 16) w *= 2;
   if (n_group > w) return {0, 0};
-  constexpr int kPs[] = {1, 2, 4, 8, 12, 16, 20, 24, 32};
+  constexpr int kPs[] = {1, 2, 4, 8, 10, 12, 16, 20, 24, 32};
   for (int p : kPs) {
     if (experts <= w * p) return {w, p};
   }

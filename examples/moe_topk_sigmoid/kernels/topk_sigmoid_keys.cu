@@ -344,14 +344,6 @@ __device__ inline unsigned positive_form(unsigned key) {
   return (bits << 16) | (key & 0xffffu);
 }
 
-// 1 / (1 + e^-x) with the hardware's approximate 2^x, subnormal results flushed (where e^-x is that small the
-// weight is 1 either way).
-__device__ inline float sigmoid(float x) {
-  float e;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.4426950408889634f));
-  return __fdividef(1.0f, 1.0f + e);
-}
-
 // The fp16 or bf16 logit of its bits.
 template <typename T>
 __device__ inline float from_bits(unsigned h) {
