@@ -79,6 +79,9 @@ void route_NAME(int router, const torch::Tensor& x, const torch::Tensor& bias, t
     case 810: return launch<8, 10>(router, a, stream);
     case 812: return launch<8, 12>(router, a, stream);
     case 816: return launch<8, 16>(router, a, stream);
+    case 820: return launch<8, 20>(router, a, stream);
+    case 824: return launch<8, 24>(router, a, stream);
+    case 832: return launch<8, 32>(router, a, stream);
     case 1610: return launch<16, 10>(router, a, stream);
     case 1612: return launch<16, 12>(router, a, stream);
     case 1616: return launch<16, 16>(router, a, stream);

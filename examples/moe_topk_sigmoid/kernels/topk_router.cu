@@ -1,9 +1,10 @@
 // MoE routing for NVIDIA sm_80+, every router of the case study in one kernel: plain and biased sigmoid,
 // softmax gating and DeepSeek-V3's grouped selection, for any expert count up to 512 and any k up to 16.
 //
-// W lanes per token (4, 8 or 16: 4 up to 64 experts, 8 up to 128, 16 beyond, so that a lane holds at most 16 of
-// them up to 256 experts; a warp routes 8, 4 or 2 tokens and keeps that many rows' loads in flight), each lane holding P consecutive experts (lane l: experts
-// l * P .. l * P + P - 1), loaded as 16-byte vectors where the rows allow it. Only the keys stay in registers: a
+// W lanes per token (4, 8 or 16: 4 up to 64 experts, 8 below 256, 16 from 256, so that a lane holds at most 32
+// of them, 16 at 256; a warp routes 8, 4 or 2 tokens and keeps that many rows' loads in flight), each lane
+// holding P consecutive experts (lane l: experts l * P .. l * P + P - 1), loaded as 16-byte vectors where the
+// rows allow it. Only the keys stay in registers: a
 // round takes each lane's best untaken key (the lowest expert among equals), the largest over the token's lanes
 // and the lowest expert holding it (xor shuffles within the W lanes), and the owner marks it taken; lane r % W
 // keeps round r's expert. Where the scores allow (see "Packed keys" below), each key also carries its expert, and
@@ -104,7 +105,6 @@ __global__ __launch_bounds__(256) void topk_router(const T* __restrict__ logits,
     for (int j = 0; j < P; ++j) x[j] = first + j < experts ? to_float<T>(row[first + j]) : 0.0f;
   }
   unsigned key[P];
-  unsigned bmin = 0xffffffffu, bmax = 0u;     // the bias's extremes (order keys), for the packed keys below
 #pragma unroll
   for (int j = 0; j < P; ++j) {
     const int e = first + j;
@@ -112,10 +112,7 @@ __global__ __launch_bounds__(256) void topk_router(const T* __restrict__ logits,
     if constexpr (ROUTER == PLAIN || ROUTER == SOFTMAX) {
       key[j] = valid ? order_key(x[j]) : 0u;
     } else {
-      const float b = e < experts ? bias[e] : 0.0f;
-      key[j] = valid ? order_key(sigmoid(x[j]) + b) : 0u;
-      bmin = e < experts ? min(bmin, order_key(b)) : bmin;
-      bmax = e < experts ? max(bmax, order_key(b)) : bmax;
+      key[j] = valid ? order_key(sigmoid(x[j]) + bias[e]) : 0u;
     }
   }
   float row_max = 0.0f, total = 1.0f;
@@ -126,7 +123,7 @@ __global__ __launch_bounds__(256) void topk_router(const T* __restrict__ logits,
     row_max = from_order_key(lanes_max<W>(m));
     float s = 0.0f;
 #pragma unroll
-    for (int j = 0; j < P; ++j) s += key[j] ? __expf(from_order_key(key[j]) - row_max) : 0.0f;   // x from its key
+    for (int j = 0; j < P; ++j) s += key[j] ? __expf(x[j] - row_max) : 0.0f;
     total = lanes_sum<W>(s);
   }
   if constexpr (ROUTER == GROUPED) {
@@ -190,6 +187,16 @@ __global__ __launch_bounds__(256) void topk_router(const T* __restrict__ logits,
   if constexpr (ROUTER == PLAIN || ROUTER == SOFTMAX) {
     packed = sizeof(T) == 2;
   } else {
+    // The bias's extremes, read again after the keys (kept out of the keys' loop, where they slowed wide rows).
+    unsigned bmin = 0xffffffffu, bmax = 0u;
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+      if (first + j < experts) {
+        const unsigned b = order_key(bias[first + j]);
+        bmin = min(bmin, b);
+        bmax = max(bmax, b);
+      }
+    }
     lo = from_order_key(lanes_min<W>(bmin));                   // the scores lie in [lo, hi)
     const float hi = from_order_key(lanes_max<W>(bmax)) + 1.0f;
     packed = hi - lo <= 2.0f;                                  // the same in every lane: the bias is the row's
@@ -263,15 +270,15 @@ __global__ __launch_bounds__(256) void topk_router(const T* __restrict__ logits,
 }
 
 // The lanes per token and experts per lane for an expert count (and, for the grouped router, its groups: a
-// group's score is kept by one lane, so W >= n_group): the fewest of 4, 8 and 16 lanes that keep a lane to 16
-// experts (16 lanes beyond 256 experts), so that a lane's keys take few registers and many warps fit an SM; P
-// the next of 1, 2, 4, 8, 10, 12, 16, 20, 24, 32 that holds them.
+// group's score is kept by one lane, so W >= n_group): 4 lanes up to 64 experts, 8 below 256, 16 from 256 (a
+// lane's keys then take few registers, and many warps fit an SM); P the next of 1, 2, 4, 8, 10, 12, 16, 20, 24,
+// 32 that holds them.
 struct RouterShape {
   int w, p;
 };
 
 __host__ inline RouterShape router_shape(int experts, int n_group = 1) {
-  int w = experts <= 64 ? 4 : experts <= 128 ? 8 : 16;
+  int w = experts <= 64 ? 4 : experts < 256 ? 8 : 16;
   while (w < n_group && w < 16) w *= 2;
   if (n_group > w) return {0, 0};
   constexpr int kPs[] = {1, 2, 4, 8, 10, 12, 16, 20, 24, 32};
