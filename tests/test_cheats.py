@@ -122,6 +122,7 @@ RUNS: dict[str, Run] = {
     "eval/row/rigged_sampling": row("rigged_sampling", "eval", timing=LONG_TIMING),
     "eval/row/repaired_samples": row("repaired_samples", "eval", timing=LONG_TIMING),
     "eval/row/forged_samples": row("forged_samples", "eval"),
+    "eval/row/moved_journal": row("moved_journal", "eval"),
     "eval/row/precomputed_batch": row("precomputed_batch", "eval"),
     # GPU
     "gpu/row/triton_softmax": row("triton_softmax", device="cuda", cases=None),
@@ -512,6 +513,16 @@ def test_forged_records_of_timed_calls_are_caught(outcome, key):
     assert res.correct is True          # check is untimed: every call there is honest
     found = [f for f in res.flags if f.id == "timed-output-tampered" and "second record" in f.message]
     assert found and found[0].level == "error", [(f.id, f.message) for f in res.flags]
+    assert not res.passed
+
+
+@pytest.mark.parametrize("key", ["eval/row/moved_journal"])
+def test_a_journal_moved_while_timing_is_caught(outcome, key):
+    res = outcome(key)
+    assert res.correct is True
+    moved = [f for f in res.flags if f.id == "timed-output-tampered" and "journal was moved" in f.message]
+    assert moved and moved[0].level == "error", [(f.id, f.message) for f in res.flags]
+    assert any("second record" in f.message for f in res.flags)     # the harness's record reached it after all
     assert not res.passed
 
 

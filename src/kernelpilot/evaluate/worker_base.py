@@ -35,6 +35,7 @@ _write = os.write
 _dumps = json.dumps
 _exit = os._exit
 _close = os.close
+_fstat = os.fstat
 
 
 def _flush() -> None:
@@ -45,15 +46,27 @@ def _flush() -> None:
             pass
 
 
-def _journal(record: dict[str, Any]) -> None:
-    if _JOURNAL_FD < 0:
+def _journal(record: dict[str, Any], fd: int | None = None) -> None:
+    """Write ``record`` to the journal (or to ``fd``, the journal as the caller found it earlier)."""
+    fd = _JOURNAL_FD if fd is None else fd
+    if fd < 0:
         return
     data = (_dumps(record, default=str) + "\n").encode()
     try:
         while data:
-            data = data[_write(_JOURNAL_FD, data):]
+            data = data[_write(fd, data):]
     except OSError:
         pass
+
+
+def _journal_identity() -> tuple[int, tuple[int, int] | None]:
+    """The journal's descriptor and the pipe it is (device and inode), to tell later whether either changed."""
+    fd = _JOURNAL_FD
+    try:
+        st = _fstat(fd) if fd >= 0 else None
+    except OSError:
+        st = None
+    return fd, (st.st_dev, st.st_ino) if st is not None else None
 
 
 def _seed() -> int:

@@ -13,9 +13,10 @@ from typing import Any
 
 from kernelpilot.evaluate.jobs import output_key
 from kernelpilot.evaluate.outputs import save_outputs
+from kernelpilot.evaluate import worker_base as _base
 from kernelpilot.evaluate.timing import keep_busy
-from kernelpilot.evaluate.worker_base import (Worker, _copy_into, _cuda_broken, _err, _journal, _nbytes,
-                                             _new_step, _plain_output, _seed, _sync, _to)
+from kernelpilot.evaluate.worker_base import (Worker, _copy_into, _cuda_broken, _err, _journal, _journal_identity,
+                                             _nbytes, _new_step, _plain_output, _seed, _sync, _to)
 
 __all__ = ["TimingWorker", "BenchWorker"]
 
@@ -59,6 +60,8 @@ class TimingWorker(Worker):
                       ("TimingOptions", "cpu_sampler", "gpu_sampler", "graph_sampler", "measure", "side_stream_level",
                        "summarize")}
         self.tool_code = {name: getattr(fn, "__code__", None) for name, fn in self.tools.items()}
+        # The journal as it is now: a timed call's record goes there, and a journal moved or closed since is said.
+        self.journal = _journal_identity()
 
     def _check_timers(self) -> None:
         changed = self.timers.changed()
@@ -143,7 +146,12 @@ class TimingWorker(Worker):
                             slots[j] = (item, kept_out)
                         else:
                             slots.append((item, kept_out))
-                _journal(rec)
+                if self.journal[0] >= 0 and _journal_identity() != self.journal:
+                    # The candidate moved the journal (the descriptor the harness writes to, or the pipe behind
+                    # it): the record goes to the journal as it was, and the case is rejected.
+                    state["journal_moved"] = True
+                    _base._JOURNAL_FD = self.journal[0]
+                _journal(rec, self.journal[0])
 
             def after(i: int, out: Any) -> None:
                 # Around every timed call: the timing code is the code bound before the candidate was imported.
@@ -195,6 +203,10 @@ class TimingWorker(Worker):
                 if _cuda_broken(e):
                     out_cases.append(entry)
                     break
+            if state.get("journal_moved"):
+                self.flag("timed-output-tampered", f"case {case.name}: the worker's journal was moved while the case "
+                          "was timed (the candidate changed the descriptor the harness records timed calls on)",
+                          case=case.name)
             if state.get("tampered"):
                 self.flag("harness-tampered", "the code of the harness's timing functions was replaced while "
                           f"case {case.name} was timed", case=case.name)
