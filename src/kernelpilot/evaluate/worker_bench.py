@@ -20,11 +20,13 @@ from kernelpilot.evaluate.worker_base import (Worker, _copy_into, _cuda_broken, 
 
 __all__ = ["TimingWorker", "BenchWorker"]
 
-# Whole timed outputs kept for the reference to re-check, per case: up to ``_FULL_KEPT`` (or the job's ``verify``
-# where the problem has its own check) while they fit in ``_KEEP_BYTES``, and always one. Every timed call leaves
-# a sample besides (sampling.py).
+# Whole timed outputs kept for the reference to re-check, per case: up to ``_FULL_KEPT`` while they fit in
+# ``_KEEP_BYTES``, and always one; where the problem has its own check, up to the job's ``verify`` while they fit
+# in ``_MORE_BYTES``. Every timed call leaves a sample besides (sampling.py).
 _KEEP_BYTES = 2 << 30
 _FULL_KEPT = 3
+# Beyond ``_FULL_KEPT`` (a problem with its own check, re-checked on whole outputs only), as many as fit in this.
+_MORE_BYTES = 256 << 20
 # Making a call's inputs longer than this leaves the GPU idle long enough to lower its clocks: it is kept busy
 # for as long before the call (timing.keep_busy).
 _IDLE_S = 0.002
@@ -136,7 +138,8 @@ class TimingWorker(Worker):
                     t = seen[0]
                     seen[0] += 1
                     if not t:
-                        state["keep"] = min(full_n, max(1, _KEEP_BYTES // max(_nbytes(out), 1)))
+                        size = max(_nbytes(out), 1)
+                        state["keep"] = min(full_n, max(1, min(_FULL_KEPT, _KEEP_BYTES // size), _MORE_BYTES // size))
                     j = t if t < state["keep"] else int.from_bytes(urandom(8), "little") % (t + 1)
                     if j < state["keep"]:
                         item = {"case": case.name, "seed": state["seed"], "key": rec["key"], "fingerprint": state["fp"]}
