@@ -1,0 +1,54 @@
+"""The router kernel's farthest cases from the stream floor (100,000 bf16 tokens: DeepSeek-V3's grouped selection,
+Kimi K2's and GLM-4.5's biased sigmoid, Qwen3-MoE's and DeepSeek-V2's softmax, a plain 256-expert router), run
+through routing_cuda: timed (L2 flushed, events, median), or with --once each launched once, for a profiler:
+
+    python examples/moe_topk_sigmoid/benchmarks/router_worst.py
+    kpilot profile --kernel topk_router --json -- python examples/moe_topk_sigmoid/benchmarks/router_worst.py --once
+
+Prints one JSON line per case; writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+MOE = ROOT / "examples" / "moe_topk_sigmoid"
+sys.path[:0] = [str(ROOT / "src"), str(MOE), str(MOE / "kernels")]
+
+TOKENS = 100_000
+# (router, experts, k, groups): the shipped models' shapes farthest from the floor
+CASES = [("grouped", 256, 8, (8, 4)), ("biased", 384, 8, None), ("biased", 160, 8, None), ("softmax", 128, 8, None),
+         ("softmax", 160, 6, None), ("plain", 256, 8, None)]
+
+
+def main() -> None:
+    import torch
+
+    import routing_cuda
+    from stream_floor import flushed_median_us
+
+    once = "--once" in sys.argv[1:]
+    if not torch.cuda.is_available():
+        sys.exit("router_worst.py needs a GPU")
+    for router, experts, k, groups in CASES:
+        g = torch.Generator(device="cuda").manual_seed(1)
+        logits = (torch.randn(TOKENS, experts, device="cuda", generator=g) * 2.0).bfloat16()
+        bias = torch.randn(experts, device="cuda", generator=g) * 0.1 if router in ("biased", "grouped") else None
+        n_group, topk_group = groups or (1, 1)
+
+        def call():
+            return routing_cuda.route(router, logits, bias, k, False, n_group, topk_group)
+
+        call()
+        torch.cuda.synchronize()
+        row = {"router": router, "experts": experts, "k": k, "tokens": TOKENS, "groups": groups}
+        if not once:
+            row["us"] = round(flushed_median_us(call), 2)
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
