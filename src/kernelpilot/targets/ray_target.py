@@ -41,13 +41,17 @@ def run_job(operation: str, args: dict[str, Any], files: dict[str, str], blobs: 
             from kernelpilot.errors import error_json
 
             return {"error": error_json(e)}
+    node, gpu = None, None
     try:
         import ray
 
-        node = ray.get_runtime_context().get_node_id()
+        context = ray.get_runtime_context()
+        node = context.get_node_id()
+        gpu = ",".join(context.get_accelerator_ids().get("GPU", [])) or None    # the GPU Ray gave the task
     except Exception:  # noqa: BLE001 - where it ran is a courtesy
-        node = None
-    return {"result": result, "target": {"name": name, "host": socket.gethostname(), "node": node}}
+        pass
+    where = {"name": name, "host": socket.gethostname(), "node": node}
+    return {"result": result, "target": {**where, "gpu": gpu} if gpu is not None else where}
 
 
 class RayTarget:
