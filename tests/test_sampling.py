@@ -85,3 +85,13 @@ def test_a_different_shape_dtype_or_structure_fails(got, why):
 def test_a_malformed_sample_fails_without_raising(sample):
     cmp = check_sample(sample, torch.zeros(4), TOL)
     assert not cmp.ok and cmp.message
+
+
+def test_plain_values_compare_as_the_full_comparison_does():
+    # a float within the float64 tolerance passes (as compare_outputs lets it), an int must be equal
+    assert check_sample(_round_trip((torch.ones(3), 0.1 + 0.2, 7)), (torch.ones(3), 0.3, 7), TOL).ok
+    cmp = check_sample(_round_trip((torch.ones(3), 0.5, 7)), (torch.ones(3), 0.3, 7), TOL)
+    assert not cmp.ok and "0.5, expected 0.3" in cmp.message
+    assert not check_sample(_round_trip((torch.ones(3), 0.3, 8)), (torch.ones(3), 0.3, 7), TOL).ok
+    assert check_sample(_round_trip({"name": "x", "t": torch.zeros(2)}), {"name": "x", "t": torch.zeros(2)}, TOL).ok
+

@@ -97,6 +97,8 @@ def take_sample(out: Any, nonce: int) -> dict[str, Any]:
             x = torch.view_as_real(x) if x.is_complex() else x      # complex elements sampled as (real, imag)
             leaves.append({"path": path, "shape": shape, "dtype": dtype,
                            "values": _encode(_gather(x, positions(nonce, x.numel())))})
+        elif x is None or type(x) in (bool, int, float):
+            leaves.append({"path": path, "value": x})
         else:
             leaves.append({"path": path, "repr": repr(x)})
     return {"nonce": nonce, "leaves": leaves}
@@ -121,8 +123,7 @@ def check_sample(sample: Any, expected: Any, tol_for) -> Comparison:
         if not isinstance(leaf, dict) or leaf.get("path") != path:
             return Comparison(False, f"the timed output's parts differ from the reference's at {path}")
         if not isinstance(e, torch.Tensor):
-            ok = leaf.get("repr") == repr(e)
-            results.append(Comparison(ok, "" if ok else f"{path}: {leaf.get('repr')}, expected {e!r}"))
+            results.append(_compare_plain(path, leaf, e, tol_for))
             continue
         dtype = str(e.dtype).replace("torch.", "")
         if leaf.get("dtype") != dtype:
@@ -145,3 +146,19 @@ def check_sample(sample: Any, expected: Any, tol_for) -> Comparison:
                       max_abs_err=max((r.max_abs_err for r in results if r.max_abs_err is not None), default=None),
                       mismatched=sum(r.mismatched for r in results), total=sum(r.total for r in results),
                       worst=[w for r in results for w in r.worst][:5])
+
+
+def _compare_plain(path: str, leaf: dict[str, Any], e: Any, tol_for) -> Comparison:
+    """A plain value of the output, as ``compare_outputs`` compares it: a float within the float64 tolerance,
+    anything else equal."""
+    if "value" not in leaf:
+        got = leaf.get("repr")
+        ok = got == repr(e)
+        return Comparison(ok, "" if ok else f"{path}: {got}, expected {e!r}")
+    g = leaf["value"]
+    if isinstance(e, float) and isinstance(g, (int, float)):
+        tol = tol_for("float64")
+        ok = abs(g - e) <= tol.atol + tol.rtol * abs(e)
+        return Comparison(ok, "" if ok else f"{path}: {g!r}, expected {e!r}", max_abs_err=abs(g - e))
+    ok = bool(g == e)
+    return Comparison(ok, "" if ok else f"{path}: {g!r}, expected {e!r}")
