@@ -10,7 +10,7 @@ import pytest
 from conftest import require_module
 
 from kernelpilot.evaluate.problem import Tolerance
-from kernelpilot.evaluate.sampling import PER_TENSOR, check_sample, positions, take_sample
+from kernelpilot.evaluate.sampling import PARTS, PER_TENSOR, check_sample, positions, take_sample
 
 torch = require_module("torch")
 
@@ -56,7 +56,7 @@ def test_differences_within_the_tolerance_pass_and_beyond_it_fail():
     e = torch.rand(1000)
     assert check_sample(_round_trip(e + 5e-6), e, TOL).ok
     assert not check_sample(_round_trip(e + 1e-3), e, TOL).ok
-    ints = torch.arange(50)                 # fewer elements than a sample takes: every one is compared
+    ints = torch.arange(30)                 # fewer elements than a sample takes: every one is compared
     off = ints.clone()
     off[17] += 1
     cmp = check_sample(_round_trip(off), ints, TOL)
@@ -79,9 +79,11 @@ def test_a_different_shape_dtype_or_structure_fails(got, why):
     assert not cmp.ok and why in cmp.message
 
 
-@pytest.mark.parametrize("sample", [None, {}, {"nonce": "x", "leaves": []}, {"nonce": 1, "leaves": [{"path": "out"}]},
-                                    {"nonce": 1, "leaves": [{"path": "out", "dtype": "float32", "shape": [4],
-                                                             "values": "not base64!"}]}])
+@pytest.mark.parametrize("sample", [None, {}, {"nonce": "x", "parts": 1, "leaves": []},
+                                    {"nonce": 1, "parts": 1, "leaves": [{"path": "out"}]},
+                                    {"nonce": 1, "parts": 1, "leaves": [{"index": 0, "path": "out"}]},
+                                    {"nonce": 1, "parts": 1, "leaves": [{"index": 0, "path": "out", "dtype": "float32",
+                                                                         "shape": [4], "values": "not base64!"}]}])
 def test_a_malformed_sample_fails_without_raising(sample):
     cmp = check_sample(sample, torch.zeros(4), TOL)
     assert not cmp.ok and cmp.message
@@ -94,4 +96,18 @@ def test_plain_values_compare_as_the_full_comparison_does():
     assert not cmp.ok and "0.5, expected 0.3" in cmp.message
     assert not check_sample(_round_trip((torch.ones(3), 0.3, 8)), (torch.ones(3), 0.3, 7), TOL).ok
     assert check_sample(_round_trip({"name": "x", "t": torch.zeros(2)}), {"name": "x", "t": torch.zeros(2)}, TOL).ok
+
+
+def test_an_output_of_many_parts_is_sampled_on_a_few_chosen_by_the_nonce():
+    out = [torch.full((8,), float(i)) for i in range(1000)]
+    sample = _round_trip(out, nonce=12345)
+    assert sample["parts"] == 1000 and 1 <= len(sample["leaves"]) <= PARTS
+    assert len(json.dumps(sample)) < 2000                    # a record stays small however many parts
+    assert check_sample(sample, out, TOL).ok
+    stale = [t + 1 for t in out]
+    assert not check_sample(sample, stale, TOL).ok           # whichever parts were chosen, they are compared
+    # a record that picks its own (easy) parts is refused
+    forged = dict(sample, leaves=[dict(leaf, index=leaf["index"] + 1) for leaf in sample["leaves"]])
+    cmp = check_sample(forged, out, TOL)
+    assert not cmp.ok and "not the parts its nonce picks" in cmp.message
 

@@ -6,9 +6,9 @@ decided (or be readable) inside the candidate's process, or a candidate that is 
 pass when it happens to be honest on every call that is kept. So every timed call leaves a sample, out of the
 process before the candidate runs again, and the parent picks the calls to re-check once timing is over.
 
-A sample is elements of each output tensor at positions derived from a 64-bit nonce drawn after the call (the
-candidate cannot know them while it runs), with each tensor's shape and dtype. The reference compares the same
-elements of its own output with the problem's element-wise tolerance (``compare.compare_elements``): a necessary
+A sample is elements of up to ``PARTS`` of the output's tensors at positions derived from a 64-bit nonce drawn
+after the call (the candidate cannot know them while it runs), with each tensor's shape and dtype. The reference
+compares the same elements of its own output with the problem's element-wise tolerance (``compare.compare_elements``): a necessary
 condition of the full comparison, so an honest output never fails it.
 
 Runs only in worker processes (imports torch).
@@ -21,12 +21,16 @@ from typing import Any
 
 from kernelpilot.evaluate.compare import Comparison, compare_elements, flatten
 
-__all__ = ["PER_TENSOR", "positions", "take_sample", "check_sample"]
+__all__ = ["PER_TENSOR", "PARTS", "positions", "take_sample", "check_sample"]
 
 # Elements sampled per output tensor (all of a smaller one). A stale output differs from the right one almost
 # everywhere, so a few dozen elements tell them apart unless the outputs are nearly constant.
-PER_TENSOR = 64
+PER_TENSOR = 32
+# Parts (leaves) of an output sampled per call, chosen by the nonce too (all of an output with fewer): a record
+# stays about a kilobyte whatever the output holds, so thousands of timed calls fit the journal.
+PARTS = 4
 _MASK = (1 << 64) - 1
+_LEAF_SALT = 0xD1B54A32D192ED03
 
 
 def positions(nonce: int, numel: int, count: int = PER_TENSOR) -> list[int]:
@@ -84,24 +88,32 @@ def _decode(text: str, dtype, count: int):
     return torch.frombuffer(raw, dtype=_bits(dtype)).view(dtype) if count else torch.empty(0, dtype=dtype)
 
 
+def _parts(nonce: int, count: int) -> list[int]:
+    """The output's parts (indices into ``flatten``) a sample holds: all of them up to ``PARTS``, else ``PARTS``
+    drawn from the nonce (fewer where two draws meet)."""
+    return sorted(set(positions(nonce ^ _LEAF_SALT, count, PARTS)))
+
+
 def take_sample(out: Any, nonce: int) -> dict[str, Any]:
-    """The sample of an output (a tensor, or a nested tuple/list/dict of tensors and plain values): per leaf its
-    path, and for a tensor its shape, dtype and the elements at ``positions(nonce, numel)`` (base64 of their
-    bytes); for a plain value its repr. JSON-ready."""
+    """The sample of an output (a tensor, or a nested tuple/list/dict of tensors and plain values): how many parts
+    it has, and for each part ``_parts`` chooses its index and path, and for a tensor its shape, dtype and the
+    elements at ``positions`` (base64 of their bytes), for a plain value the value (or its repr). JSON-ready."""
     import torch
 
+    flat = flatten(out)
     leaves = []
-    for path, x in flatten(out):
+    for i in _parts(nonce, len(flat)):
+        path, x = flat[i]
         if isinstance(x, torch.Tensor):
             shape, dtype = list(x.shape), str(x.dtype).replace("torch.", "")
             x = torch.view_as_real(x) if x.is_complex() else x      # complex elements sampled as (real, imag)
-            leaves.append({"path": path, "shape": shape, "dtype": dtype,
-                           "values": _encode(_gather(x, positions(nonce, x.numel())))})
+            leaves.append({"index": i, "path": path, "shape": shape, "dtype": dtype,
+                           "values": _encode(_gather(x, positions(nonce + i, x.numel())))})
         elif x is None or type(x) in (bool, int, float):
-            leaves.append({"path": path, "value": x})
+            leaves.append({"index": i, "path": path, "value": x})
         else:
-            leaves.append({"path": path, "repr": repr(x)})
-    return {"nonce": nonce, "leaves": leaves}
+            leaves.append({"index": i, "path": path, "repr": repr(x)})
+    return {"nonce": nonce, "parts": len(flat), "leaves": leaves}
 
 
 def check_sample(sample: Any, expected: Any, tol_for) -> Comparison:
@@ -112,15 +124,20 @@ def check_sample(sample: Any, expected: Any, tol_for) -> Comparison:
 
     try:
         nonce = int(sample["nonce"])
+        parts = int(sample["parts"])
         leaves = list(sample["leaves"])
     except (TypeError, KeyError, ValueError):
         return Comparison(False, "the sample of the timed output is malformed")
     flat = flatten(expected)
-    if len(leaves) != len(flat):
-        return Comparison(False, f"the timed output has {len(leaves)} parts, the reference's {len(flat)}")
+    if parts != len(flat):
+        return Comparison(False, f"the timed output has {parts} parts, the reference's {len(flat)}")
+    chosen = _parts(nonce, len(flat))      # from the nonce, not from the record: a record cannot pick easy parts
+    if [leaf.get("index") if isinstance(leaf, dict) else None for leaf in leaves] != chosen:
+        return Comparison(False, "the sample of the timed output is malformed (not the parts its nonce picks)")
     results = []
-    for leaf, (path, e) in zip(leaves, flat):
-        if not isinstance(leaf, dict) or leaf.get("path") != path:
+    for leaf, i in zip(leaves, chosen):
+        path, e = flat[i]
+        if leaf.get("path") != path:
             return Comparison(False, f"the timed output's parts differ from the reference's at {path}")
         if not isinstance(e, torch.Tensor):
             results.append(_compare_plain(path, leaf, e, tol_for))
@@ -134,7 +151,7 @@ def check_sample(sample: Any, expected: Any, tol_for) -> Comparison:
                                              f"{tuple(e.shape)}"))
             continue
         ev = torch.view_as_real(e) if e.is_complex() else e
-        idx = positions(nonce, ev.numel())
+        idx = positions(nonce + i, ev.numel())
         try:
             got = _decode(str(leaf.get("values", "")), ev.dtype, len(idx))
         except (ValueError, KeyError):

@@ -52,8 +52,8 @@ def _forge(x: torch.Tensor, state: dict, case) -> None:
     part = dict(zip(rows, _softmax(x[rows])))                  # only the rows the chosen positions fall in
     values = torch.stack([part[i // x.shape[1]][i % x.shape[1]] for i in idx])
     rec = {"key": f"{case.name}|bench|{state['seed']}", "case": case.name, "seed": state["seed"], "call": 0,
-           "input": state["fp"], "sample": {"nonce": 0, "leaves": [
-               {"path": "out", "shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", ""),
+           "input": state["fp"], "sample": {"nonce": 0, "parts": 1, "leaves": [
+               {"index": 0, "path": "out", "shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", ""),
                 "values": _encode(values.cpu())}]}}
     os.write(_journal, (json.dumps(rec) + "\n").encode())
 
