@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from kernelpilot.evaluate.problem import Tolerance
 
-__all__ = ["Comparison", "compare_outputs", "compare_elements", "flatten", "REL_NORM_FACTOR"]
+__all__ = ["Comparison", "compare_outputs", "compare_elements", "flatten", "unravel", "REL_NORM_FACTOR"]
 
 REL_NORM_FACTOR = 10.0
 _WORST = 5
@@ -92,7 +92,8 @@ def _chunks(got, exp):
         yield start, g[start:start + _CHUNK].to(e.device), e[start:start + _CHUNK]
 
 
-def _index(flat: int, shape) -> list[int]:
+def unravel(flat: int, shape) -> list[int]:
+    """The position in a tensor of ``shape`` of its element ``flat`` (row-major, as ``reshape(-1)`` numbers them)."""
     idx = []
     for size in reversed(shape):
         idx.append(flat % size)
@@ -110,7 +111,7 @@ def _compare_exact(name: str, got, exp) -> Comparison:
         k = int(diff.sum())
         if k and len(worst) < _WORST:
             for flat in diff.nonzero().flatten()[:_WORST - len(worst)].tolist():
-                worst.append({"index": _index(start + flat, exp.shape), "got": g[flat].item(),
+                worst.append({"index": unravel(start + flat, exp.shape), "got": g[flat].item(),
                               "expected": e[flat].item()})
         bad += k
         if g.numel():
@@ -153,7 +154,7 @@ def _compare_close(name: str, got, exp, tol: Tolerance, *, norm: bool = True) ->
     rel = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else float("inf"))
     rel_bound = REL_NORM_FACTOR * max(tol.atol, tol.rtol)
     candidates.sort(key=lambda c: (-c[0], c[1]))
-    worst = [{"index": _index(flat, exp.shape), "got": g, "expected": e} for _, flat, g, e in candidates[:_WORST]]
+    worst = [{"index": unravel(flat, exp.shape), "got": g, "expected": e} for _, flat, g, e in candidates[:_WORST]]
     msgs = []
     if bad:
         msgs.append(f"{name}: {bad} of {n} elements outside atol={tol.atol:g}, rtol={tol.rtol:g}"
@@ -175,7 +176,7 @@ def compare_elements(name: str, got, exp, flat_index: list[int], shape: tuple[in
         cmp = _compare_exact(name, got, exp)
     cmp.message = cmp.message.replace(" elements ", " sampled elements ", 1)
     for w in cmp.worst:
-        w["index"] = _index(flat_index[w["index"][0]], shape)
+        w["index"] = unravel(flat_index[w["index"][0]], shape)
     return cmp
 
 

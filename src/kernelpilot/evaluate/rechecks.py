@@ -11,6 +11,7 @@ journal: the case is flagged ``timed-output-tampered``.
 from __future__ import annotations
 
 import secrets
+from collections import Counter
 from dataclasses import replace
 from typing import Any
 
@@ -29,14 +30,14 @@ def items_to_verify(res: WorkerResult, *, check: bool, verify: int,
     drawn at random from all of the case's records (where ``sampled``: the problem is judged by the standard
     comparison, which sampled elements can feed)."""
     records: dict[str, dict[str, Any]] = {}
-    repeated: dict[str, int] = {}
+    repeated: Counter[str] = Counter()                # per case: records for a key already recorded
     per_case: dict[str, list[dict[str, Any]]] = {}
     for rec in res.journal:
         key = rec.get("key")
         if not isinstance(key, str):
             continue
         if key in records:
-            repeated[str(records[key].get("case"))] = repeated.get(str(records[key].get("case")), 0) + 1
+            repeated[str(records[key].get("case"))] += 1
             continue
         records[key] = rec
         per_case.setdefault(str(rec.get("case")), []).append(rec)
@@ -49,7 +50,7 @@ def items_to_verify(res: WorkerResult, *, check: bool, verify: int,
         recs = per_case.get(entry.case, [])
         timed = [r for r in recs if not r.get("graph")]
         why = ""
-        if repeated.get(entry.case):
+        if repeated[entry.case]:
             why = f"{repeated[entry.case]} timed call(s) have a second record (the harness writes one)"
         elif verify > 0 and entry.timing is not None and len(timed) < entry.timing.n and not _lazy(res):
             why = f"{entry.timing.n - len(timed)} of {entry.timing.n} timed calls left no record"

@@ -8,8 +8,8 @@ process before the candidate runs again, and the parent picks the calls to re-ch
 
 A sample is elements of up to ``PARTS`` of the output's tensors at positions derived from a 64-bit nonce drawn
 after the call (the candidate cannot know them while it runs), with each tensor's shape and dtype. The reference
-compares the same elements of its own output with the problem's element-wise tolerance (``compare.compare_elements``): a necessary
-condition of the full comparison, so an honest output never fails it.
+compares the same elements of its own output with the problem's element-wise tolerance
+(``compare.compare_elements``): a necessary condition of the full comparison, so an honest output never fails it.
 
 Runs only in worker processes (imports torch).
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from kernelpilot.evaluate.compare import Comparison, compare_elements, flatten
+from kernelpilot.evaluate.compare import Comparison, compare_elements, flatten, unravel
 
 __all__ = ["PER_TENSOR", "PARTS", "positions", "take_sample", "check_sample"]
 
@@ -58,12 +58,8 @@ def _gather(t, idx: list[int]):
         return torch.empty(0, dtype=t.dtype)
     if t.dim() == 0:
         return t.detach().reshape(1).cpu()
-    dims = []
-    rest = list(idx)
-    for size in reversed(t.shape):
-        dims.append([r % size for r in rest])
-        rest = [r // size for r in rest]
-    index = tuple(torch.tensor(d, dtype=torch.long, device=t.device) for d in reversed(dims))
+    dims = zip(*(unravel(i, t.shape) for i in idx))          # one list of positions per dimension
+    index = tuple(torch.tensor(d, dtype=torch.long, device=t.device) for d in dims)
     return t.detach()[index].cpu()
 
 

@@ -1,11 +1,12 @@
 """Timing that a careful engineer would do by hand, and one typed result.
 
-Every sample: new inputs made for it alone, just before it (untimed), L2 flushed by reading a buffer twice its size (which writes back
-whatever the cache held dirty and leaves it holding clean lines, as after Nsight Compute's cache flush), then
-CUDA events recorded on the current stream around the call, and a device-wide synchronize before the
-next sample. Warm-up first; then samples, a batch at a time, until the median is stable (it moves by less than
-``rel_tol`` when a batch is added) or the time budget or ``max_n`` is reached. Work the candidate puts on
-other streams is not inside these events: the worker's guard call finds it (``side-stream`` flag).
+Every sample: new inputs made for it alone, just before it (untimed), L2 flushed by reading a buffer twice its
+size (which writes back whatever the cache held dirty and leaves it holding clean lines, as after Nsight
+Compute's cache flush), then CUDA events recorded on the current stream around the call, and a device-wide
+synchronize before the next sample. Warm-up first; then samples, a batch at a time, until the median is stable
+(it moves by less than ``rel_tol`` when a batch is added) or the time budget or ``max_n`` is reached. Work the
+candidate puts on other streams is not inside these events: the worker's guard call finds it (``side-stream``
+flag).
 
 The samplers run only in worker processes (they import torch); ``Timing`` is plain data on both sides.
 """

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -142,10 +143,7 @@ class _Queue:
             if pick is None:
                 pick = next((i for i in self.pending if self.group(i) not in self.started), None)
             if pick is None:
-                left: dict[Any, int] = {}
-                for i in self.pending:
-                    left[self.group(i)] = left.get(self.group(i), 0) + 1
-                most = max(left, key=left.__getitem__)
+                ((most, _),) = Counter(map(self.group, self.pending)).most_common(1)
                 pick = next(i for i in self.pending if self.group(i) == most)
             self.pending.remove(pick)
             mine.add(self.group(pick))
