@@ -37,13 +37,26 @@ struct Args {
   int tokens, experts, k, renormalize, n_group, topk_group;
 };
 
+// A grid of as many blocks as the tokens need; with a bias at most as many as fit on the GPU at once (the
+// kernel's warps stride over the tokens, so that the bias's work is done once per block). Without one, a warp
+// taking its tokens once was faster (softmax and small expert counts).
 template <int W, int P, int R>
 void launch_one(const Args& a, cudaStream_t stream) {
-  const int blocks = (int)(((int64_t)a.tokens * W + 255) / 256);
+  static int fit = 0;   // blocks that fit at once, for this instantiation on this device
+  if (fit == 0) {
+    int per_sm = 0, sms = 0, device = 0;
+    C10_CUDA_CHECK(cudaGetDevice(&device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe::topk_router<T, W, P, R>, 256, 0));
+    fit = std::max(1, per_sm) * sms;
+  }
+  const int needed = (int)(((int64_t)a.tokens * W + 255) / 256);
   const int vector_rows = W * P == a.experts && (a.experts * (int)sizeof(T)) % 16 == 0 &&
                           reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
-  moe::topk_router<T, W, P, R><<<blocks, 256, 0, stream>>>(a.x, a.bias, a.w, a.ids, a.tokens, a.experts, a.k,
-                                                          a.renormalize, a.n_group, a.topk_group, vector_rows);
+  const int blocks = R == moe::BIASED || R == moe::GROUPED ? std::min(needed, fit) : needed;
+  moe::topk_router<T, W, P, R><<<blocks, 256, 0, stream>>>(a.x, a.bias, a.w, a.ids, a.tokens,
+                                                                        a.experts, a.k, a.renormalize, a.n_group,
+                                                                        a.topk_group, vector_rows);
 }
 
 // Every router at the shapes router_shape gives without groups; the grouped router alone where its groups widen W.

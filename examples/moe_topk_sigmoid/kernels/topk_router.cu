@@ -1,26 +1,28 @@
 // MoE routing for NVIDIA sm_80+, every router of the case study in one kernel: plain and biased sigmoid,
 // softmax gating and DeepSeek-V3's grouped selection, for any expert count up to 512 and any k up to 16.
 //
-// W lanes per token (4, 8 or 16: 4 up to 64 experts, 8 below 256, 16 from 256, so that a lane holds at most 32
-// of them, 16 at 256; a warp routes 8, 4 or 2 tokens and keeps that many rows' loads in flight), each lane
-// holding P consecutive experts (lane l: experts l * P .. l * P + P - 1), loaded as 16-byte vectors where the
-// rows allow it. Only the keys stay in registers: a
-// round takes each lane's best untaken key (the lowest expert among equals), the largest over the token's lanes
-// and the lowest expert holding it (xor shuffles within the W lanes), and the owner marks it taken; lane r % W
-// keeps round r's expert. Where the scores allow (see "Packed keys" below), each key also carries its expert, and
-// a round is one pass over a lane's keys and one max over the lanes. The weights are made after the rounds from
-// the chosen experts' logits (read again, from L1), so no per-expert weight is kept.
+// W lanes per token (4, 8 or 16: see router_shape; a warp routes 32 / W tokens at a time), each lane holding P
+// consecutive experts (lane l: experts l * P .. l * P + P - 1), loaded as 16-byte vectors where the rows allow
+// it. Each expert gets one 32-bit key, its score's bits then its expert, unique in the token and ordered like
+// the selection (the lower expert first among equal scores); 0 marks none:
+// - fp16/bf16 logits without a bias: the 16-bit order key, then 65535 - expert: exact, two keys a word by byte
+//   permutes;
+// - with a bias spanning at most 1: the score sigmoid(x) + bias quantized to 23 bits (2.4e-7 apart at most, inside
+//   the checks' 1e-6), then 511 - expert;
+// - fp32 logits: the order key's top 23 bits, then 511 - expert, with one round more; where two of the top k + 1
+//   share those bits, the warp selects again on exact keys (select_exact), as it does for a wider bias.
+// Each lane keeps its best 2 or 3 keys (best_n); a round takes the largest over the token's lanes (xor shuffles
+// within the W lanes) and its lane moves its next key up (select_rounds), lane r % W keeping round r's key. A
+// lane whose kept keys were all taken may hold more of the top k: after the rounds its next key is compared with
+// the last round's, and where it is larger the rounds are done again over all keys. The weights are made after
+// the rounds from the chosen experts' logits (read again, from L1).
 //
 // Score and weight:
 //   PLAIN    score logit, weight sigmoid(logit)
 //   BIASED   score sigmoid(logit) + bias[e], weight sigmoid(logit), renormalised over the k
 //   SOFTMAX  score logit, weight exp(logit - max) / sum over all experts, or renormalised over the k
 //   GROUPED  as BIASED, within the topk_group groups (of n_group, consecutive experts) whose two largest scores
-//            sum the most (lowest group among equals). Where each group is whole lanes (W * P = experts and P
-//            divides a group), a lane's top two are merged over its group's lanes; otherwise each group's top
-//            two are reduced over all W lanes in turn (n_group up to W).
-// Keys: order_key of the score (unsigned, ordered like the floats); 0 marks a slot taken, past the experts, or in
-// a group not kept, below every real key.
+//            sum the most (lowest group among equals; keep_groups).
 // Analysis build: nvcc -arch=sm_90 -O3 -cubin -DMOE_ROUTER=3 -DMOE_W=8 -DMOE_P=32 [-DMOE_DTYPE=__nv_bfloat16] topk_router.cu
 #if defined(MOE_ROUTER) && !defined(MOE_DTYPE)
 #define MOE_DTYPE float
@@ -34,10 +36,6 @@ namespace moe {
 enum Router { PLAIN = 0, BIASED = 1, SOFTMAX = 2, GROUPED = 3 };
 
 __device__ inline float neg_inf() { return -__int_as_float(0x7f800000); }
-
-__device__ inline float from_order_key(unsigned k) {
-  return __uint_as_float(k ^ ((k >> 31) ? 0x80000000u : 0xffffffffu));
-}
 
 // Reductions over a token's W lanes (xor shuffles within the segment of W lanes).
 template <int W, bool MAX>
@@ -81,152 +79,231 @@ __device__ inline void take_top2(unsigned kj, unsigned& k1, unsigned& k2) {
   if (kj > k1) { k2 = k1; k1 = kj; } else if (kj > k2) { k2 = kj; }
 }
 
-template <typename T, int W, int P, int ROUTER>
-__global__ __launch_bounds__(256) void topk_router(const T* __restrict__ logits, const float* __restrict__ bias,
-                                                   float* __restrict__ weights, int* __restrict__ ids, int tokens,
-                                                   int experts, int k, int renormalize, int n_group,
-                                                   int topk_group, int vector_rows) {
-  static_assert(W == 4 || W == 8 || W == 16, "4, 8 or 16 lanes per token");
-  static_assert(P >= 1 && P <= 32, "1 to 32 experts per lane");
-  constexpr int R = (16 + W - 1) / W;         // rounds a lane keeps: round r goes to lane r % W (k <= 16)
-  const int thread = blockIdx.x * blockDim.x + threadIdx.x;
-  if ((thread & ~31) / W >= tokens) return;   // whole warps leave together: the shuffles below take all 32 lanes
-  const int lane = thread % W;
-  const int token = thread / W;
-  const bool active = token < tokens;         // a warp's last tokens may lie past the end: they compute, not store
-  const T* row = logits + (size_t)(active ? token : 0) * experts;
-  const int first = lane * P;                 // this lane's experts: first .. first + P - 1
+// The N largest of a lane's keys, largest first (an insertion chain of 2N - 1 min/max per key).
+template <int N, int P>
+__device__ inline void best_n(const unsigned (&key)[P], unsigned (&h)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) h[i] = 0u;
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    unsigned v = key[j];
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const unsigned hi = max(h[i], v);
+      if (i + 1 < N) v = min(h[i], v);
+      h[i] = hi;
+    }
+  }
+}
 
-  float x[P];
-  if (vector_rows) {                          // uniform: W * P = experts, rows 16-byte aligned
+// The largest of a lane's keys below `below` (0: none). The distance below it, wrapping around for keys at or
+// above it, is least for that key: one min per key.
+template <int P>
+__device__ inline unsigned largest_below(const unsigned (&key)[P], unsigned below) {
+  unsigned gap = below - 1u;   // a key of 0
+#pragma unroll
+  for (int j = 0; j < P; ++j) gap = min(gap, below - 1u - key[j]);
+  return below - 1u - gap;
+}
+
+// Round r's key goes to slot q of lane r % W (q = r / W).
+template <int W, int R>
+__device__ inline void keep_round(unsigned (&slot)[R], int r, int lane, unsigned key) {
+#pragma unroll
+  for (int q = 0; q < R; ++q) slot[q] = r == q * W + lane ? key : slot[q];
+}
+
+// `rounds` rounds over a token's W lanes on unique keys (0: none), each lane's best N held: a round takes the
+// largest held key, and its lane moves its next one up. A lane whose N were all taken may hold more of the top:
+// its next key (the largest below its N-th) is looked for after the rounds, and if it is above the last round's,
+// the rounds are done again over all keys (largest_below, one pass per round); a lane not `live` (its group not
+// kept) gives nothing then. With CHECK, `alike` tells whether two rounds' keys share their bits above the expert's
+// 9 (the same in the token's lanes).
+template <int W, int N, int P, int R, bool CHECK>
+__device__ inline void select_rounds(const unsigned (&key)[P], unsigned (&h)[N], int rounds, int lane, bool live,
+                                     unsigned (&slot)[R], bool& alike) {
+  const unsigned lowest = h[N - 1];
+  unsigned top = 0u, prev = 0u;
+  alike = false;
+  for (int r = 0; r < rounds; ++r) {
+    top = lanes_max<W>(h[0]);
+    const bool win = h[0] == top;
+#pragma unroll
+    for (int i = 0; i + 1 < N; ++i) h[i] = win ? h[i + 1] : h[i];
+    h[N - 1] = win ? 0u : h[N - 1];
+    keep_round<W, R>(slot, r, lane, top);
+    if constexpr (CHECK) alike |= r > 0 && (top >> 9) == (prev >> 9);
+    prev = top;
+  }
+  const bool spent = h[0] == 0u && lowest != 0u;
+  bool wrong = false;
+  if (__any_sync(0xffffffffu, spent)) {
+    if (spent) wrong = largest_below<P>(key, lowest) > top;
+    if (__any_sync(0xffffffffu, wrong)) {
+      alike = false;
+      prev = 0xffffffffu;
+      for (int r = 0; r < rounds; ++r) {
+        top = lanes_max<W>(live ? largest_below<P>(key, prev) : 0u);
+        keep_round<W, R>(slot, r, lane, top);
+        if constexpr (CHECK) alike |= r > 0 && (top >> 9) == (prev >> 9);
+        prev = top;
+      }
+    }
+  }
+}
+
+// The groups kept by DeepSeek-V3's rule (a bit per group): the topk_group groups of largest group key (the sum of
+// their two largest scores, as group_key makes it), the lowest group among equals. Where each group is L whole
+// lanes, a lane's two largest keys (k1 >= k2) are merged over its group's lanes; otherwise each group's top two
+// are reduced over all W lanes in turn (n_group at most W).
+template <int W, int P, typename GroupKey>
+__device__ inline unsigned keep_groups(const unsigned (&key)[P], unsigned k1, unsigned k2, int lane, int first,
+                                       int per, int L, int n_group, int topk_group, GroupKey group_key) {
+  unsigned gk = 0u, g = 0u;
+  if (L > 0) {   // uniform
+    lanes_top2<W>(k1, k2, L);
+    gk = group_key(k1, k2);
+    g = (unsigned)(lane / L);
+  } else {
+    for (int grp = 0; grp < n_group; ++grp) {
+      unsigned a = 0, b = 0;
+#pragma unroll
+      for (int j = 0; j < P; ++j) {
+        const int e = first + j;
+        take_top2(e >= grp * per && e < (grp + 1) * per ? key[j] : 0u, a, b);
+      }
+      lanes_top2<W>(a, b, W);
+      if (lane == grp) gk = group_key(a, b);
+    }
+    g = (unsigned)lane;
+  }
+  unsigned kept = 0u;
+  bool chosen = L == 0 && lane >= n_group;   // lanes past the groups take no part
+  for (int t = 0; t < topk_group; ++t) {
+    const unsigned v = chosen ? 0u : gk;
+    const unsigned top = lanes_max<W>(v);
+    const unsigned pick = lanes_min<W>(v == top ? g : 0xffffffffu);
+    chosen |= g == pick;
+    kept |= 1u << pick;
+  }
+  return kept;
+}
+
+// Keys of experts outside the kept groups made 0.
+template <int P>
+__device__ inline void drop_groups(unsigned (&key)[P], unsigned kept, int first, int per) {
+  const float inv_per = 1.0f / (float)per;
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const int group = __float2int_rz(((float)(first + j) + 0.5f) * inv_per);   // (first + j) / per, exactly
+    key[j] = (kept >> min(group, 31)) & 1u ? key[j] : 0u;
+  }
+}
+
+// P experts of a row from `first` as floats: 16-byte vectors where the rows allow it, 0 past the experts.
+template <typename T, int P>
+__device__ inline void load_floats(const T* __restrict__ row, int first, int experts, bool vector, float (&x)[P]) {
+  if (vector) {
     load_row<T, P>(row + first, x);
   } else {
 #pragma unroll
     for (int j = 0; j < P; ++j) x[j] = first + j < experts ? to_float<T>(row[first + j]) : 0.0f;
   }
+}
+
+// P floats from shared memory, 16 or 8 bytes at a time where P allows (src aligned to that).
+template <int P>
+__device__ inline void load_shared(const float* src, float (&out)[P]) {
+  if constexpr (P % 4 == 0) {
+#pragma unroll
+    for (int v = 0; v < P / 4; ++v) {
+      const float4 q = reinterpret_cast<const float4*>(src)[v];
+      out[4 * v] = q.x; out[4 * v + 1] = q.y; out[4 * v + 2] = q.z; out[4 * v + 3] = q.w;
+    }
+  } else if constexpr (P % 2 == 0) {
+#pragma unroll
+    for (int v = 0; v < P / 2; ++v) {
+      const float2 q = reinterpret_cast<const float2*>(src)[v];
+      out[2 * v] = q.x; out[2 * v + 1] = q.y;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < P; ++j) out[j] = src[j];
+  }
+}
+
+// P 16-bit logits of a row from `first` as their bits, two per word (element 2p in the low half): 16-byte, 8-byte
+// or 4-byte loads where the rows allow it, 0 past the experts.
+template <typename T, int P>
+__device__ inline void load_words(const T* __restrict__ row, int first, int experts, bool vector,
+                                  unsigned (&w)[(P + 1) / 2]) {
+  constexpr int BYTES = 2 * P;
+  if (BYTES % 4 == 0 && vector) {
+    const unsigned* src = reinterpret_cast<const unsigned*>(row + first);
+    if constexpr (BYTES % 16 == 0) {
+#pragma unroll
+      for (int v = 0; v < BYTES / 16; ++v) {
+        const uint4 q = __ldg(reinterpret_cast<const uint4*>(src) + v);
+        w[4 * v] = q.x; w[4 * v + 1] = q.y; w[4 * v + 2] = q.z; w[4 * v + 3] = q.w;
+      }
+    } else if constexpr (BYTES % 8 == 0) {
+#pragma unroll
+      for (int v = 0; v < BYTES / 8; ++v) {
+        const uint2 q = __ldg(reinterpret_cast<const uint2*>(src) + v);
+        w[2 * v] = q.x; w[2 * v + 1] = q.y;
+      }
+    } else {
+#pragma unroll
+      for (int v = 0; v < BYTES / 4; ++v) w[v] = __ldg(src + v);
+    }
+  } else {
+    const unsigned short* h = reinterpret_cast<const unsigned short*>(row);
+#pragma unroll
+    for (int p = 0; p < (P + 1) / 2; ++p) {
+      const int e = first + 2 * p;
+      const unsigned lo = e < experts ? h[e] : 0u;
+      const unsigned hi = 2 * p + 1 < P && e + 1 < experts ? h[e + 1] : 0u;
+      w[p] = lo | (hi << 16);
+    }
+  }
+}
+
+// The score's exact order key (the reference's float arithmetic up to the sigmoid's rounding).
+template <int ROUTER>
+__device__ inline unsigned exact_key(float x, float b) {
+  if constexpr (ROUTER == PLAIN || ROUTER == SOFTMAX) {
+    return order_key(x);
+  } else {
+    return order_key(sigmoid(x) + b);
+  }
+}
+
+// The selection on exact keys (the order keys of the scores, read again from the row), for the scores that packed
+// keys cannot order within the checks' tolerance: a round takes the largest key and the lowest expert holding it.
+// Fills slot with round r's expert.
+template <typename T, int W, int P, int ROUTER, int R>
+__device__ inline void select_exact(const T* __restrict__ row, const float* __restrict__ bias, int first, int lane,
+                                    int experts, int k, int n_group, int topk_group, int L, unsigned (&slot)[R]) {
+  float x[P];
+  load_floats<T, P>(row, first, experts, false, x);
   unsigned key[P];
 #pragma unroll
   for (int j = 0; j < P; ++j) {
     const int e = first + j;
-    const bool valid = active && e < experts;
-    if constexpr (ROUTER == PLAIN || ROUTER == SOFTMAX) {
-      key[j] = valid ? order_key(x[j]) : 0u;
-    } else {
-      key[j] = valid ? order_key(sigmoid(x[j]) + bias[e]) : 0u;
-    }
-  }
-  float row_max = 0.0f, total = 1.0f;
-  if constexpr (ROUTER == SOFTMAX) {
-    unsigned m = 0;
-#pragma unroll
-    for (int j = 0; j < P; ++j) m = max(m, key[j]);
-    row_max = from_order_key(lanes_max<W>(m));
-    float s = 0.0f;
-#pragma unroll
-    for (int j = 0; j < P; ++j) s += key[j] ? __expf(x[j] - row_max) : 0.0f;
-    total = lanes_sum<W>(s);
+    key[j] = e < experts ? exact_key<ROUTER>(x[j], ROUTER == BIASED || ROUTER == GROUPED ? bias[e] : 0.0f) : 0u;
   }
   if constexpr (ROUTER == GROUPED) {
     const int per = experts / n_group;
-    if (W * P == experts && per % P == 0) {   // each group is L whole lanes
-      const int L = per / P;
-      unsigned k1 = 0, k2 = 0;
+    unsigned k1 = 0, k2 = 0;
 #pragma unroll
-      for (int j = 0; j < P; ++j) take_top2(key[j], k1, k2);
-      lanes_top2<W>(k1, k2, L);
-      const float score = from_order_key(k1) + (per > 1 ? from_order_key(k2) : 0.0f);
-      const unsigned g = (unsigned)(lane / L);
-      bool chosen = false;
-      for (int t = 0; t < topk_group; ++t) {
-        const unsigned gk = chosen ? 0u : order_key(score);
-        const unsigned top = lanes_max<W>(gk);
-        chosen |= g == lanes_min<W>(gk == top ? g : 0xffffffffu);
-      }
-#pragma unroll
-      for (int j = 0; j < P; ++j) key[j] = chosen ? key[j] : 0u;   // this lane's group was kept, or not
-    } else {                                  // any layout: each group's top two over all the lanes, in turn
-      const float inv_per = 1.0f / (float)per;
-      float my_group_score = neg_inf();
-      for (int g = 0; g < n_group; ++g) {
-        unsigned k1 = 0, k2 = 0;
-#pragma unroll
-        for (int j = 0; j < P; ++j) {
-          const int e = first + j;
-          take_top2(e >= g * per && e < (g + 1) * per ? key[j] : 0u, k1, k2);
-        }
-        lanes_top2<W>(k1, k2, W);
-        if (lane == g) my_group_score = from_order_key(k1) + (per > 1 ? from_order_key(k2) : 0.0f);
-      }
-      unsigned kept = 0;
-      bool chosen = false;
-      for (int t = 0; t < topk_group; ++t) {
-        const unsigned gk = (chosen || lane >= n_group) ? 0u : order_key(my_group_score);
-        const unsigned top = lanes_max<W>(gk);
-        const unsigned g = lanes_min<W>(gk == top ? (unsigned)lane : 0xffffffffu);
-        chosen |= (unsigned)lane == g;
-        kept |= 1u << g;
-      }
-#pragma unroll
-      for (int j = 0; j < P; ++j) {
-        const int group = __float2int_rz(((float)(first + j) + 0.5f) * inv_per);   // (first + j) / per, exactly
-        key[j] = (kept >> min(group, 31)) & 1u ? key[j] : 0u;
-      }
-    }
+    for (int j = 0; j < P; ++j) take_top2(key[j], k1, k2);
+    const unsigned kept = keep_groups<W, P>(key, k1, k2, lane, first, per, L, n_group, topk_group,
+                                            [per](unsigned a, unsigned b) {
+                                              return order_key(from_order_key(a) + (per > 1 ? from_order_key(b) : 0.0f));
+                                            });
+    drop_groups<P>(key, kept, first, per);
   }
-
-  int mine[R];
-#pragma unroll
-  for (int q = 0; q < R; ++q) mine[q] = 0;
-  // Packed keys, where they order the scores exactly (16-bit logits, no bias) or within the problems' tolerance
-  // (a bias spanning at most 1: the score quantized to 23 bits, at most 2.4e-7 apart, where the checks let
-  // scores within 1e-6 come in either order): the score's bits, then 511 - expert, so one max over the lanes
-  // names the expert too, the lowest among equals. A round takes the largest key below the last round's (the
-  // distance below it, wrapping around for keys already taken, is least for that key): nothing to clear.
-  bool packed = false;
-  float lo = 0.0f, scale = 0.0f;
-  if constexpr (ROUTER == PLAIN || ROUTER == SOFTMAX) {
-    packed = sizeof(T) == 2;
-  } else {
-    // The bias's extremes, read again after the keys (kept out of the keys' loop, where they slowed wide rows).
-    unsigned bmin = 0xffffffffu, bmax = 0u;
-#pragma unroll
-    for (int j = 0; j < P; ++j) {
-      if (first + j < experts) {
-        const unsigned b = order_key(bias[first + j]);
-        bmin = min(bmin, b);
-        bmax = max(bmax, b);
-      }
-    }
-    lo = from_order_key(lanes_min<W>(bmin));                   // the scores lie in [lo, hi)
-    const float hi = from_order_key(lanes_max<W>(bmax)) + 1.0f;
-    packed = hi - lo <= 2.0f;                                  // the same in every lane: the bias is the row's
-    scale = 8388605.0f / (hi - lo);
-  }
-  if (packed) {
-#pragma unroll
-    for (int j = 0; j < P; ++j) {
-      const unsigned low = 511u - (unsigned)(first + j);
-      if constexpr (ROUTER == PLAIN || ROUTER == SOFTMAX) {
-        // A 16-bit logit's order key is the float's top 16 (bf16) or 19 (fp16) bits; the rest is all 0 or all 1.
-        constexpr int S = std::is_same<T, __half>::value ? 13 : 16;
-        key[j] = key[j] ? ((key[j] >> S) << 9) | low : 0u;
-      } else {
-        const unsigned q = 1u + min(__float2uint_rz((from_order_key(key[j]) - lo) * scale), 8388605u);
-        key[j] = key[j] ? (q << 9) | low : 0u;
-      }
-    }
-    unsigned prev = 0xffffffffu;
-    for (int r = 0; r < k; ++r) {
-      unsigned gap = prev - 1u;                                // a key of 0: below every real key
-#pragma unroll
-      for (int j = 0; j < P; ++j) gap = min(gap, prev - 1u - key[j]);
-      prev = lanes_max<W>(prev - 1u - gap);
-      const int idx = 511 - (int)(prev & 511u);
-#pragma unroll
-      for (int q = 0; q < R; ++q) mine[q] = r == q * W + lane ? idx : mine[q];
-    }
-  }
-  for (int r = 0; r < (packed ? 0 : k); ++r) {
+  for (int r = 0; r < k; ++r) {
     unsigned best = 0;
     int best_j = 0;
 #pragma unroll
@@ -234,36 +311,210 @@ __global__ __launch_bounds__(256) void topk_router(const T* __restrict__ logits,
       if (key[j] > best) { best = key[j]; best_j = j; }   // strict: the lowest expert among equals
     }
     const unsigned top = lanes_max<W>(best);
-    const int idx = (int)lanes_min<W>(best == top ? (unsigned)(first + best_j) : 0xffffffffu);
+    const unsigned idx = lanes_min<W>(best == top ? (unsigned)(first + best_j) : 0xffffffffu);
 #pragma unroll
-    for (int j = 0; j < P; ++j) key[j] = first + j == idx ? 0u : key[j];
-#pragma unroll
-    for (int q = 0; q < R; ++q) mine[q] = r == q * W + lane ? idx : mine[q];
+    for (int j = 0; j < P; ++j) key[j] = first + j == (int)idx ? 0u : key[j];
+    keep_round<W, R>(slot, r, lane, idx);
   }
-  // The weights of this lane's rounds, from their logits read again.
-  float w[R];
-  float sum = 0.0f;
-#pragma unroll
-  for (int q = 0; q < R; ++q) {
-    const bool have = q * W + lane < k;
-    const float xe = have ? to_float<T>(row[mine[q]]) : 0.0f;
-    if constexpr (ROUTER == SOFTMAX) {
-      w[q] = have ? __expf(xe - row_max) : 0.0f;
-    } else {
-      w[q] = have ? sigmoid(xe) : 0.0f;
+}
+
+// Blocks of 256 threads per SM each build is made for: 3 (80 registers) where that does not spill, else what
+// the registers allow (more than 16 experts per lane; at 16, the fp32 softmax's sums, the grouped selection with
+// fewer than 16 lanes, and fp32 logits on 4 lanes, whose rounds' slots take 4 registers).
+template <typename T, int W, int P, int ROUTER>
+__host__ __device__ constexpr int router_min_blocks() {
+  if constexpr (P < 16) {
+    return 3;
+  } else if constexpr (P == 16) {
+    const bool fp32 = sizeof(T) == 4;
+    return (ROUTER == SOFTMAX && fp32) || (ROUTER == GROUPED && W < 16) || (W == 4 && fp32) ? 1 : 3;
+  } else {
+    return 1;
+  }
+}
+
+template <typename T, int W, int P, int ROUTER>
+__global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void topk_router(const T* __restrict__ logits, const float* __restrict__ bias,
+                                                   float* __restrict__ weights, int* __restrict__ ids, int tokens,
+                                                   int experts, int k, int renormalize, int n_group,
+                                                   int topk_group, int vector_rows) {
+  static_assert(W == 4 || W == 8 || W == 16, "4, 8 or 16 lanes per token");
+  static_assert(P >= 1 && P <= 32, "1 to 32 experts per lane");
+  constexpr int R = (16 + W - 1) / W;         // rounds a lane keeps: round r goes to lane r % W (k <= 16)
+  constexpr bool HALVES = (ROUTER == PLAIN || ROUTER == SOFTMAX) && sizeof(T) == 2;   // exact 16-bit keys
+  constexpr bool BIAS = ROUTER == BIASED || ROUTER == GROUPED;
+  const int lane = threadIdx.x % W;
+  const int first = lane * P;                 // this lane's experts: first .. first + P - 1
+  const bool vector = vector_rows != 0;       // W * P = experts, rows 16-byte aligned
+  const bool tail = first + P > experts;      // a lane holding experts past the last
+  // The keys each lane holds for the rounds: 2 where the lanes are at least 4k, else 3.
+  const int heads = 4 * k <= W ? 2 : 3;
+  const int per = ROUTER == GROUPED ? experts / n_group : 1;
+  const int L = ROUTER == GROUPED && W * P == experts && per % P == 0 ? per / P : 0;   // lanes per group, if whole
+
+  // With a bias: keys of the score quantized where the bias spans at most 1 (hi - lo <= 2), so that the score and
+  // the expert fit 32 bits: v = (s - lo) * scale + 2^23 + 1 lies in [2^23 + 1, 2^24), where a float's low 23 bits
+  // are its integer part; v << 9 keeps them and makes room for 511 - expert. Scores 2.4e-7 apart or less may
+  // take either order (the checks let scores within 1e-6 do so). The block keeps shift[e] = (bias[e] - lo) *
+  // scale + 2^23 + 1 in shared memory, so that v = sigmoid * scale + shift[e] (one FFMA, the shifts read 16 bytes
+  // at a time).
+  __shared__ __align__(16) float shift[BIAS ? 512 : 4];
+  float scale = 0.0f;
+  bool quantized = true;
+  if constexpr (BIAS) {
+    unsigned bmin = 0xffffffffu, bmax = 0u;   // the bias's extremes, over the warp's lanes
+    for (int e = threadIdx.x % 32; e < experts; e += 32) {
+      const unsigned o = order_key(bias[e]);
+      bmin = min(bmin, o);
+      bmax = max(bmax, o);
     }
-    sum += w[q];
+    const float lo = from_order_key(lanes_min<32>(bmin));
+    const float hi = from_order_key(lanes_max<32>(bmax)) + 1.0f;   // the scores lie in [lo, hi]
+    quantized = hi - lo <= 2.0f;
+    scale = 8388604.0f / (hi - lo);
+    for (int e = threadIdx.x; e < experts; e += blockDim.x) shift[e] = fmaf(bias[e] - lo, scale, 8388609.0f);
+    __syncthreads();
   }
-  float denom = 1.0f;
-  if constexpr (ROUTER == BIASED || ROUTER == GROUPED) denom = lanes_sum<W>(sum);
-  if constexpr (ROUTER == SOFTMAX) denom = renormalize ? lanes_sum<W>(sum) : total;
-  if (active) {
+
+  // Each warp takes 32 / W tokens at a time, the grid striding over them (so the bias work above is done once).
+  const int warps = gridDim.x * (blockDim.x / 32);
+  for (int base = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * (32 / W); base < tokens;
+       base += warps * (32 / W)) {
+    const int token = base + (threadIdx.x % 32) / W;
+    const bool active = token < tokens;       // a warp's last tokens may lie past the end: they compute, not store
+    const T* row = logits + (size_t)(active ? token : 0) * experts;
+
+    unsigned slot[R];                         // keys (or, on the exact path, experts) of this lane's rounds
+#pragma unroll
+    for (int q = 0; q < R; ++q) slot[q] = 0u;
+    bool exact = !quantized;                  // bias too wide for packed keys
+    float row_max = 0.0f, total = 1.0f;
+    if (!exact) {
+      // Packed keys: the score's bits, then the expert (the lower expert first among equal scores); 0 for none.
+      unsigned key[P];
+      if constexpr (HALVES) {
+        // 16-bit logits: their order key, then 65535 - expert (exact), two keys a word by byte permutes.
+        unsigned w[(P + 1) / 2];
+        load_words<T, P>(row, first, experts, vector, w);
+        const unsigned index = (0xffffu - (unsigned)first) * 0x10001u;
+#pragma unroll
+        for (int p = 0; p < (P + 1) / 2; ++p) {
+          const unsigned o = half_order_keys(w[p]);
+          const unsigned iw = index - (unsigned)(2 * p + ((2 * p + 1) << 16));
+          key[2 * p] = __byte_perm(o, iw, 0x1054);
+          if (2 * p + 1 < P) key[2 * p + 1] = __byte_perm(o, iw, 0x3276);
+        }
+        if constexpr (ROUTER == SOFTMAX) {   // the row's largest logit from its keys' top 16 bits
+          unsigned m = 0u;
+#pragma unroll
+          for (int j = 0; j < P; ++j) m = max(m, first + j < experts || !tail ? key[j] : 0u);
+          const unsigned o = lanes_max<W>(m) >> 16;
+          row_max = from_bits<T>(bits_of_order16(o));
+          float s = 0.0f;
+#pragma unroll
+          for (int j = 0; j < P; ++j) {
+            const float v = from_bits<T>(j % 2 ? w[j / 2] >> 16 : w[j / 2] & 0xffffu);
+            s += first + j < experts || !tail ? __expf(v - row_max) : 0.0f;
+          }
+          total = lanes_sum<W>(s);
+        }
+      } else {
+        float x[P];
+        load_floats<T, P>(row, first, experts, vector, x);
+        float c[BIAS ? P : 1];
+        if constexpr (BIAS) load_shared<P>(shift + first, c);
+        if constexpr (ROUTER == SOFTMAX) {
+          float m = neg_inf(), s = 0.0f;
+#pragma unroll
+          for (int j = 0; j < P; ++j) m = fmaxf(m, first + j < experts || !tail ? x[j] : neg_inf());
+          row_max = from_order_key(lanes_max<W>(order_key(m)));
+#pragma unroll
+          for (int j = 0; j < P; ++j) s += first + j < experts || !tail ? __expf(x[j] - row_max) : 0.0f;
+          total = lanes_sum<W>(s);
+        }
+#pragma unroll
+        for (int j = 0; j < P; ++j) {
+          const unsigned low = 511u - (unsigned)(first + j);
+          if constexpr (BIAS) {
+            key[j] = (__float_as_uint(fmaf(sigmoid(x[j]), scale, c[j])) << 9) | low;   // c: shift[first + j]
+          } else {   // fp32 logits: the order key's top 23 bits, exact where no two of the top k + 1 share them
+            key[j] = (order_key(x[j]) & 0xfffffe00u) | low;
+          }
+        }
+      }
+      if (tail) {
+#pragma unroll
+        for (int j = 0; j < P; ++j) key[j] = first + j < experts ? key[j] : 0u;
+      }
+      // The rounds: k, and for fp32 logits one more, to see that none of the top k shares its 23 bits with the
+      // next key (else the token's selection is done on exact keys).
+      const int rounds = HALVES || BIAS ? k : min(k + 1, experts);
+      bool alike = false;   // fp32 logits: a round's key shares its top 23 bits with the next round's
+      const auto run = [&](auto n_heads) {
+        constexpr int N = decltype(n_heads)::value;
+        unsigned h[N];
+        bool live = true;
+        if constexpr (ROUTER == GROUPED) {
+          const auto group_key = [per](unsigned a, unsigned b) { return (a >> 9) + (per > 1 ? b >> 9 : 0u); };
+          if (L > 0) {
+            best_n<N, P>(key, h);
+            const unsigned kept = keep_groups<W, P>(key, h[0], N > 1 ? h[N > 1 ? 1 : 0] : 0u, lane, first, per, L, n_group,
+                                     topk_group, group_key);
+            live = (kept >> (lane / L)) & 1u;   // this lane's group is kept, or it has nothing to give
+            if (!live) {
+#pragma unroll
+              for (int i = 0; i < N; ++i) h[i] = 0u;
+            }
+          } else {
+            const unsigned kept = keep_groups<W, P>(key, 0u, 0u, lane, first, per, 0, n_group, topk_group, group_key);
+            drop_groups<P>(key, kept, first, per);
+            best_n<N, P>(key, h);
+          }
+        } else {
+          best_n<N, P>(key, h);
+        }
+        select_rounds<W, N, P, R, !HALVES && !BIAS>(key, h, rounds, lane, live, slot, alike);
+      };
+      if (heads == 2) {
+        run(std::integral_constant<int, 2>());
+      } else {
+        run(std::integral_constant<int, 3>());
+      }
+      exact = __any_sync(0xffffffffu, alike);   // the top k may be out of order: exact keys decide
+#pragma unroll
+      for (int q = 0; q < R; ++q) slot[q] = HALVES ? 0xffffu - (slot[q] & 0xffffu) : 511u - (slot[q] & 511u);
+    }
+    if constexpr (!HALVES) {                  // 16-bit logits' keys are exact
+      if (__any_sync(0xffffffffu, exact)) {   // the warp's tokens together: the shuffles take all 32 lanes
+        select_exact<T, W, P, ROUTER, R>(row, bias, first, lane, experts, k, n_group, topk_group, L, slot);
+      }
+    }
+
+    // The weights of this lane's rounds, from their logits read again.
+    float w[R];
+    float sum = 0.0f;
 #pragma unroll
     for (int q = 0; q < R; ++q) {
-      const int r = q * W + lane;
-      if (r < k) {
-        weights[(size_t)token * k + r] = __fdividef(w[q], denom);
-        ids[(size_t)token * k + r] = mine[q];
+      const bool have = q * W + lane < k;
+      const float xe = have ? to_float<T>(row[slot[q]]) : 0.0f;
+      if constexpr (ROUTER == SOFTMAX) {
+        w[q] = have ? __expf(xe - row_max) : 0.0f;
+      } else {
+        w[q] = have ? sigmoid(xe) : 0.0f;
+      }
+      sum += w[q];
+    }
+    float denom = 1.0f;
+    if constexpr (BIAS) denom = lanes_sum<W>(sum);
+    if constexpr (ROUTER == SOFTMAX) denom = renormalize ? lanes_sum<W>(sum) : total;
+    if (active) {
+#pragma unroll
+      for (int q = 0; q < R; ++q) {
+        const int r = q * W + lane;
+        if (r < k) {
+          weights[(size_t)token * k + r] = __fdividef(w[q], denom);
+          ids[(size_t)token * k + r] = (int)slot[q];
+        }
       }
     }
   }

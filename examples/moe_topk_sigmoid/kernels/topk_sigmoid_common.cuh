@@ -1,8 +1,10 @@
-// Helpers of the MoE routing kernels (topk_sigmoid_warp.cu, topk_sigmoid_keys.cu).
+// Helpers of the MoE routing kernels (topk_sigmoid_warp.cu, topk_sigmoid_keys.cu, topk_router.cu).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+
+#include <type_traits>
 
 #ifdef MOE_EXPERTS   // an analysis build of one instantiation (`kpilot isa analyze ... -D MOE_EXPERTS=256`)
 #ifndef MOE_K
@@ -27,6 +29,43 @@ template <> __device__ inline float to_float<__nv_bfloat16>(__nv_bfloat16 v) { r
 __device__ inline unsigned order_key(float f) {
   const unsigned b = __float_as_uint(f + 0.0f);
   return b ^ ((b >> 31) ? 0xffffffffu : 0x80000000u);
+}
+
+// The float of an order key (order_key's inverse).
+__device__ inline float from_order_key(unsigned k) {
+  return __uint_as_float((k >> 31) ? (k ^ 0x80000000u) : ~k);
+}
+
+// The fp16 or bf16 logit of its bits.
+template <typename T>
+__device__ inline float from_bits(unsigned h) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(__ushort_as_half((unsigned short)h));
+  } else {
+    return __uint_as_float(h << 16);
+  }
+}
+
+// 0xffff in each 16-bit half whose sign bit is set (PTX prmt's sign-replicating selectors, which __byte_perm
+// does not pass through).
+__device__ inline unsigned sign_halves(unsigned w) {
+  unsigned m;
+  asm("prmt.b32 %0, %1, 0, 0xbb99;" : "=r"(m) : "r"(w));
+  return m;
+}
+
+// The order keys of two fp16 or bf16 values: 0x8000 + magnitude for positive halves, 0x8000 - magnitude for
+// negative ones, so -0 and +0 share 0x8000. For a negative half (w | 0x8000) ^ 0xffff is 0x7fff - magnitude,
+// one below its key; no half carries into the next.
+__device__ inline unsigned half_order_keys(unsigned w) {
+  const unsigned m = sign_halves(w);
+  return ((w | 0x80008000u) ^ m) + (m & 0x00010001u);
+}
+
+// The logit's 16 bits of an exact key's order key (half_order_keys): 0x8000 + magnitude for positive values,
+// 0x8000 - magnitude for negative ones.
+__device__ inline unsigned bits_of_order16(unsigned o) {
+  return o >= 0x8000u ? o - 0x8000u : 0x8000u | (0x8000u - o);
 }
 
 // 1 / (1 + e^-x) with the hardware's approximate 2^x, subnormal results flushed (where e^-x is that small the

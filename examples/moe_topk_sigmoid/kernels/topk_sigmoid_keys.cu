@@ -281,22 +281,6 @@ __device__ inline Key select(const Key (&keys)[P], Slot* slot) {
   return select_fast<Key, G, K, EXTRA, N, P>(keys, slot);
 }
 
-// 0xffff in each 16-bit half whose sign bit is set (PTX prmt's sign-replicating selectors, which __byte_perm
-// does not pass through).
-__device__ inline unsigned sign_halves(unsigned w) {
-  unsigned m;
-  asm("prmt.b32 %0, %1, 0, 0xbb99;" : "=r"(m) : "r"(w));
-  return m;
-}
-
-// The order keys of two fp16 or bf16 values: 0x8000 + magnitude for positive halves, 0x8000 - magnitude for
-// negative ones, so -0 and +0 share 0x8000. For a negative half (w | 0x8000) ^ 0xffff is 0x7fff - magnitude,
-// one below its key; no half carries into the next.
-__device__ inline unsigned half_order_keys(unsigned w) {
-  const unsigned m = sign_halves(w);
-  return ((w | 0x80008000u) ^ m) + (m & 0x00010001u);
-}
-
 // The index bytes of experts e0 .. e0 + 4W - 1 (255 - expert: the lower expert first among equal scores), four per
 // word, kept in registers across passes (the asm keeps the compiler from computing them again in every pass).
 template <int W>
@@ -344,23 +328,9 @@ __device__ inline unsigned positive_form(unsigned key) {
   return (bits << 16) | (key & 0xffffu);
 }
 
-// The fp16 or bf16 logit of its bits.
-template <typename T>
-__device__ inline float from_bits(unsigned h) {
-  if constexpr (std::is_same_v<T, __half>) {
-    return __half2float(__ushort_as_half((unsigned short)h));
-  } else {
-    return __uint_as_float(h << 16);
-  }
-}
-
 // The exact 64-bit key of a score: its order key, then 255 - expert.
 __device__ inline unsigned long long exact_key(float score, int expert) {
   return ((unsigned long long)order_key(score) << 32) | (255u - (unsigned)expert);
-}
-
-__device__ inline float from_order_key(unsigned k) {
-  return __uint_as_float((k >> 31) ? (k ^ 0x80000000u) : ~k);
 }
 
 // The signed 32-bit key of an fp32 logit: its top 24 bits, then the index byte. Among positive logits it orders

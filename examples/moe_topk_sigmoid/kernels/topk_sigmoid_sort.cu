@@ -184,12 +184,6 @@ __device__ inline void best_exact(ValuesOf values_of, First first, unsigned (&to
   for (int j = 0; j < K; ++j) top[j] = (unsigned)top64[j];
 }
 
-// The logit's 16 bits of an exact key's order key (half_order_keys): 0x8000 + magnitude for positive values,
-// 0x8000 - magnitude for negative ones.
-__device__ inline unsigned bits_of_order16(unsigned o) {
-  return o >= 0x8000u ? o - 0x8000u : 0x8000u | (0x8000u - o);
-}
-
 // The weights and ids of a token's best K keys (every lane of the token holds them), shared by its first L lanes
 // (L divides K; t is the lane's place in its token): lane t's share is keys (t % L) * J ... + J - 1 (J = K / L),
 // its weights and ids written as one vector each. chosen(key, e) gives a key's expert (into e) and the sigmoid of
