@@ -86,15 +86,10 @@ void route_NAME(int router, const torch::Tensor& x, const torch::Tensor& bias, t
     case 402: return launch<4, 2>(router, a, stream);
     case 404: return launch<4, 4>(router, a, stream);
     case 408: return launch<4, 8>(router, a, stream);
-    case 410: return launch<4, 10>(router, a, stream);
-    case 412: return launch<4, 12>(router, a, stream);
-    case 416: return launch<4, 16>(router, a, stream);
+    case 808: return launch<8, 8>(router, a, stream);
     case 810: return launch<8, 10>(router, a, stream);
     case 812: return launch<8, 12>(router, a, stream);
     case 816: return launch<8, 16>(router, a, stream);
-    case 820: return launch<8, 20>(router, a, stream);
-    case 824: return launch<8, 24>(router, a, stream);
-    case 832: return launch<8, 32>(router, a, stream);
     case 1610: return launch<16, 10>(router, a, stream);
     case 1612: return launch<16, 12>(router, a, stream);
     case 1616: return launch<16, 16>(router, a, stream);
@@ -107,7 +102,6 @@ void route_NAME(int router, const torch::Tensor& x, const torch::Tensor& bias, t
     case 801: return launch_one<8, 1, moe::GROUPED>(a, stream);
     case 802: return launch_one<8, 2, moe::GROUPED>(a, stream);
     case 804: return launch_one<8, 4, moe::GROUPED>(a, stream);
-    case 808: return launch_one<8, 8, moe::GROUPED>(a, stream);
     case 1601: return launch_one<16, 1, moe::GROUPED>(a, stream);
     case 1602: return launch_one<16, 2, moe::GROUPED>(a, stream);
     case 1604: return launch_one<16, 4, moe::GROUPED>(a, stream);

@@ -521,15 +521,15 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
 }
 
 // The lanes per token and experts per lane for an expert count (and, for the grouped router, its groups: a
-// group's score is kept by one lane, so W >= n_group): 4 lanes up to 64 experts, 8 below 256, 16 from 256 (a
-// lane's keys then take few registers, and many warps fit an SM); P the next of 1, 2, 4, 8, 10, 12, 16, 20, 24,
-// 32 that holds them.
+// group's score is kept by one lane, so W >= n_group): 4 lanes up to 32 experts, 8 up to 128, 16 above (at most
+// 16 experts a lane up to 256, whose keys and their kept best fit 80 registers); P the next of 1, 2, 4, 8, 10,
+// 12, 16, 20, 24, 32 that holds them.
 struct RouterShape {
   int w, p;
 };
 
 __host__ inline RouterShape router_shape(int experts, int n_group = 1) {
-  int w = experts <= 64 ? 4 : experts < 256 ? 8 : 16;
+  int w = experts <= 32 ? 4 : experts <= 128 ? 8 : 16;
   while (w < n_group && w < 16) w *= 2;
   if (n_group > w) return {0, 0};
   constexpr int kPs[] = {1, 2, 4, 8, 10, 12, 16, 20, 24, 32};

@@ -207,9 +207,9 @@ def test_triton_routers_for_gfx942_need_no_ds_bpermute(kernel, experts, k, dtype
 
 
 @pytest.mark.parametrize("router, w, p, dtype", [(0, 8, 16, "__nv_bfloat16"), (1, 16, 24, "float"),
-                                                 (2, 4, 2, "__half"), (3, 8, 32, "__nv_bfloat16"),
+                                                 (2, 4, 2, "__half"), (3, 16, 32, "__nv_bfloat16"),
                                                  (3, 16, 8, "float"), (3, 16, 16, "__nv_bfloat16"),
-                                                 (1, 8, 20, "__half"), (2, 16, 16, "__nv_bfloat16")])
+                                                 (1, 16, 20, "__half"), (2, 16, 16, "__nv_bfloat16")])
 def test_cuda_router_compiles_for_sm_90_with_shuffles_and_no_spills(router, w, p, dtype):
     """Every router of topk_router.cu compiled for sm_90 (no GPU needed): a token's lanes reduce by shuffles
     within their segment; rows whose lane share fills 16-byte vectors load them whole; nothing spills or goes to
