@@ -29,13 +29,13 @@ from _common import environment  # noqa: E402
 RESULTS = MOE / "results"   # moe_variants.py reads the file back from here
 
 
-def kernels_arg(text: str) -> tuple[str, Path]:
-    """'base=path/to/kernels' -> ('base', Path('path/to/kernels'))."""
+def kernels_arg(text: str, binding: str = "topk_sigmoid_cuda.py") -> tuple[str, Path]:
+    """'base=path/to/kernels' -> ('base', Path('path/to/kernels')), the folder holding the binding module."""
     name, _, folder = text.partition("=")
     if not name or not folder:
         raise argparse.ArgumentTypeError(f"--kernels takes NAME=FOLDER, not {text!r}")
-    if not (Path(folder) / "topk_sigmoid_cuda.py").is_file():
-        raise argparse.ArgumentTypeError(f"{folder}: no topk_sigmoid_cuda.py there")
+    if not (Path(folder) / binding).is_file():
+        raise argparse.ArgumentTypeError(f"{folder}: no {binding} there")
     return name, Path(folder)
 
 

@@ -297,10 +297,10 @@ __device__ inline void select_exact(const T* __restrict__ row, const float* __re
     unsigned k1 = 0, k2 = 0;
 #pragma unroll
     for (int j = 0; j < P; ++j) take_top2(key[j], k1, k2);
-    const unsigned kept = keep_groups<W, P>(key, k1, k2, lane, first, per, L, n_group, topk_group,
-                                            [per](unsigned a, unsigned b) {
-                                              return order_key(from_order_key(a) + (per > 1 ? from_order_key(b) : 0.0f));
-                                            });
+    const auto group_key = [per](unsigned a, unsigned b) {
+      return order_key(from_order_key(a) + (per > 1 ? from_order_key(b) : 0.0f));
+    };
+    const unsigned kept = keep_groups<W, P>(key, k1, k2, lane, first, per, L, n_group, topk_group, group_key);
     drop_groups<P>(key, kept, first, per);
   }
   for (int r = 0; r < k; ++r) {
@@ -334,10 +334,9 @@ __host__ __device__ constexpr int router_min_blocks() {
 }
 
 template <typename T, int W, int P, int ROUTER>
-__global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void topk_router(const T* __restrict__ logits, const float* __restrict__ bias,
-                                                   float* __restrict__ weights, int* __restrict__ ids, int tokens,
-                                                   int experts, int k, int renormalize, int n_group,
-                                                   int topk_group, int vector_rows) {
+__global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void topk_router(
+    const T* __restrict__ logits, const float* __restrict__ bias, float* __restrict__ weights, int* __restrict__ ids,
+    int tokens, int experts, int k, int renormalize, int n_group, int topk_group, int vector_rows) {
   static_assert(W == 4 || W == 8 || W == 16, "4, 8 or 16 lanes per token");
   static_assert(P >= 1 && P <= 32, "1 to 32 experts per lane");
   constexpr int R = (16 + W - 1) / W;         // rounds a lane keeps: round r goes to lane r % W (k <= 16)
@@ -458,8 +457,9 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
           const auto group_key = [per](unsigned a, unsigned b) { return (a >> 9) + (per > 1 ? b >> 9 : 0u); };
           if (L > 0) {
             best_n<N, P>(key, h);
-            const unsigned kept = keep_groups<W, P>(key, h[0], N > 1 ? h[N > 1 ? 1 : 0] : 0u, lane, first, per, L, n_group,
-                                     topk_group, group_key);
+            const unsigned second = N > 1 ? h[N > 1 ? 1 : 0] : 0u;
+            const unsigned kept = keep_groups<W, P>(key, h[0], second, lane, first, per, L, n_group, topk_group,
+                                                    group_key);
             live = (kept >> (lane / L)) & 1u;   // this lane's group is kept, or it has nothing to give
             if (!live) {
 #pragma unroll

@@ -1,4 +1,4 @@
-"""The case study's benchmarks (moe_variants.py, moe_large.py, moe_build_check.py, launch_shared.py,
+"""The case study's benchmarks (moe_variants.py, moe_large.py, moe_routers.py, moe_build_check.py, launch_shared.py,
 moe_fresh_inputs.py, approx_sigmoid_error.py and fp32_tie_warps.py) without a GPU: the timing sets, the trees
 variants are laid over, the kernels of several trees loaded side by side in one process and timed in turn, the
 comparison; the extension's kernels and the approximate sigmoid compiled for sm_90; the test on fp32 ties that
@@ -16,6 +16,7 @@ BENCHMARKS = MOE / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
 import moe_large  # noqa: E402
+import moe_routers  # noqa: E402
 import moe_variants  # noqa: E402
 
 
@@ -221,3 +222,36 @@ def test_exact_keys_fall_back_only_where_they_cannot_order_the_best_k():
     x[3, :8] = torch.arange(1.0, 9.0) * 1e-39    # positive but tiny (subnormal): below 2^26 in its bits
     assert fp32_tie_warps.exact_keys_fall_back(x, 4).tolist() == [False, True, True, True]
     assert not fp32_tie_warps.exact_keys_fall_back(x[:1], 8).item()
+
+
+def test_router_variants_load_side_by_side_and_the_summary_compares_each_to_the_first(tmp_path, capsys):
+    """moe_routers.py --kernels: routing_cuda of two trees loaded side by side (each its own extension), bad
+    arguments refused with a message, and the summary per kernel: its checks, speedup over the natural PyTorch,
+    floor counts and time against the first kernel's."""
+    overlay = tmp_path / "v"
+    overlay.mkdir()
+    (overlay / "topk_router.cu").write_text((ROOT / moe_variants.KERNELS / "topk_router.cu").read_text() + "// v\n")
+    trees = {n: moe_variants.make_tree(n, o, tmp_path / "trees") for n, o in (("base", None), ("v", overlay))}
+    folders = [moe_routers.kernels_arg(f"{n}={t / moe_variants.KERNELS}") for n, t in trees.items()]
+    base, variant = (moe_large.load_kernels(n, f, "routing_cuda.py") for n, f in folders)
+    assert base.HERE == trees["base"] / moe_variants.KERNELS and variant.HERE == trees["v"] / moe_variants.KERNELS
+    assert base._sources()[0] != variant._sources()[0]
+    with pytest.raises(argparse.ArgumentTypeError, match="no routing_cuda.py"):
+        moe_routers.kernels_arg(f"x={tmp_path}")
+    for argv, needle in ((["--kernels", f"base={folders[0][1]}"], "two or more"),
+                         (["--kernels", f"a={folders[0][1]}", "--kernels", f"a={folders[1][1]}"], "name of its own"),
+                         (["--kernels", f"a={folders[0][1]}", "--kernels", f"b={folders[1][1]}", "--rounds", "0"],
+                          "--rounds")):
+        with pytest.raises(SystemExit):
+            moe_routers.parse_args(argv)
+        assert needle in capsys.readouterr().err
+    rows = [{"natural_us": 40.0, "kernels": {"base": {"us": 20.0, "ok": True}, "v": {"us": 10.0, "ok": True}}},
+            {"natural_us": 30.0, "stream": {"us": 10.0},
+             "kernels": {"base": {"us": 30.0, "ok": True}, "v": {"us": 12.0, "ok": False}}}]
+    got = moe_routers.summarize(rows, ["base", "v"])
+    assert got["base"] == {"cases": 2, "correct": 2, "geomean_vs_natural": 1.414, "large_cases": 1,
+                           "large_within_1_5x_stream": 0, "worst_vs_stream": 3.0, "speedup_over_base": 1.0}
+    assert got["v"]["correct"] == 1 and got["v"]["large_within_1_5x_stream"] == 1
+    assert got["v"]["worst_vs_stream"] == 1.2 and got["v"]["speedup_over_base"] == 2.236
+    plain = [{"natural_us": 40.0, "ours_us": 20.0, "ok": True}]
+    assert moe_routers.summarize(plain)["geomean_vs_natural"] == 2.0
