@@ -38,25 +38,26 @@ struct Args {
 };
 
 // A grid of as many blocks as the tokens need; with a bias at most as many as fit on the GPU at once (the
-// kernel's warps stride over the tokens, so that the bias's work is done once per block). Without one, a warp
-// taking its tokens once was faster (softmax and small expert counts).
+// kernel's warps stride over the tokens, so that the bias's work is done once per block; the occupancy is looked
+// up once per instantiation). Without a bias there is no such work to share, and every warp takes its tokens once.
 template <int W, int P, int R>
 void launch_one(const Args& a, cudaStream_t stream) {
-  static int fit = 0;   // blocks that fit at once, for this instantiation on this device
-  if (fit == 0) {
-    int per_sm = 0, sms = 0, device = 0;
-    C10_CUDA_CHECK(cudaGetDevice(&device));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe::topk_router<T, W, P, R>, 256, 0));
-    fit = std::max(1, per_sm) * sms;
+  int blocks = (int)(((int64_t)a.tokens * W + 255) / 256);
+  if constexpr (R == moe::BIASED || R == moe::GROUPED) {
+    static int fit = 0;   // blocks that fit at once, for this instantiation on this device
+    if (fit == 0) {
+      int per_sm = 0, sms = 0, device = 0;
+      C10_CUDA_CHECK(cudaGetDevice(&device));
+      C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe::topk_router<T, W, P, R>, 256, 0));
+      fit = std::max(1, per_sm) * sms;
+    }
+    blocks = std::min(blocks, fit);
   }
-  const int needed = (int)(((int64_t)a.tokens * W + 255) / 256);
   const int vector_rows = W * P == a.experts && (a.experts * (int)sizeof(T)) % 16 == 0 &&
                           reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
-  const int blocks = R == moe::BIASED || R == moe::GROUPED ? std::min(needed, fit) : needed;
-  moe::topk_router<T, W, P, R><<<blocks, 256, 0, stream>>>(a.x, a.bias, a.w, a.ids, a.tokens,
-                                                                        a.experts, a.k, a.renormalize, a.n_group,
-                                                                        a.topk_group, vector_rows);
+  moe::topk_router<T, W, P, R><<<blocks, 256, 0, stream>>>(a.x, a.bias, a.w, a.ids, a.tokens, a.experts, a.k,
+                                                          a.renormalize, a.n_group, a.topk_group, vector_rows);
 }
 
 // Every router at the shapes router_shape gives without groups; the grouped router alone where its groups widen W.

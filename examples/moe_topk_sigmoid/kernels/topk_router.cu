@@ -211,27 +211,6 @@ __device__ inline void load_floats(const T* __restrict__ row, int first, int exp
   }
 }
 
-// P floats from shared memory, 16 or 8 bytes at a time where P allows (src aligned to that).
-template <int P>
-__device__ inline void load_shared(const float* src, float (&out)[P]) {
-  if constexpr (P % 4 == 0) {
-#pragma unroll
-    for (int v = 0; v < P / 4; ++v) {
-      const float4 q = reinterpret_cast<const float4*>(src)[v];
-      out[4 * v] = q.x; out[4 * v + 1] = q.y; out[4 * v + 2] = q.z; out[4 * v + 3] = q.w;
-    }
-  } else if constexpr (P % 2 == 0) {
-#pragma unroll
-    for (int v = 0; v < P / 2; ++v) {
-      const float2 q = reinterpret_cast<const float2*>(src)[v];
-      out[2 * v] = q.x; out[2 * v + 1] = q.y;
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < P; ++j) out[j] = src[j];
-  }
-}
-
 // P 16-bit logits of a row from `first` as their bits, two per word (element 2p in the low half): 16-byte, 8-byte
 // or 4-byte loads where the rows allow it, 0 past the experts.
 template <typename T, int P>
@@ -421,7 +400,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
         float x[P];
         load_floats<T, P>(row, first, experts, vector, x);
         float c[BIAS ? P : 1];
-        if constexpr (BIAS) load_shared<P>(shift + first, c);
+        if constexpr (BIAS) load_row<float, P, true>(shift + first, c);
         if constexpr (ROUTER == SOFTMAX) {
           float m = neg_inf(), s = 0.0f;
 #pragma unroll
@@ -451,14 +430,14 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
       bool alike = false;   // fp32 logits: a round's key shares its top 23 bits with the next round's
       const auto run = [&](auto n_heads) {
         constexpr int N = decltype(n_heads)::value;
+        static_assert(N == 2 || N == 3, "2 or 3 keys kept a lane");
         unsigned h[N];
         bool live = true;
         if constexpr (ROUTER == GROUPED) {
           const auto group_key = [per](unsigned a, unsigned b) { return (a >> 9) + (per > 1 ? b >> 9 : 0u); };
           if (L > 0) {
             best_n<N, P>(key, h);
-            const unsigned second = N > 1 ? h[N > 1 ? 1 : 0] : 0u;
-            const unsigned kept = keep_groups<W, P>(key, h[0], second, lane, first, per, L, n_group, topk_group,
+            const unsigned kept = keep_groups<W, P>(key, h[0], h[1], lane, first, per, L, n_group, topk_group,
                                                     group_key);
             live = (kept >> (lane / L)) & 1u;   // this lane's group is kept, or it has nothing to give
             if (!live) {

@@ -77,26 +77,27 @@ __device__ inline float sigmoid(float x) {
 }
 
 // P consecutive elements of type T, loaded as wide as they allow (16 or 8 bytes; the caller keeps rows
-// 16-byte aligned).
-template <typename V, typename T, int P>
+// 16-byte aligned): from global memory through the read-only path (__ldg), or, with SHARED, from shared memory.
+template <typename V, typename T, int P, bool SHARED = false>
 __device__ inline void load_vectors(const T* __restrict__ src, float (&out)[P]) {
   constexpr int PER_VEC = sizeof(V) / sizeof(T);
 #pragma unroll
   for (int v = 0; v < P / PER_VEC; ++v) {
-    const V raw = __ldg(reinterpret_cast<const V*>(src) + v);
+    const V* at = reinterpret_cast<const V*>(src) + v;
+    const V raw = SHARED ? *at : __ldg(at);
     const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
     for (int j = 0; j < PER_VEC; ++j) out[v * PER_VEC + j] = to_float<T>(e[j]);
   }
 }
 
-template <typename T, int P>
+template <typename T, int P, bool SHARED = false>
 __device__ inline void load_row(const T* __restrict__ src, float (&out)[P]) {
   constexpr int BYTES = P * (int)sizeof(T);
   if constexpr (BYTES % 16 == 0) {
-    load_vectors<uint4, T, P>(src, out);
+    load_vectors<uint4, T, P, SHARED>(src, out);
   } else if constexpr (BYTES % 8 == 0) {
-    load_vectors<uint2, T, P>(src, out);
+    load_vectors<uint2, T, P, SHARED>(src, out);
   } else {
 #pragma unroll
     for (int j = 0; j < P; ++j) out[j] = to_float<T>(src[j]);
