@@ -154,16 +154,19 @@ __device__ inline void select_rounds(const unsigned (&key)[P], unsigned (&h)[N],
 
 // The groups kept by DeepSeek-V3's rule (a bit per group): the topk_group groups of largest group key (the sum of
 // their two largest scores, as group_key makes it), the lowest group among equals. Where each group is L whole
-// lanes, a lane's two largest keys (k1 >= k2) are merged over its group's lanes; otherwise each group's top two
-// are reduced over all W lanes in turn (n_group at most W).
+// lanes, a lane's two largest keys (k1 >= k2) are merged over its group's lanes, and the bit returned is its own
+// group's alone (all a lane's experts are in it); otherwise each group's top two are reduced over all W lanes in
+// turn into lane g (n_group at most W). Each lane then gathers the groups' keys (independent shuffles, one step
+// deep where rounds of maxima over the lanes were topk_group steps of log2(W)) and counts the groups ahead of its
+// own.
 template <int W, int P, typename GroupKey>
 __device__ inline unsigned keep_groups(const unsigned (&key)[P], unsigned k1, unsigned k2, int lane, int first,
                                        int per, int L, int n_group, int topk_group, GroupKey group_key) {
-  unsigned gk = 0u, g = 0u;
-  if (L > 0) {   // uniform
+  unsigned gk = 0u;
+  int stride = L;   // group g's key is in lane g * stride
+  if (L > 0) {      // uniform
     lanes_top2<W>(k1, k2, L);
     gk = group_key(k1, k2);
-    g = (unsigned)(lane / L);
   } else {
     for (int grp = 0; grp < n_group; ++grp) {
       unsigned a = 0, b = 0;
@@ -175,18 +178,21 @@ __device__ inline unsigned keep_groups(const unsigned (&key)[P], unsigned k1, un
       lanes_top2<W>(a, b, W);
       if (lane == grp) gk = group_key(a, b);
     }
-    g = (unsigned)lane;
+    stride = 1;
   }
-  unsigned kept = 0u;
-  bool chosen = L == 0 && lane >= n_group;   // lanes past the groups take no part
-  for (int t = 0; t < topk_group; ++t) {
-    const unsigned v = chosen ? 0u : gk;
-    const unsigned top = lanes_max<W>(v);
-    const unsigned pick = lanes_min<W>(v == top ? g : 0xffffffffu);
-    chosen |= g == pick;
-    kept |= 1u << pick;
+  const int mine = lane / stride;
+  int ahead = 0;    // groups before this lane's with a key at least its own, and after it with a larger one
+#pragma unroll
+  for (int o = 0; o < W; ++o) {
+    if (o < n_group) {   // uniform
+      const unsigned other = __shfl_sync(0xffffffffu, gk, o * stride, W);
+      ahead += other > gk || (other == gk && o < mine);
+    }
   }
-  return kept;
+  const bool kept = ahead < topk_group;
+  if (L > 0) return (unsigned)kept << mine;
+  const unsigned votes = __ballot_sync(0xffffffffu, kept && lane < n_group) >> ((threadIdx.x % 32) - lane);
+  return votes & (n_group < 32 ? (1u << n_group) - 1u : 0xffffffffu);
 }
 
 // Keys of experts outside the kept groups made 0.
@@ -243,6 +249,38 @@ __device__ inline void load_words(const T* __restrict__ row, int first, int expe
       const unsigned lo = e < experts ? h[e] : 0u;
       const unsigned hi = 2 * p + 1 < P && e + 1 < experts ? h[e + 1] : 0u;
       w[p] = lo | (hi << 16);
+    }
+  }
+}
+
+// The shift table's layout: lane l's experts l * P + j in vectors of V floats (V = 4, 2 or 1, the widest that
+// divides P), vector v of every lane side by side (at (v * W + l) * V). A token's lanes then read adjacent words
+// for each vector, where consecutive experts per lane put the lanes P floats apart, on the same banks.
+template <int P>
+__host__ __device__ constexpr int shift_width() { return P % 4 == 0 ? 4 : P % 2 == 0 ? 2 : 1; }
+
+template <int W, int P>
+__device__ inline int shift_slot(int e) {
+  constexpr int V = shift_width<P>();
+  const int lane = e / P, j = e % P;
+  return ((j / V) * W + lane) * V + j % V;
+}
+
+// Lane `lane`'s P shifts from the table (shift_slot's layout), V floats a load.
+template <int W, int P>
+__device__ inline void load_shifts(const float* shift, int lane, float (&c)[P]) {
+  constexpr int V = shift_width<P>();
+#pragma unroll
+  for (int v = 0; v < P / V; ++v) {
+    const float* at = shift + (v * W + lane) * V;
+    if constexpr (V == 4) {
+      const float4 q = *reinterpret_cast<const float4*>(at);
+      c[4 * v] = q.x; c[4 * v + 1] = q.y; c[4 * v + 2] = q.z; c[4 * v + 3] = q.w;
+    } else if constexpr (V == 2) {
+      const float2 q = *reinterpret_cast<const float2*>(at);
+      c[2 * v] = q.x; c[2 * v + 1] = q.y;
+    } else {
+      c[v] = *at;
     }
   }
 }
@@ -334,8 +372,8 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
   // the expert fit 32 bits: v = (s - lo) * scale + 2^23 + 1 lies in [2^23 + 1, 2^24), where a float's low 23 bits
   // are its integer part; v << 9 keeps them and makes room for 511 - expert. Scores 2.4e-7 apart or less may
   // take either order (the checks let scores within 1e-6 do so). The block keeps shift[e] = (bias[e] - lo) *
-  // scale + 2^23 + 1 in shared memory, so that v = sigmoid * scale + shift[e] (one FFMA, the shifts read 16 bytes
-  // at a time).
+  // scale + 2^23 + 1 in shared memory, so that v = sigmoid * scale + shift[e] (one FFMA), laid out as
+  // shift_slot says (a token's lanes read adjacent 16-byte words).
   __shared__ __align__(16) float shift[BIAS ? 512 : 4];
   float scale = 0.0f;
   bool quantized = true;
@@ -350,7 +388,9 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
     const float hi = from_order_key(lanes_max<32>(bmax)) + 1.0f;   // the scores lie in [lo, hi]
     quantized = hi - lo <= 2.0f;
     scale = 8388604.0f / (hi - lo);
-    for (int e = threadIdx.x; e < experts; e += blockDim.x) shift[e] = fmaf(bias[e] - lo, scale, 8388609.0f);
+    for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+      shift[shift_slot<W, P>(e)] = fmaf(bias[e] - lo, scale, 8388609.0f);
+    }
     __syncthreads();
   }
 
@@ -400,7 +440,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
         float x[P];
         load_floats<T, P>(row, first, experts, vector, x);
         float c[BIAS ? P : 1];
-        if constexpr (BIAS) load_row<float, P, true>(shift + first, c);
+        if constexpr (BIAS) load_shifts<W, P>(shift, lane, c);
         if constexpr (ROUTER == SOFTMAX) {
           float m = neg_inf(), s = 0.0f;
 #pragma unroll
