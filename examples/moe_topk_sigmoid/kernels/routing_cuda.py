@@ -1,6 +1,8 @@
-"""Every router of the case study as one CUDA C++ kernel (topk_router.cu) bound to PyTorch: plain and biased
-sigmoid, softmax gating and DeepSeek-V3's grouped selection, for any expert count from 1 to 512 and any k up to
-16 (and up to the experts), fp32/fp16/bf16 logits, on NVIDIA sm_80 and newer. Built on first use (cuda_build).
+"""Every router of the case study in CUDA C++ (topk_router.cu) bound to PyTorch: plain and biased sigmoid, softmax
+gating and DeepSeek-V3's grouped selection, for any expert count from 1 to 512 and any k up to 16 (and up to the
+experts), fp32/fp16/bf16 logits, on NVIDIA sm_80 and newer. Built on first use (cuda_build). The merge kernel
+(sorting networks) takes k 4 to 8 without groups from 4,096 tokens at the shapes moe::merge_shape gives; the
+rounds kernel everything else.
 
 The shapes the sigmoid kernels of topk_sigmoid_cuda.py were tuned for (64, 128, 256 experts, k 4 or 8) go to
 those; this kernel serves every other shape and the other two routers (dispatch.py).
@@ -40,18 +42,22 @@ struct Args {
 // A grid of as many blocks as the tokens need; with a bias at most as many as fit on the GPU at once (the
 // kernel's warps stride over the tokens, so that the bias's work is done once per block; the occupancy is looked
 // up once per instantiation). Without a bias there is no such work to share, and every warp takes its tokens once.
+// Blocks of 256 threads of a kernel that fit on the GPU at once.
+template <typename Kernel>
+int resident_blocks(Kernel kernel) {
+  int per_sm = 0, sms = 0, device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
+  return std::max(1, per_sm) * sms;
+}
+
 template <int W, int P, int R>
 void launch_one(const Args& a, cudaStream_t stream) {
   int blocks = (int)(((int64_t)a.tokens * W + 255) / 256);
   if constexpr (R == moe::BIASED || R == moe::GROUPED) {
     static int fit = 0;   // blocks that fit at once, for this instantiation on this device
-    if (fit == 0) {
-      int per_sm = 0, sms = 0, device = 0;
-      C10_CUDA_CHECK(cudaGetDevice(&device));
-      C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe::topk_router<T, W, P, R>, 256, 0));
-      fit = std::max(1, per_sm) * sms;
-    }
+    if (fit == 0) fit = resident_blocks(moe::topk_router<T, W, P, R>);
     blocks = std::min(blocks, fit);
   }
   const int vector_rows = W * P == a.experts && (a.experts * (int)sizeof(T)) % 16 == 0 &&
@@ -59,6 +65,59 @@ void launch_one(const Args& a, cudaStream_t stream) {
   moe::topk_router<T, W, P, R><<<blocks, 256, 0, stream>>>(a.x, a.bias, a.w, a.ids, a.tokens, a.experts, a.k,
                                                           a.renormalize, a.n_group, a.topk_group, vector_rows);
 }
+
+// The merge kernel (k up to 8, no groups): a grid as topk_router's, its rows' 16-byte loads where the experts are a
+// multiple of 8 and the logits 16-byte aligned.
+template <int W, int C, int R>
+void launch_merge(const Args& a, cudaStream_t stream) {
+  int blocks = (int)(((int64_t)a.tokens * W + 255) / 256);
+  if constexpr (R == moe::BIASED) {
+    static int fit = 0;
+    if (fit == 0) fit = resident_blocks(moe::topk_router_merge<T, W, C, R>);
+    blocks = std::min(blocks, fit);
+  }
+  const int vector_rows = a.experts % 8 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  moe::topk_router_merge<T, W, C, R><<<blocks, 256, 0, stream>>>(a.x, a.bias, a.w, a.ids, a.tokens, a.experts, a.k,
+                                                                a.renormalize, vector_rows);
+}
+
+// The merge kernel for a router at (W, C), built only for the routers moe::merge_shape gives that shape: false
+// for the others.
+template <int W, int C>
+bool merge(int router, const Args& a, cudaStream_t stream) {
+  constexpr int size = (int)sizeof(T);
+  if constexpr (C * 8 <= moe::merge_most(size, moe::PLAIN)) {
+    if (router == moe::PLAIN) return launch_merge<W, C, moe::PLAIN>(a, stream), true;
+  }
+  if constexpr (C * 8 <= moe::merge_most(size, moe::BIASED)) {
+    if (router == moe::BIASED) return launch_merge<W, C, moe::BIASED>(a, stream), true;
+    if (router == moe::SOFTMAX) return launch_merge<W, C, moe::SOFTMAX>(a, stream), true;
+  }
+  return false;
+}
+
+#define MERGE(W, C) \
+  case W * 100 + C: return merge<W, C>(router, a, stream);
+
+// The merge kernel at moe::merge_shape's shapes for this logit type (SIZE = sizeof(T), a template parameter so
+// that the other sizes' shapes are not built): true if it took the call. It serves k 4 to 8 from 4,096 tokens:
+// timed against the rounds on every router case (results/moe_routers_merge_ab.json) it lost at k 1 (its eight
+// kept keys and networks for one) and on up to 3,000 tokens, and won on the large ones.
+template <int SIZE>
+bool route_merge(int router, const Args& a, cudaStream_t stream) {
+  if (router == moe::GROUPED || a.k < 4 || a.k > 8 || a.tokens < 4096) return false;
+  const moe::RouterShape s = moe::merge_shape(a.experts, SIZE, router);
+  if constexpr (SIZE == 4) {   // 4 lanes of up to 32 experts
+    switch (s.w * 100 + s.p) { MERGE(4, 2) MERGE(4, 3) MERGE(4, 4) }
+  } else {
+    switch (s.w * 100 + s.p) {
+      MERGE(4, 2) MERGE(4, 3) MERGE(4, 4) MERGE(4, 5) MERGE(4, 6) MERGE(4, 8) MERGE(8, 4) MERGE(8, 5) MERGE(8, 6)
+      MERGE(8, 8) MERGE(16, 4)
+    }
+  }
+  return false;
+}
+#undef MERGE
 
 // Every router at the shapes router_shape gives without groups; the grouped router alone where its groups widen W.
 template <int W, int P>
@@ -80,6 +139,7 @@ void route_NAME(int router, const torch::Tensor& x, const torch::Tensor& bias, t
                topk_group};
   if (a.tokens == 0) return;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  if (route_merge<(int)sizeof(T)>(router, a, stream)) return;
   const moe::RouterShape s = moe::router_shape(a.experts, router == moe::GROUPED ? n_group : 1);
   const bool grouped = router == moe::GROUPED;
   switch (s.w * 100 + s.p) {

@@ -1,7 +1,9 @@
-// MoE routing for NVIDIA sm_80+, every router of the case study in one kernel: plain and biased sigmoid,
-// softmax gating and DeepSeek-V3's grouped selection, for any expert count up to 512 and any k up to 16.
+// MoE routing for NVIDIA sm_80+, every router of the case study: plain and biased sigmoid, softmax gating and
+// DeepSeek-V3's grouped selection, for any expert count up to 512 and any k up to 16. Two kernels share the keys
+// and the weights: topk_router selects in rounds and serves every shape; topk_router_merge selects by sorting
+// networks, for k up to 8 without groups (its comment says how; routing_cuda.py says where each runs).
 //
-// W lanes per token (4, 8 or 16: see router_shape; a warp routes 32 / W tokens at a time), each lane holding P
+// topk_router: W lanes per token (4, 8 or 16: see router_shape; a warp routes 32 / W tokens at a time), each lane holding P
 // consecutive experts (lane l: experts l * P .. l * P + P - 1), loaded as 16-byte vectors where the rows allow
 // it. Each expert gets one 32-bit key, its score's bits then its expert, unique in the token and ordered like
 // the selection (the lower expert first among equal scores); 0 marks none:
@@ -23,8 +25,9 @@
 //   SOFTMAX  score logit, weight exp(logit - max) / sum over all experts, or renormalised over the k
 //   GROUPED  as BIASED, within the topk_group groups (of n_group, consecutive experts) whose two largest scores
 //            sum the most (lowest group among equals; keep_groups).
-// Analysis build: nvcc -arch=sm_90 -O3 -cubin -DMOE_ROUTER=3 -DMOE_W=8 -DMOE_P=32 [-DMOE_DTYPE=__nv_bfloat16] topk_router.cu
-#if defined(MOE_ROUTER) && !defined(MOE_DTYPE)
+// Analysis builds: nvcc -arch=sm_90 -O3 -cubin -DMOE_ROUTER=3 -DMOE_W=8 -DMOE_P=32 [-DMOE_DTYPE=__nv_bfloat16] topk_router.cu
+// (topk_router), or -DMOE_MERGE=1 -DMOE_W=4 -DMOE_C=6 (topk_router_merge, router 0 to 2, C chunks of 8 a lane).
+#if (defined(MOE_ROUTER) || defined(MOE_MERGE)) && !defined(MOE_DTYPE)
 #define MOE_DTYPE float
 #endif
 #include <type_traits>
@@ -285,6 +288,33 @@ __device__ inline void load_shifts(const float* shift, int lane, float (&c)[P]) 
   }
 }
 
+// With a bias: keys of the score quantized where the bias spans at most 1 (hi - lo <= 2), so that the score and the
+// expert fit 32 bits: v = (s - lo) * scale + 2^23 + 1 lies in [2^23 + 1, 2^24), where a float's low 23 bits are its
+// integer part; v << 9 keeps them and makes room for 511 - expert. Scores 2.4e-7 apart or less may take either
+// order (the checks let scores within 1e-6 do so). The block keeps shift[slot(e)] = (bias[e] - lo) * scale +
+// 2^23 + 1 in shared memory, so that v = sigmoid * scale + shift (one FFMA). Returns whether the bias is that
+// narrow (else the keys are made exact), with `scale` set; every thread of the block calls it.
+template <typename Slot>
+__device__ inline bool make_shifts(const float* __restrict__ bias, int experts, float* shift, float& scale, Slot slot) {
+  unsigned bmin = 0xffffffffu, bmax = 0u;   // the bias's extremes, over the warp's lanes
+  for (int e = threadIdx.x % 32; e < experts; e += 32) {
+    const unsigned o = order_key(bias[e]);
+    bmin = min(bmin, o);
+    bmax = max(bmax, o);
+  }
+  const float lo = from_order_key(lanes_min<32>(bmin));
+  const float hi = from_order_key(lanes_max<32>(bmax)) + 1.0f;   // the scores lie in [lo, hi]
+  scale = 8388604.0f / (hi - lo);
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) shift[slot(e)] = fmaf(bias[e] - lo, scale, 8388609.0f);
+  __syncthreads();
+  return hi - lo <= 2.0f;
+}
+
+// A biased score's packed key: the quantized score (make_shifts; c the expert's shift), then 511 - expert.
+__device__ inline unsigned biased_key(float x, float scale, float c, unsigned low) {
+  return (__float_as_uint(fmaf(sigmoid(x), scale, c)) << 9) | low;
+}
+
 // The score's exact order key (the reference's float arithmetic up to the sigmoid's rounding).
 template <int ROUTER>
 __device__ inline unsigned exact_key(float x, float b) {
@@ -335,6 +365,41 @@ __device__ inline void select_exact(const T* __restrict__ row, const float* __re
   }
 }
 
+// A token's weights and ids from its rounds' experts (slot q of lane l: round q * W + l), their logits read again:
+// the sigmoid, or for softmax exp(logit - row_max) over `total` (or renormalised over the k); with a bias
+// renormalised over the k. Every lane of the warp calls it (the sums' shuffles); `active` ones store.
+template <typename T, int W, int ROUTER, int R>
+__device__ inline void write_weights(const T* __restrict__ row, const unsigned (&slot)[R], int lane, int k,
+                                     int renormalize, float row_max, float total, bool active,
+                                     float* __restrict__ wrow, int* __restrict__ irow) {
+  float w[R];
+  float sum = 0.0f;
+#pragma unroll
+  for (int q = 0; q < R; ++q) {
+    const bool have = q * W + lane < k;
+    const float xe = have ? to_float<T>(row[slot[q]]) : 0.0f;
+    if constexpr (ROUTER == SOFTMAX) {
+      w[q] = have ? __expf(xe - row_max) : 0.0f;
+    } else {
+      w[q] = have ? sigmoid(xe) : 0.0f;
+    }
+    sum += w[q];
+  }
+  float denom = 1.0f;
+  if constexpr (ROUTER == BIASED || ROUTER == GROUPED) denom = lanes_sum<W>(sum);
+  if constexpr (ROUTER == SOFTMAX) denom = renormalize ? lanes_sum<W>(sum) : total;
+  if (active) {
+#pragma unroll
+    for (int q = 0; q < R; ++q) {
+      const int r = q * W + lane;
+      if (r < k) {
+        wrow[r] = __fdividef(w[q], denom);
+        irow[r] = (int)slot[q];
+      }
+    }
+  }
+}
+
 // Blocks of 256 threads per SM each build is made for: 3 (80 registers) where that does not spill, else what
 // the registers allow (more than 16 experts per lane; at 16, the fp32 softmax's sums, the grouped selection with
 // fewer than 16 lanes, and fp32 logits on 4 lanes, whose rounds' slots take 4 registers).
@@ -368,31 +433,10 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
   const int per = ROUTER == GROUPED ? experts / n_group : 1;
   const int L = ROUTER == GROUPED && W * P == experts && per % P == 0 ? per / P : 0;   // lanes per group, if whole
 
-  // With a bias: keys of the score quantized where the bias spans at most 1 (hi - lo <= 2), so that the score and
-  // the expert fit 32 bits: v = (s - lo) * scale + 2^23 + 1 lies in [2^23 + 1, 2^24), where a float's low 23 bits
-  // are its integer part; v << 9 keeps them and makes room for 511 - expert. Scores 2.4e-7 apart or less may
-  // take either order (the checks let scores within 1e-6 do so). The block keeps shift[e] = (bias[e] - lo) *
-  // scale + 2^23 + 1 in shared memory, so that v = sigmoid * scale + shift[e] (one FFMA), laid out as
-  // shift_slot says (a token's lanes read adjacent 16-byte words).
   __shared__ __align__(16) float shift[BIAS ? 512 : 4];
   float scale = 0.0f;
   bool quantized = true;
-  if constexpr (BIAS) {
-    unsigned bmin = 0xffffffffu, bmax = 0u;   // the bias's extremes, over the warp's lanes
-    for (int e = threadIdx.x % 32; e < experts; e += 32) {
-      const unsigned o = order_key(bias[e]);
-      bmin = min(bmin, o);
-      bmax = max(bmax, o);
-    }
-    const float lo = from_order_key(lanes_min<32>(bmin));
-    const float hi = from_order_key(lanes_max<32>(bmax)) + 1.0f;   // the scores lie in [lo, hi]
-    quantized = hi - lo <= 2.0f;
-    scale = 8388604.0f / (hi - lo);
-    for (int e = threadIdx.x; e < experts; e += blockDim.x) {
-      shift[shift_slot<W, P>(e)] = fmaf(bias[e] - lo, scale, 8388609.0f);
-    }
-    __syncthreads();
-  }
+  if constexpr (BIAS) quantized = make_shifts(bias, experts, shift, scale, [](int e) { return shift_slot<W, P>(e); });
 
   // Each warp takes 32 / W tokens at a time, the grid striding over them (so the bias work above is done once).
   const int warps = gridDim.x * (blockDim.x / 32);
@@ -454,7 +498,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
         for (int j = 0; j < P; ++j) {
           const unsigned low = 511u - (unsigned)(first + j);
           if constexpr (BIAS) {
-            key[j] = (__float_as_uint(fmaf(sigmoid(x[j]), scale, c[j])) << 9) | low;   // c: shift[first + j]
+            key[j] = biased_key(x[j], scale, c[j], low);
           } else {   // fp32 logits: the order key's top 23 bits, exact where no two of the top k + 1 share them
             key[j] = (order_key(x[j]) & 0xfffffe00u) | low;
           }
@@ -509,33 +553,8 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
       }
     }
 
-    // The weights of this lane's rounds, from their logits read again.
-    float w[R];
-    float sum = 0.0f;
-#pragma unroll
-    for (int q = 0; q < R; ++q) {
-      const bool have = q * W + lane < k;
-      const float xe = have ? to_float<T>(row[slot[q]]) : 0.0f;
-      if constexpr (ROUTER == SOFTMAX) {
-        w[q] = have ? __expf(xe - row_max) : 0.0f;
-      } else {
-        w[q] = have ? sigmoid(xe) : 0.0f;
-      }
-      sum += w[q];
-    }
-    float denom = 1.0f;
-    if constexpr (BIAS) denom = lanes_sum<W>(sum);
-    if constexpr (ROUTER == SOFTMAX) denom = renormalize ? lanes_sum<W>(sum) : total;
-    if (active) {
-#pragma unroll
-      for (int q = 0; q < R; ++q) {
-        const int r = q * W + lane;
-        if (r < k) {
-          weights[(size_t)token * k + r] = __fdividef(w[q], denom);
-          ids[(size_t)token * k + r] = (int)slot[q];
-        }
-      }
-    }
+    write_weights<T, W, ROUTER>(row, slot, lane, k, renormalize, row_max, total, active,
+                                weights + (size_t)token * k, ids + (size_t)token * k);
   }
 }
 
@@ -558,8 +577,240 @@ __host__ inline RouterShape router_shape(int experts, int n_group = 1) {
   return {0, 0};
 }
 
+// The merge kernel: selection by sorting networks, for k up to 8 and the routers without groups. Chunk c of a
+// token's row (experts 8c .. 8c + 7) is lane c % W's chunk c / W, so that a token's lanes read neighbouring 16
+// bytes. A lane makes each chunk's eight keys (as topk_router makes them), sorts them (19 compare-exchanges) and
+// merges them into its best 8 (best_keys, as the sorting-network kernel does); the token's lanes then merge their
+// lists by xor shuffles, log2(W) steps, and every lane holds the token's best 8: no rounds, and no lane that can
+// run out of kept keys, so a lane can hold many experts (4 lanes of 64 for 256 bf16 experts, where the rounds
+// took 16 lanes of 16 and a round's maxima every 2 tokens a warp). fp32 logits keep their order key's top 23
+// bits, the best key left out tracked through the merges; a warp where two of a token's top k + 1 share those
+// bits selects again on exact 64-bit keys, as does a bias spanning more than 1.
+
+// v[i] (i < 8) by a tree of selects on i's bits: indexed by a lane's place, the array would go to local memory.
+template <typename Key>
+__device__ inline Key pick8(const Key (&v)[8], int i) {
+  const bool odd = i & 1;
+  const Key a0 = odd ? v[1] : v[0], a1 = odd ? v[3] : v[2], a2 = odd ? v[5] : v[4], a3 = odd ? v[7] : v[6];
+  const Key b0 = i & 2 ? a1 : a0, b1 = i & 2 ? a3 : a2;
+  return i & 4 ? b1 : b0;
+}
+
+// Word i of a chunk's 16-byte vectors.
+template <int CV>
+__device__ inline unsigned chunk_word(const uint4 (&raw)[CV], int i) {
+  const uint4& q = raw[i / 4];
+  return i % 4 == 0 ? q.x : i % 4 == 1 ? q.y : i % 4 == 2 ? q.z : q.w;
+}
+
+// Chunk c of a row (experts 8c ..) as CV 16-byte vectors: one load each where the rows allow it, else element by
+// element; 0 past the experts.
+template <typename T, int CV>
+__device__ inline void load_chunk(const T* __restrict__ row, int c, int experts, bool vector, uint4 (&raw)[CV]) {
+  if (vector) {
+#pragma unroll
+    for (int i = 0; i < CV; ++i) {
+      raw[i] = c * 8 < experts ? __ldg(reinterpret_cast<const uint4*>(row) + c * CV + i) : make_uint4(0, 0, 0, 0);
+    }
+  } else {
+    unsigned w[4 * CV];
+#pragma unroll
+    for (int i = 0; i < 4 * CV; ++i) w[i] = 0u;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int e = c * 8 + j;
+      if constexpr (sizeof(T) == 2) {
+        const unsigned h = e < experts ? reinterpret_cast<const unsigned short*>(row)[e] : 0u;
+        w[j / 2] |= h << (16 * (j % 2));
+      } else {
+        w[j] = e < experts ? __float_as_uint(to_float<T>(row[e])) : 0u;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < CV; ++i) raw[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+  }
+}
+
+// Logit j of a chunk's vectors as a float.
+template <typename T, int CV>
+__device__ inline float chunk_logit(const uint4 (&raw)[CV], int j) {
+  if constexpr (sizeof(T) == 2) {
+    const unsigned w = chunk_word<CV>(raw, j / 2);
+    return from_bits<T>(j % 2 ? w >> 16 : w & 0xffffu);
+  } else {
+    return __uint_as_float(chunk_word<CV>(raw, j));
+  }
+}
+
+// Blocks per SM the merge kernel is built for: registers for C chunks of raw logits, the list, a chunk's keys and
+// the merges' partners.
+template <typename T, int C>
+__host__ __device__ constexpr int merge_min_blocks() {
+  return C * (int)sizeof(T) <= 8 ? 3 : 2;
+}
+
+template <typename T, int W, int C, int ROUTER>
+__global__ __launch_bounds__(256, merge_min_blocks<T, C>()) void topk_router_merge(
+    const T* __restrict__ logits, const float* __restrict__ bias, float* __restrict__ weights, int* __restrict__ ids,
+    int tokens, int experts, int k, int renormalize, int vector_rows) {
+  static_assert(W == 1 || W == 2 || W == 4 || W == 8 || W == 16, "a power of two of lanes per token, 16 at most");
+  static_assert(ROUTER != GROUPED, "the grouped router selects in rounds (topk_router)");
+  constexpr int R = (8 + W - 1) / W;          // round r (the r-th best) goes to lane r % W, slot r / W
+  constexpr int CV = 8 * (int)sizeof(T) / 16;   // 16-byte vectors a chunk
+  constexpr bool BIAS = ROUTER == BIASED;
+  constexpr bool HALVES = !BIAS && sizeof(T) == 2;   // exact 16-bit keys
+  constexpr bool FP32 = !BIAS && !HALVES;            // 23-bit keys, checked
+  const int lane = threadIdx.x % W;
+  const bool vector = vector_rows != 0;       // experts a multiple of 8, rows 16-byte aligned
+
+  __shared__ __align__(16) float shift[BIAS ? 512 : 4];
+  float scale = 0.0f;
+  bool quantized = true;
+  if constexpr (BIAS) quantized = make_shifts(bias, experts, shift, scale, [](int e) { return e; });
+
+  const int warps = gridDim.x * (blockDim.x / 32);
+  for (int base = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * (32 / W); base < tokens;
+       base += warps * (32 / W)) {
+    const int token = base + (threadIdx.x % 32) / W;
+    const bool active = token < tokens;
+    const T* row = logits + (size_t)(active ? token : 0) * experts;
+    uint4 raw[C][CV];
+#pragma unroll
+    for (int v = 0; v < C; ++v) load_chunk<T, CV>(row, v * W + lane, experts, vector, raw[v]);
+
+    // Chunk v's keys, as topk_router makes them; 0 past the experts.
+    const auto keys_of = [&](int v, unsigned (&keys)[8]) {
+      const int e0 = (v * W + lane) * 8;
+      if constexpr (HALVES) {
+        const unsigned index = (0xffffu - (unsigned)e0) * 0x10001u;
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+          const unsigned o = half_order_keys(chunk_word<CV>(raw[v], p));
+          const unsigned iw = index - (unsigned)(2 * p + ((2 * p + 1) << 16));
+          keys[2 * p] = __byte_perm(o, iw, 0x1054);
+          keys[2 * p + 1] = __byte_perm(o, iw, 0x3276);
+        }
+      } else {
+        float c[8];
+        if constexpr (BIAS) {
+          const float4 a = *reinterpret_cast<const float4*>(shift + e0);
+          const float4 b = *reinterpret_cast<const float4*>(shift + e0 + 4);
+          c[0] = a.x; c[1] = a.y; c[2] = a.z; c[3] = a.w; c[4] = b.x; c[5] = b.y; c[6] = b.z; c[7] = b.w;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float x = chunk_logit<T, CV>(raw[v], j);
+          const unsigned low = 511u - (unsigned)(e0 + j);
+          keys[j] = BIAS ? biased_key(x, scale, c[j], low) : (order_key(x) & 0xfffffe00u) | low;
+        }
+      }
+      if (e0 + 8 > experts) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) keys[j] = e0 + j < experts ? keys[j] : 0u;
+      }
+    };
+
+    unsigned slot[R];
+#pragma unroll
+    for (int q = 0; q < R; ++q) slot[q] = 0u;
+    bool exact = !quantized;
+    if (!exact) {
+      unsigned top[8], below;
+      best_keys<unsigned, 8, W, C, FP32>(keys_of, top, below);
+      if constexpr (FP32) {   // two of the top k + 1 sharing their top 23 bits: exact keys decide
+        bool alike = false;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const unsigned next = j + 1 < 8 ? top[j + 1] : below;
+          alike |= j < k && next != 0u && (top[j] >> 9) == (next >> 9);
+        }
+        exact = alike;
+      }
+#pragma unroll
+      for (int q = 0; q < R; ++q) {
+        const unsigned key = q * W + lane < 8 ? pick8(top, q * W + lane) : 0u;
+        slot[q] = HALVES ? 0xffffu - (key & 0xffffu) : 511u - (key & 511u);
+      }
+    }
+    if constexpr (!HALVES) {
+      if (__any_sync(0xffffffffu, exact)) {   // exact keys: the score's order key, then 511 - expert
+        unsigned long long top[8];
+        best_keys<unsigned long long, 8, W, C>([&](int v, unsigned long long (&keys)[8]) {
+          const int e0 = (v * W + lane) * 8;
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const int e = e0 + j;
+            const float x = chunk_logit<T, CV>(raw[v], j);
+            const unsigned o = exact_key<ROUTER>(x, BIAS && e < experts ? bias[e] : 0.0f);
+            keys[j] = e < experts ? ((unsigned long long)o << 32) | (511u - (unsigned)e) : 0ull;
+          }
+        }, top);
+#pragma unroll
+        for (int q = 0; q < R; ++q) {
+          const unsigned key = q * W + lane < 8 ? (unsigned)pick8(top, q * W + lane) : 0u;
+          slot[q] = 511u - (key & 511u);
+        }
+      }
+    }
+
+    // Softmax: the row's largest logit and the sum of exp(logit - largest) over its experts.
+    float row_max = 0.0f, total = 1.0f;
+    if constexpr (ROUTER == SOFTMAX) {
+      float m = neg_inf();
+#pragma unroll
+      for (int v = 0; v < C; ++v) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const bool have = (v * W + lane) * 8 + j < experts;
+          m = fmaxf(m, have ? chunk_logit<T, CV>(raw[v], j) : neg_inf());
+        }
+      }
+      row_max = from_order_key(lanes_max<W>(order_key(m)));
+      float s = 0.0f;
+#pragma unroll
+      for (int v = 0; v < C; ++v) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const bool have = (v * W + lane) * 8 + j < experts;
+          s += have ? __expf(chunk_logit<T, CV>(raw[v], j) - row_max) : 0.0f;
+        }
+      }
+      total = lanes_sum<W>(s);
+    }
+    write_weights<T, W, ROUTER>(row, slot, lane, k, renormalize, row_max, total, active,
+                                weights + (size_t)token * k, ids + (size_t)token * k);
+  }
+}
+
+// The experts a lane of the merge kernel holds at most: fp32 logits 32, 16-bit ones 64 for the plain router and 48
+// for the others (whose scores' work or sums keep more registers; at 64 the bf16 softmax spills).
+__host__ __device__ constexpr int merge_most(int size, int router) {
+  return size == 4 ? 32 : router == PLAIN ? 64 : 48;
+}
+
+// The merge kernel's lanes per token and chunks per lane (W, C) for an expert count, logit size and router, or
+// {0, 0} where it does not serve: fewer than 33 experts, or fp32 logits of more than 128 (where 8 or 16 lanes of
+// 32 were slower than the rounds on the softmax and about even with a bias: results/moe_routers_merge_ab.json).
+// The fewest lanes, 4 to 16, that hold the experts at merge_most a lane; C the next of 2, 3, 4, 5, 6, 8.
+__host__ inline RouterShape merge_shape(int experts, int size, int router) {
+  if (experts < 33 || (size == 4 && experts > 128)) return {0, 0};
+  const int most = merge_most(size, router);
+  int w = 4;
+  while (w * most < experts && w < 16) w *= 2;
+  constexpr int kCs[] = {2, 3, 4, 5, 6, 8};
+  for (int c : kCs) {
+    if (experts <= w * c * 8 && c * 8 <= most) return {w, c};
+  }
+  return {0, 0};
+}
+
 }  // namespace moe
 
+#ifdef MOE_MERGE   // one instantiation of the merge kernel (-D MOE_MERGE=router, MOE_W, MOE_C, MOE_DTYPE)
+template __global__ void moe::topk_router_merge<MOE_DTYPE, MOE_W, MOE_C, MOE_MERGE>(const MOE_DTYPE*, const float*,
+                                                                                  float*, int*, int, int, int, int,
+                                                                                  int);
+#endif
 #ifdef MOE_ROUTER   // one instantiation for `kpilot isa analyze` (-D MOE_ROUTER, MOE_W, MOE_P, MOE_DTYPE)
 template __global__ void moe::topk_router<MOE_DTYPE, MOE_W, MOE_P, MOE_ROUTER>(const MOE_DTYPE*, const float*, float*,
                                                                               int*, int, int, int, int, int, int, int);

@@ -1,4 +1,5 @@
-// Helpers of the MoE routing kernels (topk_sigmoid_warp.cu, topk_sigmoid_keys.cu, topk_router.cu).
+// Helpers of the MoE routing kernels (topk_sigmoid_warp.cu, topk_sigmoid_keys.cu, topk_sigmoid_sort.cu,
+// topk_router.cu).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -66,6 +67,104 @@ __device__ inline unsigned half_order_keys(unsigned w) {
 // 0x8000 - magnitude for negative ones.
 __device__ inline unsigned bits_of_order16(unsigned o) {
   return o >= 0x8000u ? o - 0x8000u : 0x8000u | (0x8000u - o);
+}
+
+// Compare-exchange, largest first.
+template <typename Key>
+__device__ inline void cx(Key& a, Key& b) {
+  const Key hi = max(a, b);
+  b = min(a, b);
+  a = hi;
+}
+
+// The N keys sorted, largest first (N 4 or 8: 5 or 19 compare-exchanges).
+template <int N, typename Key>
+__device__ inline void sort_network(Key (&v)[N]) {
+  static_assert(N == 4 || N == 8, "networks of 4 or 8");
+  if constexpr (N == 4) {
+    cx(v[0], v[1]); cx(v[2], v[3]);
+    cx(v[0], v[2]); cx(v[1], v[3]);
+    cx(v[1], v[2]);
+  } else {
+    cx(v[0], v[2]); cx(v[1], v[3]); cx(v[4], v[6]); cx(v[5], v[7]);
+    cx(v[0], v[4]); cx(v[1], v[5]); cx(v[2], v[6]); cx(v[3], v[7]);
+    cx(v[0], v[1]); cx(v[2], v[3]); cx(v[4], v[5]); cx(v[6], v[7]);
+    cx(v[2], v[4]); cx(v[3], v[5]);
+    cx(v[1], v[4]); cx(v[3], v[6]);
+    cx(v[1], v[2]); cx(v[3], v[4]); cx(v[5], v[6]);
+  }
+}
+
+// The best N of two sorted lists of N, sorted, into `top`: the larger of top[j] and c[N - 1 - j] is a bitonic
+// sequence of them, which a bitonic sorter orders. With TRACK, `below` also takes the largest key left out.
+template <int N, bool TRACK = false, typename Key>
+__device__ inline void merge_best(Key (&top)[N], const Key (&c)[N], Key& below) {
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    if constexpr (TRACK) below = max(below, min(top[j], c[N - 1 - j]));
+    top[j] = max(top[j], c[N - 1 - j]);
+  }
+#pragma unroll
+  for (int d = N / 2; d > 0; d /= 2) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      if ((i / d) % 2 == 0) cx(top[i], top[i + d]);
+    }
+  }
+}
+
+// The least key of its type: the start of a tracked maximum, and what a lane with no chunk to give contributes.
+template <typename Key>
+__device__ constexpr Key least_key() {
+  return std::is_signed_v<Key> ? Key(~(std::make_unsigned_t<Key>(~0ull) >> 1)) : Key(0);
+}
+
+// The best K keys of a token, sorted, in every one of its TPT lanes: keys_of(v, keys) makes the eight keys of
+// this lane's v-th chunk of experts (experts (v * TPT + t) * 8 ...), which the networks merge into the lane's
+// list, then the lanes' lists are merged. With TRACK, `below` is the token's best key left out (the (K + 1)-th).
+template <typename Key, int K, int TPT, int CHUNKS, bool TRACK = false, typename KeysOf>
+__device__ inline void best_keys(KeysOf keys_of, Key (&top)[K], Key& below) {
+  below = least_key<Key>();
+#pragma unroll
+  for (int v = 0; v < CHUNKS; ++v) {
+    Key keys[8];
+    keys_of(v, keys);
+    if constexpr (K == 8) {
+      sort_network<8>(keys);
+      if (v == 0) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) top[j] = keys[j];
+      } else {
+        merge_best<8, TRACK>(top, keys, below);
+      }
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        Key four[4] = {keys[4 * h], keys[4 * h + 1], keys[4 * h + 2], keys[4 * h + 3]};
+        sort_network<4>(four);
+        if (v == 0 && h == 0) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) top[j] = four[j];
+        } else {
+          merge_best<4, TRACK>(top, four, below);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int d = 1; d < TPT; d *= 2) {
+    Key other[K];
+#pragma unroll
+    for (int j = 0; j < K; ++j) other[j] = __shfl_xor_sync(0xffffffffu, top[j], d);
+    if constexpr (TRACK) below = max(below, __shfl_xor_sync(0xffffffffu, below, d));
+    merge_best<K, TRACK>(top, other, below);
+  }
+}
+
+template <typename Key, int K, int TPT, int CHUNKS, typename KeysOf>
+__device__ inline void best_keys(KeysOf keys_of, Key (&top)[K]) {
+  Key below;
+  best_keys<Key, K, TPT, CHUNKS, false>(keys_of, top, below);
 }
 
 // 1 / (1 + e^-x) with the hardware's approximate 2^x, subnormal results flushed (where e^-x is that small the

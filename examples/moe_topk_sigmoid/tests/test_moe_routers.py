@@ -230,6 +230,29 @@ def test_cuda_router_compiles_for_sm_90_with_shuffles_and_no_spills(router, w, p
     assert not any(op.startswith(("LDL", "STL")) for op in ops)
 
 
+@pytest.mark.parametrize("router, w, c, dtype", [(0, 4, 8, "__nv_bfloat16"), (1, 8, 6, "__half"),
+                                                 (2, 4, 4, "float"), (1, 4, 3, "float"), (2, 8, 6, "__half"),
+                                                 (1, 16, 4, "__nv_bfloat16")])
+def test_cuda_merge_router_compiles_for_sm_90_with_networks_and_no_spills(router, w, c, dtype):
+    """The merge kernel of topk_router.cu (sorting networks, k up to 8) compiled for sm_90 at shapes routing_cuda
+    launches: its chunks load as 16-byte vectors, its lanes merge by shuffles, the selection is integer min/max,
+    and nothing spills or goes to local memory (the best 8 are picked by a lane's place through selects, not an
+    index)."""
+    from kpilot_testing import require_tool
+
+    require_tool("nvcc")
+    from kernelpilot.isa import analyze
+
+    (rep,) = analyze(str(MOE / "kernels" / "topk_router.cu"), arch="sm_90",
+                     defines={"MOE_MERGE": str(router), "MOE_W": str(w), "MOE_C": str(c), "MOE_DTYPE": dtype})
+    ops = rep.opcodes
+    assert any(op.startswith("LDG") and ".128" in op for op in ops)
+    assert sum(n for op, n in ops.items() if op.startswith("SHFL")) > 0
+    assert sum(n for op, n in ops.items() if op.startswith(("VIMNMX", "IMNMX"))) >= 19 * c
+    assert rep.resources.spill_store_bytes == 0 and not rep.resources.local_bytes
+    assert not any(op.startswith(("LDL", "STL")) for op in ops)
+
+
 def _cuda_cases():
     """(router, experts, k, extra) over the shapes the router kernel serves: 8 to 512 experts, k 1 to 16; grouped
     selections whose groups are whole lanes and ones whose groups are not (96 in 16 groups, 120 in 8)."""
