@@ -39,9 +39,6 @@ struct Args {
   int tokens, experts, k, renormalize, n_group, topk_group;
 };
 
-// A grid of as many blocks as the tokens need; with a bias at most as many as fit on the GPU at once (the
-// kernel's warps stride over the tokens, so that the bias's work is done once per block; the occupancy is looked
-// up once per instantiation). Without a bias there is no such work to share, and every warp takes its tokens once.
 // Blocks of 256 threads of a kernel that fit on the GPU at once.
 template <typename Kernel>
 int resident_blocks(Kernel kernel) {
@@ -52,6 +49,9 @@ int resident_blocks(Kernel kernel) {
   return std::max(1, per_sm) * sms;
 }
 
+// A grid of as many blocks as the tokens need; with a bias at most as many as fit on the GPU at once (the
+// kernel's warps stride over the tokens, so that the bias's work is done once per block; the occupancy is looked
+// up once per instantiation). Without a bias there is no such work to share, and every warp takes its tokens once.
 template <int W, int P, int R>
 void launch_one(const Args& a, cudaStream_t stream) {
   int blocks = (int)(((int64_t)a.tokens * W + 255) / 256);
