@@ -1,6 +1,6 @@
-"""Compile the MoE CUDA extension's kernels for sm_90 without a GPU: each dtype's translation unit of the
-extension (topk_sigmoid_cuda._sources: the launch code and every kernel instantiation it binds) to an object with
-nvcc -c and the flags of PyTorch's extension build, as the GPU machine's first call would. A compile error or a
+"""Compile the MoE CUDA extensions' kernels for sm_90 without a GPU: each translation unit of the extensions (one
+per dtype, or per dtype and router: their _sources, the launch code and every kernel instantiation it binds) to an
+object with nvcc -c and the flags of PyTorch's extension build, as the GPU machine's first call would. A compile error or a
 compiler crash shows here, before a device call is spent on it. The binding module (module.cpp, host C++ only)
 is not compiled.
 
@@ -37,7 +37,7 @@ CUDA_MACROS = Path("c10") / "cuda" / "impl" / "cuda_cmake_macros.h"
 
 
 # The extensions of the kernels folder: the sigmoid kernels' (topk_sigmoid_cuda.py, its units named by dtype) and
-# every router's (routing_cuda.py, "router." and the dtype).
+# every router's (routing_cuda.py, "router." and the dtype and router: "router.bf16_plain").
 EXTENSIONS = {"": "topk_sigmoid_cuda.py", "router.": "routing_cuda.py"}
 
 
@@ -92,8 +92,8 @@ def nvcc_command(nvcc: Path, unit: Path, kernels: Path, includes: list[Path], ar
 
 
 def check(kernels: Path, dtypes: list[str], arch: str = "sm_90", jobs: int = 2) -> dict[str, tuple[int, str]]:
-    """Each extension's translation unit of each dtype compiled: unit ("bf16", "router.bf16") -> (nvcc's exit code,
-    the end of its output)."""
+    """Each extension's translation units of each dtype compiled: unit ("bf16", "router.bf16_plain") -> (nvcc's exit
+    code, the end of its output)."""
     from kernelpilot.toolchain.find import find_tool
 
     nvcc = find_tool("nvcc")
@@ -111,7 +111,7 @@ def check(kernels: Path, dtypes: list[str], arch: str = "sm_90", jobs: int = 2) 
                 tail = f"nvcc crashed (exit {proc.returncode})\n{tail}"
             return proc.returncode, tail
 
-        names = [prefix + d for prefix in EXTENSIONS for d in dtypes if prefix + d in units]
+        names = [u for u in units if any(u == p + d or u.startswith(f"{p}{d}_") for p in EXTENSIONS for d in dtypes)]
         with ThreadPoolExecutor(max(1, jobs)) as pool:
             return dict(zip(names, pool.map(compile_one, names)))
 

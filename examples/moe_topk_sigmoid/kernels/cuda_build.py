@@ -1,7 +1,8 @@
-"""How the case study's CUDA extensions are built: one translation unit per logit dtype (so that nvcc builds them
-in parallel) plus a host-only binding module, written under the PyTorch extensions folder in a directory named by
-a hash of everything they hold (the kernel files included), and loaded with torch.utils.cpp_extension on first use.
-A changed kernel file is a new extension; an unchanged one is built once per machine."""
+"""How the case study's CUDA extensions are built: one translation unit per logit dtype, or per dtype and part (say,
+per router), so that nvcc builds them in parallel, plus a host-only binding module, written under the PyTorch
+extensions folder in a directory named by a hash of everything they hold (the kernel files included), and loaded
+with torch.utils.cpp_extension on first use. A changed kernel file is a new extension; an unchanged one is built
+once per machine."""
 
 import hashlib
 import os
@@ -13,10 +14,22 @@ DTYPES = {"f32": "float", "f16": "__half", "bf16": "__nv_bfloat16"}
 CUDA_FLAGS = ("-O3", "-lineinfo")
 
 
-def sources(prefix: str, per_dtype: str, module: str, kernel_files: list[Path]) -> tuple[str, list[Path]]:
-    """Write the build's sources and return (the extension's name, its files): ``per_dtype`` with DTYPE and NAME
-    replaced for each dtype, and ``module``."""
-    texts = {f"{name}.cu": per_dtype.replace("DTYPE", ctype).replace("NAME", name) for name, ctype in DTYPES.items()}
+def units(parts: dict[str, str] | None = None) -> dict[str, tuple[str, str | None]]:
+    """The translation units' names, each with its dtype's C++ type and its part's value: one per dtype ("bf16"),
+    or with ``parts`` (name -> value) one per dtype and part ("bf16_plain"), so that each builds alone."""
+    if not parts:
+        return {name: (ctype, None) for name, ctype in DTYPES.items()}
+    return {f"{name}_{part}": (ctype, value) for name, ctype in DTYPES.items() for part, value in parts.items()}
+
+
+def sources(prefix: str, per_dtype: str, module: str, kernel_files: list[Path],
+            parts: dict[str, str] | None = None) -> tuple[str, list[Path]]:
+    """Write the build's sources and return (the extension's name, its files): ``per_dtype`` with DTYPE, NAME and
+    (with ``parts``) UNIT_PART replaced for each unit of ``units(parts)``, and ``module``."""
+    texts = {}
+    for name, (ctype, value) in units(parts).items():
+        text = per_dtype.replace("DTYPE", ctype).replace("NAME", name)
+        texts[f"{name}.cu"] = text.replace("UNIT_PART", value) if value is not None else text
     texts["module.cpp"] = module
     digest = hashlib.sha256("".join([*texts.values(), *(f.read_text() for f in kernel_files)]).encode()).hexdigest()
     root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
@@ -27,7 +40,7 @@ def sources(prefix: str, per_dtype: str, module: str, kernel_files: list[Path]) 
             tmp = src / f".{name}.{os.getpid()}"
             tmp.write_text(text)
             tmp.replace(src / name)
-    return f"{prefix}_{digest[:12]}", [src / "module.cpp", *(src / f"{n}.cu" for n in DTYPES)]
+    return f"{prefix}_{digest[:12]}", [src / "module.cpp", *(src / f"{n}.cu" for n in units(parts))]
 
 
 def load(name: str, files: list[Path], kernels: Path, flags: tuple[str, ...] = CUDA_FLAGS):
@@ -44,13 +57,14 @@ class Extension:
     its module, built on first use (``module()``). ``kernels``: the folder of its kernel files (``files``)."""
 
     def __init__(self, prefix: str, per_dtype: str, module: str, kernels: Path, files: tuple[str, ...],
-                 flags: tuple[str, ...] = CUDA_FLAGS) -> None:
+                 flags: tuple[str, ...] = CUDA_FLAGS, parts: dict[str, str] | None = None) -> None:
         self.prefix, self.per_dtype, self.binding, self.kernels, self.files, self.flags = (
             prefix, per_dtype, module, kernels, files, flags)
+        self.parts = parts
         self._module = None
 
     def sources(self) -> tuple[str, list[Path]]:
-        return sources(self.prefix, self.per_dtype, self.binding, [self.kernels / f for f in self.files])
+        return sources(self.prefix, self.per_dtype, self.binding, [self.kernels / f for f in self.files], self.parts)
 
     def module(self):
         if self._module is None:

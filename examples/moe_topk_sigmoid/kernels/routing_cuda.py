@@ -30,6 +30,7 @@ _PER_DTYPE = r"""
 
 namespace {
 using T = DTYPE;
+constexpr int ROUTER = UNIT_PART;   // this unit's router (moe::Router): a unit per dtype and router, built in parallel
 
 struct Args {
   const T* x;
@@ -81,32 +82,29 @@ void launch_merge(const Args& a, cudaStream_t stream) {
                                                                 a.renormalize, vector_rows);
 }
 
-// The merge kernel for a router at (W, C), built only for the routers moe::merge_shape gives that shape: false
-// for the others.
+// The merge kernel at (W, C), built only where moe::merge_shape gives this unit's router that shape: false
+// elsewhere.
 template <int W, int C>
-bool merge(int router, const Args& a, cudaStream_t stream) {
-  constexpr int size = (int)sizeof(T);
-  if constexpr (C * 8 <= moe::merge_most(size, moe::PLAIN)) {
-    if (router == moe::PLAIN) return launch_merge<W, C, moe::PLAIN>(a, stream), true;
+bool merge(const Args& a, cudaStream_t stream) {
+  if constexpr (ROUTER != moe::GROUPED && C * 8 <= moe::merge_most((int)sizeof(T), ROUTER)) {
+    launch_merge<W, C, ROUTER>(a, stream);
+    return true;
+  } else {
+    return false;
   }
-  if constexpr (C * 8 <= moe::merge_most(size, moe::BIASED)) {
-    if (router == moe::BIASED) return launch_merge<W, C, moe::BIASED>(a, stream), true;
-    if (router == moe::SOFTMAX) return launch_merge<W, C, moe::SOFTMAX>(a, stream), true;
-  }
-  return false;
 }
 
 #define MERGE(W, C) \
-  case W * 100 + C: return merge<W, C>(router, a, stream);
+  case W * 100 + C: return merge<W, C>(a, stream);
 
 // The merge kernel at moe::merge_shape's shapes for this logit type (SIZE = sizeof(T), a template parameter so
 // that the other sizes' shapes are not built): true if it took the call. It serves k 4 to 8 from 4,096 tokens:
 // timed against the rounds on every router case (results/moe_routers_merge_ab.json) it lost at k 1 (its eight
 // kept keys and networks for one) and on up to 3,000 tokens, and won on the large ones.
 template <int SIZE>
-bool route_merge(int router, const Args& a, cudaStream_t stream) {
-  if (router == moe::GROUPED || a.k < 4 || a.k > 8 || a.tokens < 4096) return false;
-  const moe::RouterShape s = moe::merge_shape(a.experts, SIZE, router);
+bool route_merge(const Args& a, cudaStream_t stream) {
+  if (ROUTER == moe::GROUPED || a.k < 4 || a.k > 8 || a.tokens < 4096) return false;
+  const moe::RouterShape s = moe::merge_shape(a.experts, SIZE, ROUTER);
   if constexpr (SIZE == 4) {   // 4 lanes of up to 32 experts
     switch (s.w * 100 + s.p) { MERGE(4, 2) MERGE(4, 3) MERGE(4, 4) }
   } else {
@@ -119,56 +117,53 @@ bool route_merge(int router, const Args& a, cudaStream_t stream) {
 }
 #undef MERGE
 
-// Every router at the shapes router_shape gives without groups; the grouped router alone where its groups widen W.
+// This unit's router at the shapes router_shape gives without groups; the grouped router alone where its groups
+// widen W.
 template <int W, int P>
-void launch(int router, const Args& a, cudaStream_t stream) {
-  switch (router) {
-    case moe::PLAIN: return launch_one<W, P, moe::PLAIN>(a, stream);
-    case moe::BIASED: return launch_one<W, P, moe::BIASED>(a, stream);
-    case moe::SOFTMAX: return launch_one<W, P, moe::SOFTMAX>(a, stream);
-    case moe::GROUPED: return launch_one<W, P, moe::GROUPED>(a, stream);
-    default: TORCH_CHECK(false, "unknown router");
-  }
+void launch(const Args& a, cudaStream_t stream) {
+  launch_one<W, P, ROUTER>(a, stream);
 }
 }  // namespace
 
-void route_NAME(int router, const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& w, torch::Tensor& ids,
+void route_NAME(const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& w, torch::Tensor& ids,
                 int k, int renormalize, int n_group, int topk_group) {
   const Args a{reinterpret_cast<const T*>(x.data_ptr()), bias.numel() ? bias.data_ptr<float>() : nullptr,
                w.data_ptr<float>(), ids.data_ptr<int>(), (int)x.size(0), (int)x.size(1), k, renormalize, n_group,
                topk_group};
   if (a.tokens == 0) return;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  if (route_merge<(int)sizeof(T)>(router, a, stream)) return;
-  const moe::RouterShape s = moe::router_shape(a.experts, router == moe::GROUPED ? n_group : 1);
-  const bool grouped = router == moe::GROUPED;
+  if (route_merge<(int)sizeof(T)>(a, stream)) return;
+  const moe::RouterShape s = moe::router_shape(a.experts, ROUTER == moe::GROUPED ? n_group : 1);
   switch (s.w * 100 + s.p) {
-    case 401: return launch<4, 1>(router, a, stream);
-    case 402: return launch<4, 2>(router, a, stream);
-    case 404: return launch<4, 4>(router, a, stream);
-    case 408: return launch<4, 8>(router, a, stream);
-    case 808: return launch<8, 8>(router, a, stream);
-    case 810: return launch<8, 10>(router, a, stream);
-    case 812: return launch<8, 12>(router, a, stream);
-    case 816: return launch<8, 16>(router, a, stream);
-    case 1610: return launch<16, 10>(router, a, stream);
-    case 1612: return launch<16, 12>(router, a, stream);
-    case 1616: return launch<16, 16>(router, a, stream);
-    case 1620: return launch<16, 20>(router, a, stream);
-    case 1624: return launch<16, 24>(router, a, stream);
-    case 1632: return launch<16, 32>(router, a, stream);
+    case 401: return launch<4, 1>(a, stream);
+    case 402: return launch<4, 2>(a, stream);
+    case 404: return launch<4, 4>(a, stream);
+    case 408: return launch<4, 8>(a, stream);
+    case 808: return launch<8, 8>(a, stream);
+    case 810: return launch<8, 10>(a, stream);
+    case 812: return launch<8, 12>(a, stream);
+    case 816: return launch<8, 16>(a, stream);
+    case 1610: return launch<16, 10>(a, stream);
+    case 1612: return launch<16, 12>(a, stream);
+    case 1616: return launch<16, 16>(a, stream);
+    case 1620: return launch<16, 20>(a, stream);
+    case 1624: return launch<16, 24>(a, stream);
+    case 1632: return launch<16, 32>(a, stream);
   }
-  TORCH_CHECK(grouped, "no kernel for this expert count");
-  switch (s.w * 100 + s.p) {   // groups wider than router_shape's W for the experts
-    case 801: return launch_one<8, 1, moe::GROUPED>(a, stream);
-    case 802: return launch_one<8, 2, moe::GROUPED>(a, stream);
-    case 804: return launch_one<8, 4, moe::GROUPED>(a, stream);
-    case 1601: return launch_one<16, 1, moe::GROUPED>(a, stream);
-    case 1602: return launch_one<16, 2, moe::GROUPED>(a, stream);
-    case 1604: return launch_one<16, 4, moe::GROUPED>(a, stream);
-    case 1608: return launch_one<16, 8, moe::GROUPED>(a, stream);
+  if constexpr (ROUTER == moe::GROUPED) {
+    switch (s.w * 100 + s.p) {   // groups wider than router_shape's W for the experts
+      case 801: return launch<8, 1>(a, stream);
+      case 802: return launch<8, 2>(a, stream);
+      case 804: return launch<8, 4>(a, stream);
+      case 1601: return launch<16, 1>(a, stream);
+      case 1602: return launch<16, 2>(a, stream);
+      case 1604: return launch<16, 4>(a, stream);
+      case 1608: return launch<16, 8>(a, stream);
+    }
+    TORCH_CHECK(false, "no grouped kernel for this expert count and n_group");
+  } else {
+    TORCH_CHECK(false, "no kernel for this expert count");
   }
-  TORCH_CHECK(false, "no grouped kernel for this expert count and n_group");
 }
 """
 
@@ -179,11 +174,16 @@ _MODULE = r"""
 // (which runs first) with constant messages.
 enum { PLAIN = 0, BIASED = 1, SOFTMAX = 2, GROUPED = 3 };
 
-#define DECLARE(NAME) void route_##NAME(int router, const torch::Tensor& x, const torch::Tensor& bias, \
-    torch::Tensor& w, torch::Tensor& ids, int k, int renormalize, int n_group, int topk_group);
-DECLARE(f32)
-DECLARE(f16)
-DECLARE(bf16)
+// One translation unit per dtype and router (cuda_build's parts), each defining route_<dtype>_<router>.
+#define DECLARE(NAME) void route_##NAME(const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& w, \
+    torch::Tensor& ids, int k, int renormalize, int n_group, int topk_group);
+#define DECLARE_ROUTERS(D) DECLARE(D##_plain) DECLARE(D##_biased) DECLARE(D##_softmax) DECLARE(D##_grouped)
+DECLARE_ROUTERS(f32)
+DECLARE_ROUTERS(f16)
+DECLARE_ROUTERS(bf16)
+using Route = void (*)(const torch::Tensor&, const torch::Tensor&, torch::Tensor&, torch::Tensor&, int, int, int, int);
+#define ROUTES(D) {route_##D##_plain, route_##D##_biased, route_##D##_softmax, route_##D##_grouped}
+const Route kRoutes[3][4] = {ROUTES(f32), ROUTES(f16), ROUTES(bf16)};   // [dtype][router]
 
 std::vector<torch::Tensor> route(torch::Tensor x, torch::Tensor bias, int64_t router, int64_t k, bool renormalize,
                                  int64_t n_group, int64_t topk_group) {
@@ -201,13 +201,11 @@ std::vector<torch::Tensor> route(torch::Tensor x, torch::Tensor bias, int64_t ro
   }
   auto w = torch::empty({x.size(0), k}, x.options().dtype(at::kFloat));
   auto ids = torch::empty({x.size(0), k}, x.options().dtype(at::kInt));
-  const int args[] = {(int)router, (int)k, (int)renormalize, (int)n_group, (int)topk_group};
-  switch (x.scalar_type()) {
-    case at::kFloat: route_f32(args[0], x, bias, w, ids, args[1], args[2], args[3], args[4]); break;
-    case at::kHalf: route_f16(args[0], x, bias, w, ids, args[1], args[2], args[3], args[4]); break;
-    case at::kBFloat16: route_bf16(args[0], x, bias, w, ids, args[1], args[2], args[3], args[4]); break;
-    default: TORCH_CHECK(false, "logits must be float32, float16 or bfloat16");
-  }
+  TORCH_CHECK(router >= PLAIN && router <= GROUPED, "unknown router");
+  const int dtype = x.scalar_type() == at::kFloat ? 0 : x.scalar_type() == at::kHalf ? 1 :
+                    x.scalar_type() == at::kBFloat16 ? 2 : -1;
+  TORCH_CHECK(dtype >= 0, "logits must be float32, float16 or bfloat16");
+  kRoutes[dtype][router](x, bias, w, ids, (int)k, (int)renormalize, (int)n_group, (int)topk_group);
   return {w, ids};
 }
 
@@ -216,7 +214,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("route", &route); }
 
 # The extension: its sources (named by a hash of everything they hold) and its module, built on first use.
 _EXTENSION = cuda_build.Extension("kpilot_moe_router", _PER_DTYPE, _MODULE, HERE,
-                                  ("topk_sigmoid_common.cuh", "topk_router.cu"))
+                                  ("topk_sigmoid_common.cuh", "topk_router.cu"),
+                                  parts={name: str(number) for name, number in ROUTERS.items()})
 _sources = _EXTENSION.sources
 _extension = _EXTENSION.module
 

@@ -206,6 +206,27 @@ def test_triton_routers_for_gfx942_need_no_ds_bpermute(kernel, experts, k, dtype
     assert "amd.lds-crosslane" not in {f.id for f in rep.findings}
 
 
+def test_router_extension_builds_one_unit_per_dtype_and_router(tmp_path, monkeypatch):
+    """The router extension's sources: a translation unit per dtype and router (nvcc builds them in parallel), each
+    defining route_<dtype>_<router> for its router's number alone, and the binding module calling each of them from
+    its [dtype][router] table."""
+    import re
+
+    import routing_cuda as rc
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    _, files = rc._sources()
+    module, units = files[0].read_text(), {f.stem: f.read_text() for f in files[1:]}
+    assert set(units) == {f"{d}_{r}" for d in ("f32", "f16", "bf16") for r in rc.ROUTERS}
+    for name, text in units.items():
+        router = name.split("_", 1)[1]
+        assert re.search(rf"^void route_{name}\(const torch::Tensor& x", text, re.M)
+        assert f"constexpr int ROUTER = {rc.ROUTERS[router]};" in text and "UNIT_PART" not in text
+    assert "DECLARE_ROUTERS(f32)" in module and "ROUTES(bf16)" in module
+    order = re.search(r"#define ROUTES\(D\) \{(.*)\}", module).group(1)
+    assert [m.split("##_")[-1] for m in re.findall(r"route_##D##_\w+", order)] == list(rc.ROUTERS)
+
+
 @pytest.mark.parametrize("router, w, p, dtype", [(0, 8, 16, "__nv_bfloat16"), (1, 16, 24, "float"),
                                                  (2, 4, 2, "__half"), (3, 16, 32, "__nv_bfloat16"),
                                                  (3, 16, 8, "float"), (3, 16, 16, "__nv_bfloat16"),

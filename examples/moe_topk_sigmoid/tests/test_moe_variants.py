@@ -97,13 +97,14 @@ def test_the_timing_command_names_each_tree_and_only_the_variants_asked_for(tmp_
 
 
 def test_build_check_compiles_the_extensions_kernels_for_sm_90(tmp_path):
-    """Each extension's bf16 translation unit (its launch code and every kernel it binds) compiles with nvcc for
+    """Each extension's bf16 translation units (their launch code and every kernel they bind) compile with nvcc for
     sm_90 and PyTorch's extension flags, without a GPU."""
     require_tool("nvcc")
     import moe_build_check
 
     got = moe_build_check.check(ROOT / moe_variants.KERNELS, ["bf16"])
-    assert list(got) == ["bf16", "router.bf16"]                  # the sigmoid kernels' extension and the router's
+    routers = [f"router.bf16_{r}" for r in ("plain", "biased", "softmax", "grouped")]
+    assert list(got) == ["bf16", *routers]   # the sigmoid kernels' extension and the router's, a unit per router
     assert all(code == 0 for code, _ in got.values()), got
 
 
