@@ -5,7 +5,7 @@ experts), fp32/fp16/bf16 logits, on NVIDIA sm_80 and newer. Built on first use (
 rounds kernel everything else.
 
 The shapes the sigmoid kernels of topk_sigmoid_cuda.py were tuned for (64, 128, 256 experts, k 4 or 8) go to
-those; this kernel serves every other shape and the other two routers (dispatch.py).
+those; these kernels serve every other shape and the other two routers (dispatch.py).
 """
 
 import sys
@@ -50,36 +50,39 @@ int resident_blocks(Kernel kernel) {
   return std::max(1, per_sm) * sms;
 }
 
-// A grid of as many blocks as the tokens need; with a bias at most as many as fit on the GPU at once (the
-// kernel's warps stride over the tokens, so that the bias's work is done once per block; the occupancy is looked
-// up once per instantiation). Without a bias there is no such work to share, and every warp takes its tokens once.
-template <int W, int P, int R>
-void launch_one(const Args& a, cudaStream_t stream) {
-  int blocks = (int)(((int64_t)a.tokens * W + 255) / 256);
-  if constexpr (R == moe::BIASED || R == moe::GROUPED) {
-    static int fit = 0;   // blocks that fit at once, for this instantiation on this device
-    if (fit == 0) fit = resident_blocks(moe::topk_router<T, W, P, R>);
-    blocks = std::min(blocks, fit);
+// The grid for KERNEL at W lanes a token: as many blocks as the tokens need; with a bias at most as many as fit
+// on the GPU at once (the kernel's warps stride over the tokens, so that the bias's work is done once per block;
+// the occupancy is looked up once per kernel). Without a bias there is no such work to share, and every warp takes
+// its tokens once.
+template <auto KERNEL, int W>
+int grid_blocks(const Args& a) {
+  const int blocks = (int)(((int64_t)a.tokens * W + 255) / 256);
+  if constexpr (ROUTER == moe::BIASED || ROUTER == moe::GROUPED) {
+    static const int fit = resident_blocks(KERNEL);   // on this device
+    return std::min(blocks, fit);
+  } else {
+    return blocks;
   }
-  const int vector_rows = W * P == a.experts && (a.experts * (int)sizeof(T)) % 16 == 0 &&
-                          reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
-  moe::topk_router<T, W, P, R><<<blocks, 256, 0, stream>>>(a.x, a.bias, a.w, a.ids, a.tokens, a.experts, a.k,
-                                                          a.renormalize, a.n_group, a.topk_group, vector_rows);
 }
 
-// The merge kernel (k up to 8, no groups): a grid as topk_router's, its rows' 16-byte loads where the experts are a
-// multiple of 8 and the logits 16-byte aligned.
-template <int W, int C, int R>
+// The rounds kernel at (W, P), its rows' 16-byte loads where the lanes cover the experts exactly.
+template <int W, int P>
+void launch(const Args& a, cudaStream_t stream) {
+  constexpr auto kernel = moe::topk_router<T, W, P, ROUTER>;
+  const int vector_rows = W * P == a.experts && (a.experts * (int)sizeof(T)) % 16 == 0 &&
+                          reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  kernel<<<grid_blocks<kernel, W>(a), 256, 0, stream>>>(a.x, a.bias, a.w, a.ids, a.tokens, a.experts, a.k,
+                                                        a.renormalize, a.n_group, a.topk_group, vector_rows);
+}
+
+// The merge kernel (k up to 8, no groups) at (W, C), its rows' 16-byte loads where the experts are a multiple of 8
+// and the logits 16-byte aligned.
+template <int W, int C>
 void launch_merge(const Args& a, cudaStream_t stream) {
-  int blocks = (int)(((int64_t)a.tokens * W + 255) / 256);
-  if constexpr (R == moe::BIASED) {
-    static int fit = 0;
-    if (fit == 0) fit = resident_blocks(moe::topk_router_merge<T, W, C, R>);
-    blocks = std::min(blocks, fit);
-  }
+  constexpr auto kernel = moe::topk_router_merge<T, W, C, ROUTER>;
   const int vector_rows = a.experts % 8 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
-  moe::topk_router_merge<T, W, C, R><<<blocks, 256, 0, stream>>>(a.x, a.bias, a.w, a.ids, a.tokens, a.experts, a.k,
-                                                                a.renormalize, vector_rows);
+  kernel<<<grid_blocks<kernel, W>(a), 256, 0, stream>>>(a.x, a.bias, a.w, a.ids, a.tokens, a.experts, a.k,
+                                                        a.renormalize, vector_rows);
 }
 
 // The merge kernel at (W, C), built only where moe::merge_shape gives this unit's router that shape: false
@@ -87,7 +90,7 @@ void launch_merge(const Args& a, cudaStream_t stream) {
 template <int W, int C>
 bool merge(const Args& a, cudaStream_t stream) {
   if constexpr (ROUTER != moe::GROUPED && C * 8 <= moe::merge_most((int)sizeof(T), ROUTER)) {
-    launch_merge<W, C, ROUTER>(a, stream);
+    launch_merge<W, C>(a, stream);
     return true;
   } else {
     return false;
@@ -116,13 +119,6 @@ bool route_merge(const Args& a, cudaStream_t stream) {
   return false;
 }
 #undef MERGE
-
-// This unit's router at the shapes router_shape gives without groups; the grouped router alone where its groups
-// widen W.
-template <int W, int P>
-void launch(const Args& a, cudaStream_t stream) {
-  launch_one<W, P, ROUTER>(a, stream);
-}
 }  // namespace
 
 void route_NAME(const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& w, torch::Tensor& ids,

@@ -159,9 +159,8 @@ __device__ inline void select_rounds(const unsigned (&key)[P], unsigned (&h)[N],
 // their two largest scores, as group_key makes it), the lowest group among equals. Where each group is L whole
 // lanes, a lane's two largest keys (k1 >= k2) are merged over its group's lanes, and the bit returned is its own
 // group's alone (all a lane's experts are in it); otherwise each group's top two are reduced over all W lanes in
-// turn into lane g (n_group at most W). Each lane then gathers the groups' keys (independent shuffles, one step
-// deep where rounds of maxima over the lanes were topk_group steps of log2(W)) and counts the groups ahead of its
-// own.
+// turn into lane g (n_group at most W). Each lane then gathers the groups' keys (n_group independent shuffles, one
+// step deep, not topk_group rounds of maxima over the lanes) and counts the groups ahead of its own.
 template <int W, int P, typename GroupKey>
 __device__ inline unsigned keep_groups(const unsigned (&key)[P], unsigned k1, unsigned k2, int lane, int first,
                                        int per, int L, int n_group, int topk_group, GroupKey group_key) {
@@ -315,6 +314,19 @@ __device__ inline unsigned biased_key(float x, float scale, float c, unsigned lo
   return (__float_as_uint(fmaf(sigmoid(x), scale, c)) << 9) | low;
 }
 
+// An fp32 logit's packed key: its order key's top 23 bits, then 511 - expert (exact where no two of a token's top
+// k + 1 share those bits; the kernels check that).
+__device__ inline unsigned top23_key(float x, unsigned low) { return (order_key(x) & 0xfffffe00u) | low; }
+
+// The exact keys of a word's two 16-bit logits, experts e and e + 1 (the low half first): each one's order key,
+// then 65535 - expert, by byte permutes.
+__device__ inline void half_keys(unsigned w, int e, unsigned& lo, unsigned& hi) {
+  const unsigned o = half_order_keys(w);
+  const unsigned iw = (0xffffu - (unsigned)e) * 0x10001u - 0x10000u;   // 65535 - e, then 65535 - (e + 1) above
+  lo = __byte_perm(o, iw, 0x1054);
+  hi = __byte_perm(o, iw, 0x3276);
+}
+
 // The score's exact order key (the reference's float arithmetic up to the sigmoid's rounding).
 template <int ROUTER>
 __device__ inline unsigned exact_key(float x, float b) {
@@ -458,13 +470,11 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
         // 16-bit logits: their order key, then 65535 - expert (exact), two keys a word by byte permutes.
         unsigned w[(P + 1) / 2];
         load_words<T, P>(row, first, experts, vector, w);
-        const unsigned index = (0xffffu - (unsigned)first) * 0x10001u;
 #pragma unroll
         for (int p = 0; p < (P + 1) / 2; ++p) {
-          const unsigned o = half_order_keys(w[p]);
-          const unsigned iw = index - (unsigned)(2 * p + ((2 * p + 1) << 16));
-          key[2 * p] = __byte_perm(o, iw, 0x1054);
-          if (2 * p + 1 < P) key[2 * p + 1] = __byte_perm(o, iw, 0x3276);
+          unsigned hi;
+          half_keys(w[p], first + 2 * p, key[2 * p], hi);
+          if (2 * p + 1 < P) key[2 * p + 1] = hi;
         }
         if constexpr (ROUTER == SOFTMAX) {   // the row's largest logit from its keys' top 16 bits
           unsigned m = 0u;
@@ -499,8 +509,8 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
           const unsigned low = 511u - (unsigned)(first + j);
           if constexpr (BIAS) {
             key[j] = biased_key(x[j], scale, c[j], low);
-          } else {   // fp32 logits: the order key's top 23 bits, exact where no two of the top k + 1 share them
-            key[j] = (order_key(x[j]) & 0xfffffe00u) | low;
+          } else {
+            key[j] = top23_key(x[j], low);
           }
         }
       }
@@ -682,14 +692,8 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C>()) void topk_router_mer
     const auto keys_of = [&](int v, unsigned (&keys)[8]) {
       const int e0 = (v * W + lane) * 8;
       if constexpr (HALVES) {
-        const unsigned index = (0xffffu - (unsigned)e0) * 0x10001u;
 #pragma unroll
-        for (int p = 0; p < 4; ++p) {
-          const unsigned o = half_order_keys(chunk_word<CV>(raw[v], p));
-          const unsigned iw = index - (unsigned)(2 * p + ((2 * p + 1) << 16));
-          keys[2 * p] = __byte_perm(o, iw, 0x1054);
-          keys[2 * p + 1] = __byte_perm(o, iw, 0x3276);
-        }
+        for (int p = 0; p < 4; ++p) half_keys(chunk_word<CV>(raw[v], p), e0 + 2 * p, keys[2 * p], keys[2 * p + 1]);
       } else {
         float c[8];
         if constexpr (BIAS) {
@@ -701,7 +705,7 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C>()) void topk_router_mer
         for (int j = 0; j < 8; ++j) {
           const float x = chunk_logit<T, CV>(raw[v], j);
           const unsigned low = 511u - (unsigned)(e0 + j);
-          keys[j] = BIAS ? biased_key(x, scale, c[j], low) : (order_key(x) & 0xfffffe00u) | low;
+          keys[j] = BIAS ? biased_key(x, scale, c[j], low) : top23_key(x, low);
         }
       }
       if (e0 + 8 > experts) {
@@ -713,6 +717,15 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C>()) void topk_router_mer
     unsigned slot[R];
 #pragma unroll
     for (int q = 0; q < R; ++q) slot[q] = 0u;
+    // Slot q of this lane: the expert of the token's (q * W + lane)-th best key, held in the key's low bits as
+    // `last` - expert.
+    const auto take_slots = [&](const auto& top, unsigned last) {
+#pragma unroll
+      for (int q = 0; q < R; ++q) {
+        const unsigned key = q * W + lane < 8 ? (unsigned)pick8(top, q * W + lane) : 0u;
+        slot[q] = last - (key & last);
+      }
+    };
     bool exact = !quantized;
     if (!exact) {
       unsigned top[8], below;
@@ -726,11 +739,7 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C>()) void topk_router_mer
         }
         exact = alike;
       }
-#pragma unroll
-      for (int q = 0; q < R; ++q) {
-        const unsigned key = q * W + lane < 8 ? pick8(top, q * W + lane) : 0u;
-        slot[q] = HALVES ? 0xffffu - (key & 0xffffu) : 511u - (key & 511u);
-      }
+      take_slots(top, HALVES ? 0xffffu : 511u);
     }
     if constexpr (!HALVES) {
       if (__any_sync(0xffffffffu, exact)) {   // exact keys: the score's order key, then 511 - expert
@@ -745,11 +754,7 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C>()) void topk_router_mer
             keys[j] = e < experts ? ((unsigned long long)o << 32) | (511u - (unsigned)e) : 0ull;
           }
         }, top);
-#pragma unroll
-        for (int q = 0; q < R; ++q) {
-          const unsigned key = q * W + lane < 8 ? (unsigned)pick8(top, q * W + lane) : 0u;
-          slot[q] = 511u - (key & 511u);
-        }
+        take_slots(top, 511u);
       }
     }
 
