@@ -2,7 +2,7 @@
 gating and DeepSeek-V3's grouped selection, for any expert count from 1 to 512 and any k up to 16 (and up to the
 experts), fp32/fp16/bf16 logits, on NVIDIA sm_80 and newer. Built on first use (cuda_build). The merge kernel
 (sorting networks) takes k 4 to 8 without groups from 4,096 tokens at the shapes moe::merge_shape gives; the
-rounds kernel everything else.
+rounds kernel everything else (router_launch.h: the dispatch, shared with the CPU emulation in ../emulation).
 
 The shapes the sigmoid kernels of topk_sigmoid_cuda.py were tuned for (64, 128, 256 experts, k 4 or 8) go to
 those; these kernels serve every other shape and the other two routers (dispatch.py).
@@ -32,14 +32,6 @@ namespace {
 using T = DTYPE;
 constexpr int ROUTER = UNIT_PART;   // this unit's router (moe::Router): a unit per dtype and router, built in parallel
 
-struct Args {
-  const T* x;
-  const float* bias;
-  float* w;
-  int* ids;
-  int tokens, experts, k, renormalize, n_group, topk_group;
-};
-
 // Blocks of 256 threads of a kernel that fit on the GPU at once.
 template <typename Kernel>
 int resident_blocks(Kernel kernel) {
@@ -50,75 +42,9 @@ int resident_blocks(Kernel kernel) {
   return std::max(1, per_sm) * sms;
 }
 
-// The grid for KERNEL at W lanes a token: as many blocks as the tokens need; with a bias at most as many as fit
-// on the GPU at once (the kernel's warps stride over the tokens, so that the bias's work is done once per block;
-// the occupancy is looked up once per kernel). Without a bias there is no such work to share, and every warp takes
-// its tokens once.
-template <auto KERNEL, int W>
-int grid_blocks(const Args& a) {
-  const int blocks = (int)(((int64_t)a.tokens * W + 255) / 256);
-  if constexpr (ROUTER == moe::BIASED || ROUTER == moe::GROUPED) {
-    static const int fit = resident_blocks(KERNEL);   // on this device
-    return std::min(blocks, fit);
-  } else {
-    return blocks;
-  }
-}
-
-// The rounds kernel at (W, P), its rows' 16-byte loads where the lanes cover the experts exactly.
-template <int W, int P>
-void launch(const Args& a, cudaStream_t stream) {
-  constexpr auto kernel = moe::topk_router<T, W, P, ROUTER>;
-  const int vector_rows = W * P == a.experts && (a.experts * (int)sizeof(T)) % 16 == 0 &&
-                          reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
-  kernel<<<grid_blocks<kernel, W>(a), 256, 0, stream>>>(a.x, a.bias, a.w, a.ids, a.tokens, a.experts, a.k,
-                                                        a.renormalize, a.n_group, a.topk_group, vector_rows);
-}
-
-// The merge kernel (k up to 8, no groups) at (W, C), its rows' 16-byte loads where the experts are a multiple of 8
-// and the logits 16-byte aligned.
-template <int W, int C>
-void launch_merge(const Args& a, cudaStream_t stream) {
-  constexpr auto kernel = moe::topk_router_merge<T, W, C, ROUTER>;
-  const int vector_rows = a.experts % 8 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
-  kernel<<<grid_blocks<kernel, W>(a), 256, 0, stream>>>(a.x, a.bias, a.w, a.ids, a.tokens, a.experts, a.k,
-                                                        a.renormalize, vector_rows);
-}
-
-// The merge kernel at (W, C), built only where moe::merge_shape gives this unit's router that shape: false
-// elsewhere.
-template <int W, int C>
-bool merge(const Args& a, cudaStream_t stream) {
-  if constexpr (ROUTER != moe::GROUPED && C * 8 <= moe::merge_most((int)sizeof(T), ROUTER)) {
-    launch_merge<W, C>(a, stream);
-    return true;
-  } else {
-    return false;
-  }
-}
-
-#define MERGE(W, C) \
-  case W * 100 + C: return merge<W, C>(a, stream);
-
-// The merge kernel at moe::merge_shape's shapes for this logit type (SIZE = sizeof(T), a template parameter so
-// that the other sizes' shapes are not built): true if it took the call. It serves k 4 to 8 from 4,096 tokens:
-// timed against the rounds on every router case (results/moe_routers_merge_ab.json) it lost at k 1 (its eight
-// kept keys and networks for one) and on up to 3,000 tokens, and won on the large ones.
-template <int SIZE>
-bool route_merge(const Args& a, cudaStream_t stream) {
-  if (ROUTER == moe::GROUPED || a.k < 4 || a.k > 8 || a.tokens < 4096) return false;
-  const moe::RouterShape s = moe::merge_shape(a.experts, SIZE, ROUTER);
-  if constexpr (SIZE == 4) {   // 4 lanes of up to 32 experts
-    switch (s.w * 100 + s.p) { MERGE(4, 2) MERGE(4, 3) MERGE(4, 4) }
-  } else {
-    switch (s.w * 100 + s.p) {
-      MERGE(4, 2) MERGE(4, 3) MERGE(4, 4) MERGE(4, 5) MERGE(4, 6) MERGE(4, 8) MERGE(8, 4) MERGE(8, 5) MERGE(8, 6)
-      MERGE(8, 8) MERGE(16, 4)
-    }
-  }
-  return false;
-}
-#undef MERGE
+#define MOE_LAUNCH(kernel, blocks, stream, ...) kernel<<<blocks, 256, 0, stream>>>(__VA_ARGS__)
+#define MOE_FAIL(message) TORCH_CHECK(false, message)
+#include "router_launch.h"
 }  // namespace
 
 void route_NAME(const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& w, torch::Tensor& ids,
@@ -126,40 +52,7 @@ void route_NAME(const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor
   const Args a{reinterpret_cast<const T*>(x.data_ptr()), bias.numel() ? bias.data_ptr<float>() : nullptr,
                w.data_ptr<float>(), ids.data_ptr<int>(), (int)x.size(0), (int)x.size(1), k, renormalize, n_group,
                topk_group};
-  if (a.tokens == 0) return;
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  if (route_merge<(int)sizeof(T)>(a, stream)) return;
-  const moe::RouterShape s = moe::router_shape(a.experts, ROUTER == moe::GROUPED ? n_group : 1);
-  switch (s.w * 100 + s.p) {
-    case 401: return launch<4, 1>(a, stream);
-    case 402: return launch<4, 2>(a, stream);
-    case 404: return launch<4, 4>(a, stream);
-    case 408: return launch<4, 8>(a, stream);
-    case 808: return launch<8, 8>(a, stream);
-    case 810: return launch<8, 10>(a, stream);
-    case 812: return launch<8, 12>(a, stream);
-    case 816: return launch<8, 16>(a, stream);
-    case 1610: return launch<16, 10>(a, stream);
-    case 1612: return launch<16, 12>(a, stream);
-    case 1616: return launch<16, 16>(a, stream);
-    case 1620: return launch<16, 20>(a, stream);
-    case 1624: return launch<16, 24>(a, stream);
-    case 1632: return launch<16, 32>(a, stream);
-  }
-  if constexpr (ROUTER == moe::GROUPED) {
-    switch (s.w * 100 + s.p) {   // groups wider than router_shape's W for the experts
-      case 801: return launch<8, 1>(a, stream);
-      case 802: return launch<8, 2>(a, stream);
-      case 804: return launch<8, 4>(a, stream);
-      case 1601: return launch<16, 1>(a, stream);
-      case 1602: return launch<16, 2>(a, stream);
-      case 1604: return launch<16, 4>(a, stream);
-      case 1608: return launch<16, 8>(a, stream);
-    }
-    TORCH_CHECK(false, "no grouped kernel for this expert count and n_group");
-  } else {
-    TORCH_CHECK(false, "no kernel for this expert count");
-  }
+  if (a.tokens > 0) dispatch(a, c10::cuda::getCurrentCUDAStream());
 }
 """
 
@@ -210,7 +103,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("route", &route); }
 
 # The extension: its sources (named by a hash of everything they hold) and its module, built on first use.
 _EXTENSION = cuda_build.Extension("kpilot_moe_router", _PER_DTYPE, _MODULE, HERE,
-                                  ("topk_sigmoid_common.cuh", "topk_router.cu"),
+                                  ("topk_sigmoid_common.cuh", "topk_router.cu", "router_launch.h"),
                                   parts={name: str(number) for name, number in ROUTERS.items()})
 _sources = _EXTENSION.sources
 _extension = _EXTENSION.module
@@ -219,13 +112,15 @@ _extension = _EXTENSION.module
 MAX_GROUPS = 16
 
 
-def refusal(router: str, logits: torch.Tensor, bias, k: int, n_group: int = 1, topk_group: int = 1) -> str | None:
+def refusal(router: str, logits: torch.Tensor, bias, k: int, n_group: int = 1, topk_group: int = 1,
+            on_gpu: bool = True) -> str | None:
     """Why the kernel cannot route these arguments, or None. Checked here, before the extension is called, so a
-    bad argument is one clear Python error; the extension checks the same again."""
+    bad argument is one clear Python error; the extension checks the same again. ``on_gpu=False``: the same
+    checks but for the device (the CPU emulation's)."""
     if router not in ROUTERS:
         return f"router must be one of {', '.join(ROUTERS)}, not {router!r}"
-    if not (logits.is_cuda and logits.dim() == 2):
-        return "logits: a [tokens, experts] CUDA tensor"
+    if not ((logits.is_cuda or not on_gpu) and logits.dim() == 2):
+        return "logits: a [tokens, experts] CUDA tensor" if on_gpu else "logits: a [tokens, experts] tensor"
     if logits.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         return f"logits must be float32, float16 or bfloat16, not {logits.dtype}"
     experts = logits.shape[1]

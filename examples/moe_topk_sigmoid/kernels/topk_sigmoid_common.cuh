@@ -50,9 +50,13 @@ __device__ inline float from_bits(unsigned h) {
 // 0xffff in each 16-bit half whose sign bit is set (PTX prmt's sign-replicating selectors, which __byte_perm
 // does not pass through).
 __device__ inline unsigned sign_halves(unsigned w) {
+#ifdef __CUDA_ARCH__
   unsigned m;
   asm("prmt.b32 %0, %1, 0, 0xbb99;" : "=r"(m) : "r"(w));
   return m;
+#else   // host C++ (emulation/simt_host.h)
+  return (w & 0x8000u ? 0xffffu : 0u) | (w & 0x80000000u ? 0xffff0000u : 0u);
+#endif
 }
 
 // The order keys of two fp16 or bf16 values: 0x8000 + magnitude for positive halves, 0x8000 - magnitude for
@@ -171,7 +175,12 @@ __device__ inline void best_keys(KeysOf keys_of, Key (&top)[K]) {
 // weight is 1 either way): a few instructions, where an IEEE division takes a branch to a slow path.
 __device__ inline float sigmoid(float x) {
   float e;
+#ifdef __CUDA_ARCH__
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.4426950408889634f));
+#else   // host C++ (emulation/simt_host.h): the exact 2^x, flushed like ex2.approx.ftz
+  e = exp2f(x * -1.4426950408889634f);
+  e = e < FLT_MIN ? 0.0f : e;
+#endif
   return __fdividef(1.0f, 1.0f + e);
 }
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from kpilot_testing import MOE, require_module
+from kpilot_testing import MOE, check_routing, require_module, router_shapes
 
 from kernelpilot.evaluate.problem import load_problem
 from kernelpilot.evaluate.runner import EvalOptions, check
@@ -274,21 +274,6 @@ def test_cuda_merge_router_compiles_for_sm_90_with_networks_and_no_spills(router
     assert not any(op.startswith(("LDL", "STL")) for op in ops)
 
 
-def _cuda_cases():
-    """(router, experts, k, extra) over the shapes the router kernel serves: 8 to 512 experts, k 1 to 16; grouped
-    selections whose groups are whole lanes and ones whose groups are not (96 in 16 groups, 120 in 8)."""
-    out = []
-    for experts, ks in ((8, (1, 2, 8)), (12, (3,)), (16, (16,)), (24, (5,)), (32, (4,)), (60, (4,)), (64, (1, 16)),
-                        (100, (7,)), (160, (6, 8)), (256, (2, 16)), (384, (8,)), (512, (16,))):
-        for k in ks:
-            out += [("plain", experts, k, {}), ("biased", experts, k, {}), ("softmax", experts, k, {"renormalize": True}),
-                    ("softmax", experts, k, {"renormalize": False})]
-    out += [("grouped", e, k, {"n_group": g, "topk_group": t}) for e, g, t, k in
-            ((256, 8, 4, 8), (160, 8, 3, 6), (384, 8, 4, 8), (64, 8, 4, 6), (16, 4, 2, 3), (512, 16, 8, 16), (8, 8, 8, 2),
-             (96, 16, 6, 16), (120, 8, 4, 8))]
-    return out
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_cuda_router_matches_the_references_on_every_shape(dtype):
@@ -298,19 +283,11 @@ def test_cuda_router_matches_the_references_on_every_shape(dtype):
     import routing_cuda as rc
 
     g = torch.Generator(device="cuda").manual_seed(0)
-    for router, experts, k, extra in _cuda_cases():
+    for router, experts, k, extra in router_shapes():
         for tokens in (1, 3, 37, 4099):
             x = ((torch.randn(tokens, experts, device="cuda", generator=g) * 8).round() / 4).to(getattr(torch, dtype))
             bias = torch.randn(experts, device="cuda", generator=g) * 0.1
-            if router in ("plain", "biased"):
-                inputs = (x, bias if router == "biased" else None, k)
-                ok, msg = ref.check(inputs, rc.topk_sigmoid(*inputs), ref.topk_sigmoid(*inputs))
-            elif router == "softmax":
-                inputs = (x, k, extra["renormalize"])
-                ok, msg = ref.check_softmax(inputs, rc.topk_softmax(*inputs), ref.topk_softmax(*inputs))
-            else:
-                inputs = (x, bias, k, extra["n_group"], extra["topk_group"])
-                ok, msg = ref.check_grouped(inputs, rc.grouped_topk(*inputs), ref.grouped_topk(*inputs))
+            ok, msg = check_routing(rc.route, router, x, bias, k, extra)
             assert ok, (router, experts, k, extra, tokens, dtype, msg)
 
 

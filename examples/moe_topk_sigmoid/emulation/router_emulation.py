@@ -1,0 +1,123 @@
+"""The CUDA router (kernels/topk_router.cu with its dispatch, kernels/router_launch.h) run on the CPU: the kernels'
+own source compiled by g++ against simt_host.h, which runs every GPU thread as a fiber and its warp collectives
+and barriers as switches between them. Same calls as routing_cuda.py, on CPU tensors.
+
+For checking the kernels' logic without a GPU (tests/test_router_emulation.py): it says nothing of their speed,
+and the host's exact exp2 and division stand for the GPU's approximate ones (last-bit differences in a sigmoid).
+Built on first use into a folder named by a hash of its sources, so a changed kernel file is a new build."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+KERNELS = HERE.parent / "kernels"
+sys.path.insert(0, str(KERNELS))
+
+import routing_cuda  # noqa: E402
+KERNEL_FILES = ("topk_sigmoid_common.cuh", "topk_router.cu", "router_launch.h")
+DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+# -O1: a build of every router and shape takes about 25 s; -O2 more than twice that for a faster run of little use
+# to a test.
+FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-Wno-unknown-pragmas")
+
+
+class EmulationError(RuntimeError):
+    """The emulation could not be built, or failed a call."""
+
+
+class EmulationUnavailable(EmulationError):
+    """This machine lacks what builds the emulation: a C++ compiler or CUDA's headers."""
+
+
+def cuda_include() -> Path:
+    """The folder of cuda_bf16.h and cuda_fp16.h (their host conversions): CUDA_HOME's, nvcc's, or the
+    nvidia-cuda-runtime wheel's."""
+    candidates = []
+    if os.environ.get("CUDA_HOME"):
+        candidates.append(Path(os.environ["CUDA_HOME"]) / "include")
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates.append(Path(nvcc).resolve().parent.parent / "include")
+    try:
+        import nvidia
+
+        candidates += [Path(p) / sub / "include" for p in nvidia.__path__ for sub in ("cu13", "cuda_runtime")]
+    except ImportError:
+        pass
+    for c in candidates:
+        if (c / "cuda_bf16.h").is_file() and (c / "vector_functions.h").is_file():
+            return c
+    raise EmulationUnavailable("no CUDA headers (cuda_bf16.h) found: set CUDA_HOME, put nvcc on PATH, or install "
+                         "nvidia-cuda-runtime")
+
+
+def library_path(kernels: Path = KERNELS) -> Path:
+    """Build the emulation of the kernel files in ``kernels`` (this folder's by default; a variant's copy of them
+    otherwise), if this version of its sources has not been, and return the shared library."""
+    cxx = shutil.which(os.environ.get("CXX", "g++"))
+    if not cxx:
+        raise EmulationUnavailable("no C++ compiler: install g++ (or set CXX)")
+    include = cuda_include()
+    missing = [f for f in KERNEL_FILES if not (kernels / f).is_file()]
+    if missing:
+        raise EmulationError(f"{kernels} lacks {', '.join(missing)}")
+    sources = [HERE / "simt_host.h", HERE / "router_host.cpp", *(kernels / f for f in KERNEL_FILES)]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources) + " ".join(FLAGS).encode()).hexdigest()[:12]
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
+    out = root / f"kpilot_moe_emulation_{digest}" / "router_host.so"
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".router_host.{os.getpid()}.so")
+    cmd = [cxx, *FLAGS, f"-I{HERE}", f"-I{kernels}", f"-I{include}", str(HERE / "router_host.cpp"), "-o", str(tmp)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise EmulationError(f"building the emulation failed:\n{done.stderr[-4000:]}")
+    tmp.replace(out)
+    return out
+
+
+_libraries: dict[Path, ctypes.CDLL] = {}
+
+
+def _library(kernels: Path):
+    path = library_path(kernels)
+    if path not in _libraries:
+        lib = ctypes.CDLL(str(path))
+        lib.kp_route.restype = ctypes.c_int
+        lib.kp_route.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                 ctypes.c_void_p, *[ctypes.c_int] * 6, ctypes.c_char_p, ctypes.c_int]
+        _libraries[path] = lib
+    return _libraries[path]
+
+
+def route(router: str, logits: torch.Tensor, bias, k: int, renormalize: bool = False, n_group: int = 1,
+          topk_group: int = 1, kernels: Path = KERNELS):
+    """(weights, ids) for CPU logits [tokens, experts], as routing_cuda.route gives them on a GPU (with the kernel
+    files of ``kernels``). The arguments are checked as routing_cuda checks them (its refusal), but for the
+    device."""
+    why = routing_cuda.refusal(router, logits, bias, k, n_group, topk_group, on_gpu=False)
+    if why:
+        raise ValueError(why)
+    x = logits.cpu().contiguous()
+    b = bias.float().cpu().contiguous() if bias is not None else None
+    tokens, experts = x.shape
+    w = torch.empty(tokens, k, dtype=torch.float32)
+    ids = torch.empty(tokens, k, dtype=torch.int32)
+    error = ctypes.create_string_buffer(512)
+    rc = _library(Path(kernels)).kp_route(
+        DTYPES[x.dtype], routing_cuda.ROUTERS[router], x.data_ptr(), b.data_ptr() if b is not None else None,
+        w.data_ptr(), ids.data_ptr(), tokens, experts, int(k), int(bool(renormalize)), int(n_group), int(topk_group),
+        error, len(error))
+    if rc != 0:
+        raise EmulationError(error.value.decode())
+    return w, ids

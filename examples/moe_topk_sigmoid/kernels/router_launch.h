@@ -1,0 +1,124 @@
+// The router's host side: which kernel of topk_router.cu a call takes and at which shape (moe::merge_shape,
+// moe::router_shape), its grid, and its launch. Included after topk_router.cu inside a namespace that defines
+//   T, ROUTER                                 the unit's logit type and router (moe::Router)
+//   resident_blocks(kernel)                   blocks of 256 threads of `kernel` that fit on the device at once
+//   MOE_LAUNCH(kernel, blocks, stream, ...)   a launch of `kernel` on `blocks` blocks of 256 threads
+//   MOE_FAIL(message)                         the call refused
+// by routing_cuda.py's units (CUDA launches) and by the CPU emulation (emulation/router_host.cpp: the same
+// kernels run as host code), so that both dispatch alike.
+
+struct Args {
+  const T* x;
+  const float* bias;
+  float* w;
+  int* ids;
+  int tokens, experts, k, renormalize, n_group, topk_group;
+};
+
+// The grid for KERNEL at W lanes a token: as many blocks as the tokens need; with a bias at most as many as fit
+// on the device at once (the kernel's warps stride over the tokens, so that the bias's work is done once per
+// block; the occupancy is looked up once per kernel). Without a bias there is no such work to share, and every
+// warp takes its tokens once.
+template <auto KERNEL, int W>
+int grid_blocks(const Args& a) {
+  const int blocks = (int)(((int64_t)a.tokens * W + 255) / 256);
+  if constexpr (ROUTER == moe::BIASED || ROUTER == moe::GROUPED) {
+    static const int fit = resident_blocks(KERNEL);
+    return std::min(blocks, fit);
+  } else {
+    return blocks;
+  }
+}
+
+// The rounds kernel at (W, P), its rows' 16-byte loads where the lanes cover the experts exactly.
+template <int W, int P>
+void launch(const Args& a, cudaStream_t stream) {
+  constexpr auto kernel = moe::topk_router<T, W, P, ROUTER>;
+  const int vector_rows = W * P == a.experts && (a.experts * (int)sizeof(T)) % 16 == 0 &&
+                          reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  MOE_LAUNCH(kernel, (grid_blocks<kernel, W>(a)), stream, a.x, a.bias, a.w, a.ids, a.tokens, a.experts, a.k,
+             a.renormalize, a.n_group, a.topk_group, vector_rows);
+}
+
+// The merge kernel (k up to 8, no groups) at (W, C), its rows' 16-byte loads where the experts are a multiple of 8
+// and the logits 16-byte aligned.
+template <int W, int C>
+void launch_merge(const Args& a, cudaStream_t stream) {
+  constexpr auto kernel = moe::topk_router_merge<T, W, C, ROUTER>;
+  const int vector_rows = a.experts % 8 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  MOE_LAUNCH(kernel, (grid_blocks<kernel, W>(a)), stream, a.x, a.bias, a.w, a.ids, a.tokens, a.experts, a.k,
+             a.renormalize, vector_rows);
+}
+
+// The merge kernel at (W, C), built only where moe::merge_shape gives this unit's router that shape: false
+// elsewhere.
+template <int W, int C>
+bool merge(const Args& a, cudaStream_t stream) {
+  if constexpr (ROUTER != moe::GROUPED && C * 8 <= moe::merge_most((int)sizeof(T), ROUTER)) {
+    launch_merge<W, C>(a, stream);
+    return true;
+  } else {
+    return false;
+  }
+}
+
+#define MOE_MERGE_CASE(W, C) \
+  case W * 100 + C: return merge<W, C>(a, stream);
+
+// The merge kernel at moe::merge_shape's shapes for this logit type (SIZE = sizeof(T), a template parameter so
+// that the other sizes' shapes are not built): true if it took the call. It serves k 4 to 8 from 4,096 tokens:
+// timed against the rounds on every router case (results/moe_routers_merge_ab.json) it lost at k 1 (its eight
+// kept keys and networks for one) and on up to 3,000 tokens, and won on the large ones.
+template <int SIZE>
+bool route_merge(const Args& a, cudaStream_t stream) {
+  if (ROUTER == moe::GROUPED || a.k < 4 || a.k > 8 || a.tokens < 4096) return false;
+  const moe::RouterShape s = moe::merge_shape(a.experts, SIZE, ROUTER);
+  if constexpr (SIZE == 4) {   // 4 lanes of up to 32 experts
+    switch (s.w * 100 + s.p) { MOE_MERGE_CASE(4, 2) MOE_MERGE_CASE(4, 3) MOE_MERGE_CASE(4, 4) }
+  } else {
+    switch (s.w * 100 + s.p) {
+      MOE_MERGE_CASE(4, 2) MOE_MERGE_CASE(4, 3) MOE_MERGE_CASE(4, 4) MOE_MERGE_CASE(4, 5) MOE_MERGE_CASE(4, 6)
+      MOE_MERGE_CASE(4, 8) MOE_MERGE_CASE(8, 4) MOE_MERGE_CASE(8, 5) MOE_MERGE_CASE(8, 6) MOE_MERGE_CASE(8, 8)
+      MOE_MERGE_CASE(16, 4)
+    }
+  }
+  return false;
+}
+#undef MOE_MERGE_CASE
+
+// Routes a call of at least one token: the merge kernel where it serves, else the rounds kernel at
+// moe::router_shape's shape.
+inline void dispatch(const Args& a, cudaStream_t stream) {
+  if (route_merge<(int)sizeof(T)>(a, stream)) return;
+  const moe::RouterShape s = moe::router_shape(a.experts, ROUTER == moe::GROUPED ? a.n_group : 1);
+  switch (s.w * 100 + s.p) {
+    case 401: return launch<4, 1>(a, stream);
+    case 402: return launch<4, 2>(a, stream);
+    case 404: return launch<4, 4>(a, stream);
+    case 408: return launch<4, 8>(a, stream);
+    case 808: return launch<8, 8>(a, stream);
+    case 810: return launch<8, 10>(a, stream);
+    case 812: return launch<8, 12>(a, stream);
+    case 816: return launch<8, 16>(a, stream);
+    case 1610: return launch<16, 10>(a, stream);
+    case 1612: return launch<16, 12>(a, stream);
+    case 1616: return launch<16, 16>(a, stream);
+    case 1620: return launch<16, 20>(a, stream);
+    case 1624: return launch<16, 24>(a, stream);
+    case 1632: return launch<16, 32>(a, stream);
+  }
+  if constexpr (ROUTER == moe::GROUPED) {
+    switch (s.w * 100 + s.p) {   // groups wider than router_shape's W for the experts
+      case 801: return launch<8, 1>(a, stream);
+      case 802: return launch<8, 2>(a, stream);
+      case 804: return launch<8, 4>(a, stream);
+      case 1601: return launch<16, 1>(a, stream);
+      case 1602: return launch<16, 2>(a, stream);
+      case 1604: return launch<16, 4>(a, stream);
+      case 1608: return launch<16, 8>(a, stream);
+    }
+    MOE_FAIL("no grouped kernel for this expert count and n_group");
+  } else {
+    MOE_FAIL("no kernel for this expert count");
+  }
+}

@@ -1,0 +1,150 @@
+"""The CUDA router's own source run on the CPU (emulation/): every router and shape its GPU test covers, checked by
+the problems' checks, so that a kernel change's logic is tested where there is no GPU; a broken kernel fails it;
+the emulator's warp collectives and barriers behave as CUDA's."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+from kpilot_testing import MOE, check_routing, in_ci, require_module, router_shapes
+
+pytestmark = pytest.mark.example
+torch = require_module("torch")
+sys.path.insert(0, str(MOE))
+sys.path.insert(0, str(MOE / "emulation"))
+import router_emulation as em  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def emulation():
+    """The emulation, built; skipped without a C++ compiler or CUDA's headers (a failure in CI)."""
+    try:
+        em.library_path()
+    except em.EmulationUnavailable as e:
+        if in_ci():
+            pytest.fail(f"CI must build the router emulation: {e}")
+        pytest.skip(str(e))
+    return em
+
+
+def _logits(tokens, experts, dtype, g):
+    """Logits rounded to quarters, so that ties are common."""
+    return ((torch.randn(tokens, experts, generator=g) * 8).round() / 4).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_emulated_router_matches_the_references_on_every_shape(emulation, dtype):
+    """Every router and shape of the GPU test on 1 and 37 tokens, and on 4,099 those the merge kernel may take (k
+    4 to 8 without groups; it serves from 4,096 tokens): each output passes its problem's check."""
+    g = torch.Generator().manual_seed(0)
+    for router, experts, k, extra in router_shapes():
+        merge = 4 <= k <= 8 and router != "grouped"
+        for tokens in (1, 37, 4099) if merge else (1, 37):
+            x = _logits(tokens, experts, getattr(torch, dtype), g)
+            bias = torch.randn(experts, generator=g) * 0.1
+            ok, msg = check_routing(emulation.route, router, x, bias, k, extra)
+            assert ok, (router, experts, k, extra, tokens, dtype, msg)
+
+
+def test_emulated_router_takes_unaligned_rows_and_wide_biases(emulation):
+    """Logits not 16-byte aligned (element loads instead of vectors) and a bias spanning more than 1 (exact keys
+    instead of quantized ones) route right too; bad arguments are refused before the kernel runs."""
+    g = torch.Generator().manual_seed(1)
+    for router, experts, k, extra in (("biased", 384, 8, {}), ("softmax", 160, 6, {"renormalize": False}),
+                                      ("grouped", 256, 8, {"n_group": 8, "topk_group": 4}), ("plain", 64, 4, {})):
+        for dtype in (torch.float32, torch.bfloat16):
+            flat = _logits(4099 * experts + 1, 1, dtype, g).flatten()
+            x = flat[1:].view(4099, experts)
+            assert x.data_ptr() % 16 != 0
+            for spread in (0.1, 3.0):
+                bias = torch.randn(experts, generator=g) * spread
+                ok, msg = check_routing(emulation.route, router, x, bias, k, extra)
+                assert ok, (router, experts, k, dtype, spread, msg)
+    with pytest.raises(ValueError, match="experts must be"):
+        emulation.route("plain", torch.randn(4, 600), None, 4)
+    with pytest.raises(ValueError, match="bias"):
+        emulation.route("biased", torch.randn(4, 64), None, 4)
+
+
+def test_emulation_fails_a_broken_merge(emulation, tmp_path):
+    """A copy of the kernels whose merge of two sorted lists skips its last compare-exchanges: the emulated merge
+    kernel's outputs fail the check (the emulation runs the kernels it is given, and the check sees the
+    difference), while the rounds kernel (up to 3,000 tokens) still passes."""
+    kernels = tmp_path / "kernels"
+    shutil.copytree(MOE / "kernels", kernels)
+    common = kernels / "topk_sigmoid_common.cuh"
+    text = common.read_text()
+    loop = "for (int d = N / 2; d > 0; d /= 2) {"
+    assert loop in text
+    common.write_text(text.replace(loop, "for (int d = N / 2; d > 1; d /= 2) {"))
+    g = torch.Generator().manual_seed(2)
+    bias = torch.randn(384, generator=g) * 0.1
+
+    def route(*args, **kw):
+        return emulation.route(*args, **kw, kernels=kernels)
+
+    ok, _ = check_routing(route, "biased", _logits(4099, 384, torch.bfloat16, g), bias, 8, {})
+    assert not ok
+    ok, msg = check_routing(route, "biased", _logits(3000, 384, torch.bfloat16, g), bias, 8, {})
+    assert ok, msg
+
+
+_COLLECTIVES = r"""
+#include "simt_host.h"
+#include <cstdio>
+
+// Two blocks of 64 threads: shuffles within segments of 8 lanes, a vote, and a block barrier over shared memory.
+void kernel(int* out) {
+  __shared__ int seen[64];
+  const int t = threadIdx.x, lane = t % 32;
+  const int up = __shfl_up_sync(0xffffffffu, lane, 1, 8);        // lane - 1 within the segment, else its own
+  const int x = __shfl_xor_sync(0xffffffffu, lane, 4, 8);        // lane ^ 4
+  const int from = __shfl_sync(0xffffffffu, lane * 10, 3, 8);    // lane 3 of the segment, times 10
+  const unsigned odd = __ballot_sync(0xffffffffu, lane % 2);
+  seen[t] = t + 100 * (int)blockIdx.x;
+  __syncthreads();
+  const int other = seen[63 - t];
+  out[(blockIdx.x * 64 + t) * 5 + 0] = up;
+  out[(blockIdx.x * 64 + t) * 5 + 1] = x;
+  out[(blockIdx.x * 64 + t) * 5 + 2] = from;
+  out[(blockIdx.x * 64 + t) * 5 + 3] = odd == 0xaaaaaaaau;
+  out[(blockIdx.x * 64 + t) * 5 + 4] = other;
+}
+
+int main() {
+  static int out[2 * 64 * 5];
+  simt::launch(2, 64, [&] { kernel(out); });
+  for (int i = 0; i < 2 * 64 * 5; ++i) std::printf("%d\n", out[i]);
+  try {
+    simt::launch(1, 32, [&] { if (threadIdx.x < 16) __syncwarp(); });
+  } catch (const std::exception& e) {
+    std::printf("%s\n", e.what());
+  }
+}
+"""
+
+
+def test_emulator_collectives_behave_as_cuda_does(emulation, tmp_path):
+    """The emulator's shuffles (segments of `width` lanes), ballot and block barrier give CUDA's results, and a
+    collective that some lanes never reach is reported, not hung on."""
+    src = tmp_path / "collectives.cpp"
+    src.write_text(_COLLECTIVES)
+    exe = tmp_path / "collectives"
+    cxx = shutil.which("g++")
+    subprocess.run([cxx, "-std=c++17", f"-I{MOE / 'emulation'}", f"-I{em.cuda_include()}", str(src), "-o", str(exe)],
+                   check=True)
+    lines = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
+    values = [int(v) for v in lines[:2 * 64 * 5]]
+    for b in range(2):
+        for t in range(64):
+            lane = t % 32
+            up, x, frm, odd, other = values[(b * 64 + t) * 5:(b * 64 + t) * 5 + 5]
+            assert up == (lane - 1 if lane % 8 else lane)
+            assert x == lane ^ 4
+            assert frm == (lane // 8 * 8 + 3) * 10
+            assert odd == 1
+            assert other == 63 - t + 100 * b
+    assert "waits on a thread that has exited" in lines[-1]
