@@ -38,11 +38,10 @@ def _logits(tokens, experts, dtype, g):
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_emulated_router_matches_the_references_on_every_shape(emulation, dtype):
     """Every router and shape of the GPU test on 1 and 37 tokens, and on 4,099 those the merge kernel may take (k
-    4 to 8 without groups; it serves from 4,096 tokens): each output passes its problem's check."""
+    4 to 8; it serves from 4,096 tokens): each output passes its problem's check."""
     g = torch.Generator().manual_seed(0)
     for router, experts, k, extra in router_shapes():
-        merge = 4 <= k <= 8 and router != "grouped"
-        for tokens in (1, 37, 4099) if merge else (1, 37):
+        for tokens in (1, 37, 4099) if 4 <= k <= 8 else (1, 37):
             x = _logits(tokens, experts, getattr(torch, dtype), g)
             bias = torch.randn(experts, generator=g) * 0.1
             ok, msg = check_routing(emulation.route, router, x, bias, k, extra)
