@@ -256,3 +256,18 @@ def _check_selection(output, expected, sel, groups, weights):
         return False, wrong
     swaps = int((ids != eids.long().to(ids.device)).any(dim=-1).sum())
     return True, f"ok ({swaps} tokens with near-tie swaps accepted)" if swaps else "ok"
+
+
+def check_router(route, router: str, logits: torch.Tensor, bias, k: int, extra: dict) -> tuple[bool, str]:
+    """Route ``logits`` by ``route`` (a function of routing_cuda.route's signature: router, logits, bias, k,
+    renormalize, n_group, topk_group) as ``router`` (plain, biased, softmax or grouped; ``extra`` its renormalize
+    or n_group and topk_group) and check the output with that problem's check against its reference."""
+    if router in ("plain", "biased"):
+        inputs = (logits, bias if router == "biased" else None, k)
+        return check(inputs, route(router, *inputs), topk_sigmoid(*inputs))
+    if router == "softmax":
+        inputs = (logits, k, extra["renormalize"])
+        return check_softmax(inputs, route("softmax", logits, None, k, extra["renormalize"]), topk_softmax(*inputs))
+    inputs = (logits, bias, k, extra["n_group"], extra["topk_group"])
+    out = route("grouped", logits, bias, k, n_group=extra["n_group"], topk_group=extra["topk_group"])
+    return check_grouped(inputs, out, grouped_topk(*inputs))

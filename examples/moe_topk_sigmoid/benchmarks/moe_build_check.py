@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -28,7 +27,7 @@ sys.path[:0] = [str(ROOT / "src"), str(Path(__file__).resolve().parent)]
 
 from kernelpilot.errors import KernelpilotError  # noqa: E402
 from moe_large import load_kernels  # noqa: E402
-from moe_variants import KERNELS, lay_over  # noqa: E402
+from moe_variants import KERNELS, kernel_trees  # noqa: E402
 
 DTYPES = ("f32", "f16", "bf16")
 # Generated when PyTorch is built with CUDA; CPU wheels ship the other c10/cuda headers without it. It holds
@@ -126,15 +125,7 @@ def main() -> None:
     dtypes = args.dtype or list(DTYPES)
     failed = []
     with tempfile.TemporaryDirectory(prefix="moe_build_trees_") as tmp:
-        trees = {} if args.variants else {"tree": ROOT / KERNELS}
-        for folder in args.variants:
-            if not folder.is_dir():
-                sys.exit(f"{folder}: not a folder")
-            kernels = Path(tmp) / folder.name
-            shutil.copytree(ROOT / KERNELS, kernels, ignore=shutil.ignore_patterns("__pycache__"))
-            lay_over(folder, kernels)
-            trees[str(folder)] = kernels
-        for name, kernels in trees.items():
+        for name, kernels in kernel_trees(args.variants, Path(tmp)).items():
             try:
                 results = check(kernels, dtypes, args.arch, args.jobs)
             except KernelpilotError as e:   # no nvcc

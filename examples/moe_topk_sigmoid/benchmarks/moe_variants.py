@@ -69,6 +69,22 @@ def lay_over(overlay: Path, kernels: Path) -> None:
         shutil.copy2(f, kernels / f.name)
 
 
+def kernel_trees(variants: list[Path], into: Path) -> dict[str, Path]:
+    """The kernels folders to check (name -> folder): the tree's where no variant is given, else each variant
+    folder laid over a copy of the tree's kernels made under `into` (moe_build_check.py, moe_emulation_check.py)."""
+    if not variants:
+        return {"tree": ROOT / KERNELS}
+    trees = {}
+    for folder in variants:
+        if not folder.is_dir():
+            sys.exit(f"{folder}: not a folder")
+        kernels = into / folder.name
+        shutil.copytree(ROOT / KERNELS, kernels, ignore=shutil.ignore_patterns("__pycache__"))
+        lay_over(folder, kernels)
+        trees[str(folder)] = kernels
+    return trees
+
+
 def large_command(algo: str, tokens: list[int], dtypes: list[str], variants: list[str], kernels: dict[str, Path],
                   rounds: int) -> list[str]:
     """The moe_large.py run that times one timing set on every tree in turn."""

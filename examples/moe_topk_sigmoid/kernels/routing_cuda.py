@@ -138,6 +138,23 @@ def refusal(router: str, logits: torch.Tensor, bias, k: int, n_group: int = 1, t
     return None
 
 
+def path_shapes() -> list[tuple[str, int, int, dict]]:
+    """(router, experts, k, extra) that together reach every path of these kernels and their dispatch: 8 to 512
+    experts, k 1 to 16, each router; grouped selections whose groups are whole lanes and ones whose groups are not
+    (96 in 16 groups, 120 in 8). With 4,096 tokens or more, those of k 4 to 8 reach the merge kernel. The tests
+    run them on the GPU and in the CPU emulation."""
+    out = []
+    for experts, ks in ((8, (1, 2, 8)), (12, (3,)), (16, (16,)), (24, (5,)), (32, (4,)), (60, (4,)), (64, (1, 16)),
+                        (100, (7,)), (160, (6, 8)), (256, (2, 16)), (384, (8,)), (512, (16,))):
+        for k in ks:
+            out += [("plain", experts, k, {}), ("biased", experts, k, {}), ("softmax", experts, k, {"renormalize": True}),
+                    ("softmax", experts, k, {"renormalize": False})]
+    out += [("grouped", e, k, {"n_group": g, "topk_group": t}) for e, g, t, k in
+            ((256, 8, 4, 8), (160, 8, 3, 6), (384, 8, 4, 8), (64, 8, 4, 6), (16, 4, 2, 3), (512, 16, 8, 16), (8, 8, 8, 2),
+             (96, 16, 6, 16), (120, 8, 4, 8))]
+    return out
+
+
 def supported(logits: torch.Tensor, k: int, n_group: int = 1) -> bool:
     """Whether the kernel serves this shape on this GPU (dispatch.py's choice; the arguments' own errors are
     left to ``route``)."""

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from kpilot_testing import MOE, check_routing, require_module, router_shapes
+from kpilot_testing import MOE, require_module
 
 from kernelpilot.evaluate.problem import load_problem
 from kernelpilot.evaluate.runner import EvalOptions, check
@@ -283,11 +283,11 @@ def test_cuda_router_matches_the_references_on_every_shape(dtype):
     import routing_cuda as rc
 
     g = torch.Generator(device="cuda").manual_seed(0)
-    for router, experts, k, extra in router_shapes():
+    for router, experts, k, extra in rc.path_shapes():
         for tokens in (1, 3, 37, 4099):
             x = ((torch.randn(tokens, experts, device="cuda", generator=g) * 8).round() / 4).to(getattr(torch, dtype))
             bias = torch.randn(experts, device="cuda", generator=g) * 0.1
-            ok, msg = check_routing(rc.route, router, x, bias, k, extra)
+            ok, msg = ref.check_router(rc.route, router, x, bias, k, extra)
             assert ok, (router, experts, k, extra, tokens, dtype, msg)
 
 

@@ -1,6 +1,6 @@
 """The CUDA router's own source run on the CPU (emulation/): every router and shape its GPU test covers, checked by
-the problems' checks, so that a kernel change's logic is tested where there is no GPU; a broken kernel fails it;
-the emulator's warp collectives and barriers behave as CUDA's."""
+the problems' checks, so that a kernel change's logic is tested where there is no GPU; a broken kernel fails it
+(benchmarks/moe_emulation_check.py); the emulator's warp collectives and barriers behave as CUDA's."""
 
 from __future__ import annotations
 
@@ -9,13 +9,15 @@ import subprocess
 import sys
 
 import pytest
-from kpilot_testing import MOE, check_routing, in_ci, require_module, router_shapes
+from kpilot_testing import MOE, in_ci, require_module
 
 pytestmark = pytest.mark.example
 torch = require_module("torch")
 sys.path.insert(0, str(MOE))
 sys.path.insert(0, str(MOE / "emulation"))
+import reference as ref  # noqa: E402
 import router_emulation as em  # noqa: E402
+import routing_cuda as rc  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +42,11 @@ def test_emulated_router_matches_the_references_on_every_shape(emulation, dtype)
     """Every router and shape of the GPU test on 1 and 37 tokens, and on 4,099 those the merge kernel may take (k
     4 to 8; it serves from 4,096 tokens): each output passes its problem's check."""
     g = torch.Generator().manual_seed(0)
-    for router, experts, k, extra in router_shapes():
+    for router, experts, k, extra in rc.path_shapes():
         for tokens in (1, 37, 4099) if 4 <= k <= 8 else (1, 37):
             x = _logits(tokens, experts, getattr(torch, dtype), g)
             bias = torch.randn(experts, generator=g) * 0.1
-            ok, msg = check_routing(emulation.route, router, x, bias, k, extra)
+            ok, msg = ref.check_router(emulation.route, router, x, bias, k, extra)
             assert ok, (router, experts, k, extra, tokens, dtype, msg)
 
 
@@ -60,7 +62,7 @@ def test_emulated_router_takes_unaligned_rows_and_wide_biases(emulation):
             assert x.data_ptr() % 16 != 0
             for spread in (0.1, 3.0):
                 bias = torch.randn(experts, generator=g) * spread
-                ok, msg = check_routing(emulation.route, router, x, bias, k, extra)
+                ok, msg = ref.check_router(emulation.route, router, x, bias, k, extra)
                 assert ok, (router, experts, k, dtype, spread, msg)
     with pytest.raises(ValueError, match="experts must be"):
         emulation.route("plain", torch.randn(4, 600), None, 4)
@@ -68,27 +70,24 @@ def test_emulated_router_takes_unaligned_rows_and_wide_biases(emulation):
         emulation.route("biased", torch.randn(4, 64), None, 4)
 
 
-def test_emulation_fails_a_broken_merge(emulation, tmp_path):
-    """A copy of the kernels whose merge of two sorted lists skips its last compare-exchanges: the emulated merge
-    kernel's outputs fail the check (the emulation runs the kernels it is given, and the check sees the
-    difference), while the rounds kernel (up to 3,000 tokens) still passes."""
-    kernels = tmp_path / "kernels"
-    shutil.copytree(MOE / "kernels", kernels)
-    common = kernels / "topk_sigmoid_common.cuh"
-    text = common.read_text()
+def test_emulation_check_fails_a_broken_merge(emulation, tmp_path):
+    """benchmarks/moe_emulation_check.py on a variant whose merge of two sorted lists skips its last
+    compare-exchanges: it exits 1, naming cases of 4,099 tokens (the merge kernel's) and none of 37 (the rounds
+    kernel's, which does not merge lists); on the tree's kernels it passes."""
+    variant = tmp_path / "broken_merge"
+    variant.mkdir()
+    text = (MOE / "kernels" / "topk_sigmoid_common.cuh").read_text()
     loop = "for (int d = N / 2; d > 0; d /= 2) {"
     assert loop in text
-    common.write_text(text.replace(loop, "for (int d = N / 2; d > 1; d /= 2) {"))
-    g = torch.Generator().manual_seed(2)
-    bias = torch.randn(384, generator=g) * 0.1
-
-    def route(*args, **kw):
-        return emulation.route(*args, **kw, kernels=kernels)
-
-    ok, _ = check_routing(route, "biased", _logits(4099, 384, torch.bfloat16, g), bias, 8, {})
-    assert not ok
-    ok, msg = check_routing(route, "biased", _logits(3000, 384, torch.bfloat16, g), bias, 8, {})
-    assert ok, msg
+    (variant / "topk_sigmoid_common.cuh").write_text(text.replace(loop, "for (int d = N / 2; d > 1; d /= 2) {"))
+    script = MOE / "benchmarks" / "moe_emulation_check.py"
+    args = ["--dtype", "bfloat16", "--tokens", "37", "--tokens", "4099"]
+    bad = subprocess.run([sys.executable, str(script), str(variant), *args], capture_output=True, text=True)
+    assert bad.returncode == 1, bad.stderr[-2000:]
+    failed = [ln for ln in bad.stdout.splitlines() if ln.startswith("  ")]
+    assert failed and all("tokens=4099" in ln for ln in failed), bad.stdout[-2000:]
+    good = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True)
+    assert good.returncode == 0 and "tree: ok" in good.stdout, good.stdout[-2000:] + good.stderr[-2000:]
 
 
 _COLLECTIVES = r"""

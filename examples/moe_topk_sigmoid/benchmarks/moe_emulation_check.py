@@ -1,0 +1,82 @@
+"""Check the CUDA router's logic on the CPU, without a GPU: topk_router.cu and its dispatch (router_launch.h) run
+through the emulation (emulation/router_emulation.py) on every shape of routing_cuda.path_shapes, each output
+checked by its problem's check, so that a variant's selection or dispatch mistake shows before a device call is
+spent on it. Says nothing of speed.
+
+    python examples/moe_topk_sigmoid/benchmarks/moe_emulation_check.py [VARIANT_DIR ...] [--dtype bfloat16 ...]
+                                                                       [--tokens 37 ...]
+
+With no folder, the tree's kernels; otherwise each folder (files replacing files of
+examples/moe_topk_sigmoid/kernels/, as for moe_variants.py and moe_build_check.py) laid over a copy of them.
+Tokens default to 1, 37 and, for k 4 to 8 (where the merge kernel serves from 4,096), 4,099; logits rounded to
+quarters so that ties are common. Prints each folder's failures and exits 1 if there were any.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+MOE = ROOT / "examples" / "moe_topk_sigmoid"
+sys.path[:0] = [str(ROOT / "src"), str(Path(__file__).resolve().parent), str(MOE), str(MOE / "emulation")]
+
+import router_emulation as em  # noqa: E402
+from moe_variants import KERNELS, kernel_trees  # noqa: E402
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def failures(kernels: Path, dtypes: list[str], tokens: list[int] | None) -> list[str]:
+    """Every shape of path_shapes routed by the emulation of the kernels in `kernels` and checked: a line for
+    each case that failed its check or raised."""
+    import reference as ref
+    import routing_cuda
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for dtype in dtypes:
+        for router, experts, k, extra in routing_cuda.path_shapes():
+            for n in tokens or ((1, 37, 4099) if 4 <= k <= 8 else (1, 37)):
+                x = ((torch.randn(n, experts, generator=g) * 8).round() / 4).to(getattr(torch, dtype))
+                bias = torch.randn(experts, generator=g) * 0.1
+                try:
+                    ok, msg = ref.check_router(lambda *a, **kw: em.route(*a, **kw, kernels=kernels), router, x, bias,
+                                               k, extra)
+                except (ValueError, em.EmulationError) as e:
+                    ok, msg = False, str(e)
+                if not ok:
+                    out.append(f"{router} experts={experts} k={k} {extra} tokens={n} {dtype}: {msg}")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("variants", type=Path, nargs="*", help="folders of files replacing files of " + str(KERNELS))
+    ap.add_argument("--dtype", action="append", choices=DTYPES, help="default: all three")
+    ap.add_argument("--tokens", type=int, action="append", help="default: 1, 37 and (k 4 to 8) 4,099")
+    args = ap.parse_args()
+    if args.tokens and min(args.tokens) < 1:
+        ap.error("--tokens must be 1 or more")
+    bad = False
+    with tempfile.TemporaryDirectory(prefix="moe_emulation_trees_") as tmp:
+        for name, kernels in kernel_trees(args.variants, Path(tmp)).items():
+            try:
+                failed = failures(kernels, args.dtype or list(DTYPES), args.tokens)
+            except em.EmulationUnavailable as e:
+                sys.exit(str(e))
+            except em.EmulationError as e:   # the build failed
+                sys.exit(f"{name}: {e}")
+            print(f"{name}: {'ok' if not failed else f'{len(failed)} FAILED'}", flush=True)
+            for line in failed:
+                print(f"  {line}")
+            bad = bad or bool(failed)
+    if bad:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
