@@ -1,6 +1,8 @@
-"""The CUDA router (kernels/topk_router.cu with its dispatch, kernels/router_launch.h) run on the CPU: the kernels'
-own source compiled by g++ against simt_host.h, which runs every GPU thread as a fiber and its warp collectives
-and barriers as switches between them. Same calls as routing_cuda.py, on CPU tensors.
+"""The case study's CUDA kernels run on the CPU: the router (kernels/topk_router.cu with its dispatch,
+kernels/router_launch.h) and the sigmoid kernels of the tuned grid (topk_sigmoid_warp/keys/sort.cu with
+kernels/sigmoid_launch.h), their own source compiled by g++ against simt_host.h, which runs every GPU thread as a
+fiber and its warp collectives and barriers as switches between them. Same calls as routing_cuda.route and
+topk_sigmoid_cuda.run, on CPU tensors.
 
 For checking the kernels' logic without a GPU (tests/test_router_emulation.py): it says nothing of their speed,
 and the host's exact exp2 and division stand for the GPU's approximate ones (last-bit differences in a sigmoid).
@@ -23,9 +25,10 @@ KERNELS = HERE.parent / "kernels"
 sys.path.insert(0, str(KERNELS))
 
 import routing_cuda  # noqa: E402
-KERNEL_FILES = ("topk_sigmoid_common.cuh", "topk_router.cu", "router_launch.h")
+KERNEL_FILES = ("topk_sigmoid_common.cuh", "topk_router.cu", "router_launch.h", "topk_sigmoid_keys.cu",
+                "topk_sigmoid_sort.cu", "topk_sigmoid_warp.cu", "sigmoid_launch.h")
 DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
-# -O1: a build of every router and shape takes about 25 s; -O2 more than twice that for a faster run of little use
+# -O1: a build of every kernel and shape takes about 45 s; -O2 more than twice that for a faster run of little use
 # to a test.
 FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-Wno-unknown-pragmas")
 
@@ -96,6 +99,9 @@ def _library(kernels: Path):
         lib.kp_route.restype = ctypes.c_int
         lib.kp_route.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                  ctypes.c_void_p, *[ctypes.c_int] * 6, ctypes.c_char_p, ctypes.c_int]
+        lib.kp_topk_sigmoid.restype = ctypes.c_int
+        lib.kp_topk_sigmoid.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                        ctypes.c_void_p, *[ctypes.c_int] * 4, ctypes.c_char_p, ctypes.c_int]
         _libraries[path] = lib
     return _libraries[path]
 
@@ -108,16 +114,42 @@ def route(router: str, logits: torch.Tensor, bias, k: int, renormalize: bool = F
     why = routing_cuda.refusal(router, logits, bias, k, n_group, topk_group, on_gpu=False)
     if why:
         raise ValueError(why)
+    return _call(kernels, "kp_route", routing_cuda.ROUTERS[router], logits, bias, k, int(bool(renormalize)),
+                 int(n_group), int(topk_group))
+
+
+def _call(kernels: Path, entry: str, selector: int, logits: torch.Tensor, bias, k: int, *extra: int):
+    """The library's `entry` (kp_route or kp_topk_sigmoid: dtype, selector, logits, bias, weights, ids, tokens,
+    experts, k, extra..., error buffer) on CPU copies of the arguments; (weights, ids), or EmulationError with the
+    reason the call gave."""
     x = logits.cpu().contiguous()
     b = bias.float().cpu().contiguous() if bias is not None else None
     tokens, experts = x.shape
     w = torch.empty(tokens, k, dtype=torch.float32)
     ids = torch.empty(tokens, k, dtype=torch.int32)
     error = ctypes.create_string_buffer(512)
-    rc = _library(Path(kernels)).kp_route(
-        DTYPES[x.dtype], routing_cuda.ROUTERS[router], x.data_ptr(), b.data_ptr() if b is not None else None,
-        w.data_ptr(), ids.data_ptr(), tokens, experts, int(k), int(bool(renormalize)), int(n_group), int(topk_group),
-        error, len(error))
+    rc = getattr(_library(Path(kernels)), entry)(
+        DTYPES[x.dtype], selector, x.data_ptr(), b.data_ptr() if b is not None else None, w.data_ptr(),
+        ids.data_ptr(), tokens, experts, int(k), *extra, error, len(error))
     if rc != 0:
         raise EmulationError(error.value.decode())
     return w, ids
+
+
+def topk_sigmoid(logits: torch.Tensor, bias, k: int, algo: str, blocks_per_sm: int = 12, kernels: Path = KERNELS):
+    """(weights, ids) of sigmoid kernel ``algo`` (topk_sigmoid_cuda.ALGOS, or "sort": the sorting-network kernel
+    topk_sigmoid_cuda.sort_algo picks) for CPU logits, as topk_sigmoid_cuda.run gives them on a GPU: 64, 128 or
+    256 experts, k 4 or 8."""
+    import topk_sigmoid_cuda
+
+    if logits.dim() != 2 or logits.shape[1] not in topk_sigmoid_cuda.EXPERTS or k not in topk_sigmoid_cuda.KS:
+        raise ValueError(f"these kernels route {topk_sigmoid_cuda.EXPERTS} experts with k in {topk_sigmoid_cuda.KS}, "
+                         f"not logits {tuple(logits.shape)} with k {k}")
+    if logits.dtype not in DTYPES:
+        raise ValueError(f"logits must be float32, float16 or bfloat16, not {logits.dtype}")
+    if algo == "sort":
+        algo = topk_sigmoid_cuda.sort_algo(logits.shape[0], logits.shape[1], k, logits.element_size(),
+                                           bias is not None)
+    if algo not in topk_sigmoid_cuda.ALGOS or blocks_per_sm < 1:
+        raise ValueError(f"algo must be one of {', '.join(topk_sigmoid_cuda.ALGOS)} or sort, blocks_per_sm 1 or more")
+    return _call(kernels, "kp_topk_sigmoid", topk_sigmoid_cuda.ALGOS[algo], logits, bias, k, int(blocks_per_sm))

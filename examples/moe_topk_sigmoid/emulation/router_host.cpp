@@ -1,17 +1,28 @@
-// The router kernels of topk_router.cu and their dispatch (router_launch.h), compiled as host C++ and run on the
-// CPU by simt_host.h: one C entry point, kp_route, for router_emulation.py. A namespace per dtype and router
-// stands for routing_cuda.py's translation units.
+// The case study's CUDA kernels and their dispatch, compiled as host C++ and run on the CPU by simt_host.h, with a
+// C entry point each for router_emulation.py: kp_route (topk_router.cu through router_launch.h, as routing_cuda.py
+// launches it; a namespace per dtype and router stands for its translation units) and kp_topk_sigmoid (the
+// sigmoid kernels through sigmoid_launch.h, as topk_sigmoid_cuda.py launches them; a namespace per dtype).
 #include "simt_host.h"
 #include "topk_router.cu"
+#include "topk_sigmoid_keys.cu"
+#include "topk_sigmoid_sort.cu"
+#include "topk_sigmoid_warp.cu"
 
-// Blocks that "fit at once": 2, so that the biased and grouped kernels' warps stride over several tokens each,
-// as they do on a GPU when the tokens outnumber the resident warps.
+// The emulated device: 2 SMs, each fitting 1 block of a kernel at once, so that the persistent grids (the biased
+// and grouped routers', the packed-key kernel's) are small and their warps stride over several tokens each, as
+// they do on a GPU when the tokens outnumber the resident warps.
 template <typename Kernel>
 int resident_blocks(Kernel) {
   return 2;
 }
+template <auto KERNEL>
+int resident_blocks(int) {
+  return 1;
+}
+int sm_count() { return 2; }
 
-#define MOE_LAUNCH(kernel, blocks, stream, ...) ::simt::launch((unsigned)(blocks), 256, [&] { kernel(__VA_ARGS__); })
+#define MOE_LAUNCH(kernel, blocks, threads, stream, ...) \
+  ::simt::launch((unsigned)(blocks), (unsigned)(threads), [&] { kernel(__VA_ARGS__); })
 #define MOE_FAIL(message) throw std::runtime_error(message)
 
 namespace f32_plain {
@@ -75,6 +86,19 @@ constexpr int ROUTER = moe::GROUPED;
 #include "router_launch.h"
 }
 
+namespace f32_sigmoid {
+using T = float;
+#include "sigmoid_launch.h"
+}
+namespace f16_sigmoid {
+using T = __half;
+#include "sigmoid_launch.h"
+}
+namespace bf16_sigmoid {
+using T = __nv_bfloat16;
+#include "sigmoid_launch.h"
+}
+
 #define ROUTE(INDEX, NS)                                                                                        \
   case INDEX:                                                                                                   \
     NS::dispatch(NS::Args{static_cast<const NS::T*>(x), bias, w, ids, tokens, experts, k, renormalize, n_group, \
@@ -104,6 +128,31 @@ extern "C" int kp_route(int dtype, int router, const void* x, const float* bias,
       ROUTE(11, bf16_grouped)
     }
     throw std::runtime_error("unknown dtype or router");
+  } catch (const std::exception& e) {
+    std::snprintf(error, (size_t)error_size, "%s", e.what());
+    return 1;
+  }
+}
+
+#define SIGMOID(INDEX, NS)                                                                                     \
+  case INDEX:                                                                                                  \
+    NS::dispatch_sigmoid(algo, blocks_per_sm, experts, k, bias != nullptr,                                     \
+                         NS::SigmoidArgs{static_cast<const NS::T*>(x), bias, w, ids, tokens}, nullptr);        \
+    return 0;
+
+// Routes `tokens` rows of `experts` logits (dtype as kp_route's) by sigmoid kernel `algo` (topk_sigmoid_cuda.ALGOS),
+// with a bias where `bias` is not null, as the CUDA extension's topk_sigmoid does. Returns 0, or 1 with the reason
+// in `error`.
+extern "C" int kp_topk_sigmoid(int dtype, int algo, const void* x, const float* bias, float* w, int* ids, int tokens,
+                               int experts, int k, int blocks_per_sm, char* error, int error_size) {
+  try {
+    if (tokens <= 0) return 0;
+    switch (dtype) {
+      SIGMOID(0, f32_sigmoid)
+      SIGMOID(1, f16_sigmoid)
+      SIGMOID(2, bf16_sigmoid)
+    }
+    throw std::runtime_error("unknown dtype");
   } catch (const std::exception& e) {
     std::snprintf(error, (size_t)error_size, "%s", e.what());
     return 1;

@@ -244,6 +244,21 @@ inline unsigned __ballot_sync(unsigned mask, int pred) {
   for (int l = 0; l < 32; ++l) out |= (all[l] ? 1u : 0u) << l;
   return out;
 }
+// The warp's largest or smallest value (REDUX): signed for int, unsigned for unsigned, as CUDA's overloads.
+template <typename V, bool MAX>
+inline V warp_extreme(unsigned mask, V v) {
+  const uint64_t* all = simt::exchange(simt::bits_of(v), mask);
+  V out = v;
+  for (int l = 0; l < 32; ++l) {
+    const V o = simt::value_of<V>(all[l]);
+    out = MAX ? std::max(out, o) : std::min(out, o);
+  }
+  return out;
+}
+inline unsigned __reduce_max_sync(unsigned mask, unsigned v) { return warp_extreme<unsigned, true>(mask, v); }
+inline int __reduce_max_sync(unsigned mask, int v) { return warp_extreme<int, true>(mask, v); }
+inline unsigned __reduce_min_sync(unsigned mask, unsigned v) { return warp_extreme<unsigned, false>(mask, v); }
+inline int __reduce_min_sync(unsigned mask, int v) { return warp_extreme<int, false>(mask, v); }
 inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
 inline int __all_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) == 0xffffffffu; }
 inline void __syncwarp(unsigned mask = 0xffffffffu) { simt::exchange(0, mask); }
@@ -286,6 +301,11 @@ inline unsigned __vmaxu2(unsigned a, unsigned b) {
 inline unsigned __vminu2(unsigned a, unsigned b) {
   const unsigned lo = std::min(a & 0xffffu, b & 0xffffu), hi = std::min(a >> 16, b >> 16);
   return (hi << 16) | lo;
+}
+inline unsigned __vmaxs2(unsigned a, unsigned b) {
+  const int lo = std::max((int)(int16_t)(a & 0xffffu), (int)(int16_t)(b & 0xffffu));
+  const int hi = std::max((int)(int16_t)(a >> 16), (int)(int16_t)(b >> 16));
+  return ((unsigned)(uint16_t)hi << 16) | (uint16_t)lo;
 }
 inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }
 

@@ -1,9 +1,9 @@
 // The router's host side: which kernel of topk_router.cu a call takes and at which shape (moe::merge_shape,
 // moe::router_shape), its grid, and its launch. Included after topk_router.cu inside a namespace that defines
-//   T, ROUTER                                 the unit's logit type and router (moe::Router)
-//   resident_blocks(kernel)                   blocks of 256 threads of `kernel` that fit on the device at once
-//   MOE_LAUNCH(kernel, blocks, stream, ...)   a launch of `kernel` on `blocks` blocks of 256 threads
-//   MOE_FAIL(message)                         the call refused
+//   T, ROUTER                                         the unit's logit type and router (moe::Router)
+//   resident_blocks(kernel)                           blocks of 256 threads of `kernel` that fit on the GPU at once
+//   MOE_LAUNCH(kernel, blocks, threads, stream, ...)  a launch of `kernel` on `blocks` blocks of `threads`
+//   MOE_FAIL(message)                                 the call refused
 // by routing_cuda.py's units (CUDA launches) and by the CPU emulation (emulation/router_host.cpp: the same
 // kernels run as host code), so that both dispatch alike.
 
@@ -36,8 +36,8 @@ void launch(const Args& a, cudaStream_t stream) {
   constexpr auto kernel = moe::topk_router<T, W, P, ROUTER>;
   const int vector_rows = W * P == a.experts && (a.experts * (int)sizeof(T)) % 16 == 0 &&
                           reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
-  MOE_LAUNCH(kernel, (grid_blocks<kernel, W>(a)), stream, a.x, a.bias, a.w, a.ids, a.tokens, a.experts, a.k,
-             a.renormalize, a.n_group, a.topk_group, vector_rows);
+  MOE_LAUNCH(kernel, (grid_blocks<kernel, W>(a)), 256, stream, a.x, a.bias, a.w, a.ids, a.tokens, a.experts,
+             a.k, a.renormalize, a.n_group, a.topk_group, vector_rows);
 }
 
 // The merge kernel (k up to 8, no groups) at (W, C), its rows' 16-byte loads where the experts are a multiple of 8
@@ -46,8 +46,8 @@ template <int W, int C>
 void launch_merge(const Args& a, cudaStream_t stream) {
   constexpr auto kernel = moe::topk_router_merge<T, W, C, ROUTER>;
   const int vector_rows = a.experts % 8 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
-  MOE_LAUNCH(kernel, (grid_blocks<kernel, W>(a)), stream, a.x, a.bias, a.w, a.ids, a.tokens, a.experts, a.k,
-             a.renormalize, vector_rows);
+  MOE_LAUNCH(kernel, (grid_blocks<kernel, W>(a)), 256, stream, a.x, a.bias, a.w, a.ids, a.tokens, a.experts,
+             a.k, a.renormalize, vector_rows);
 }
 
 // The merge kernel at (W, C), built only where moe::merge_shape gives this unit's router that shape: false

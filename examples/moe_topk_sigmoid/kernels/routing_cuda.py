@@ -42,7 +42,7 @@ int resident_blocks(Kernel kernel) {
   return std::max(1, per_sm) * sms;
 }
 
-#define MOE_LAUNCH(kernel, blocks, stream, ...) kernel<<<blocks, 256, 0, stream>>>(__VA_ARGS__)
+#define MOE_LAUNCH(kernel, blocks, threads, stream, ...) kernel<<<blocks, threads, 0, stream>>>(__VA_ARGS__)
 #define MOE_FAIL(message) TORCH_CHECK(false, message)
 #include "router_launch.h"
 }  // namespace

@@ -47,6 +47,14 @@ __device__ inline float from_bits(unsigned h) {
   }
 }
 
+// v through a move the compiler cannot see into (so that it is not folded into what uses it; host C++: v).
+__device__ inline unsigned opaque(unsigned v) {
+#ifdef __CUDA_ARCH__
+  asm("mov.b32 %0, %0;" : "+r"(v));
+#endif
+  return v;
+}
+
 // 0xffff in each 16-bit half whose sign bit is set (PTX prmt's sign-replicating selectors, which __byte_perm
 // does not pass through).
 __device__ inline unsigned sign_halves(unsigned w) {

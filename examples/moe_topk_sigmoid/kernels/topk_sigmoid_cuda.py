@@ -1,6 +1,6 @@
 """The CUDA C++ routing kernels bound to PyTorch: built on first use for the GPU it runs on (sm_80 or newer),
 for 64, 128 or 256 experts, k 4 or 8, fp32/fp16/bf16 logits, one source file per dtype so that the build
-runs in parallel.
+runs in parallel. Their launch code is sigmoid_launch.h, shared with the CPU emulation (../emulation).
 
 - ``keys`` (the default, topk_sigmoid_keys.cu): packed selection keys, EXPERTS/8 lanes per token (EXPERTS/16
   for 64 and 128 experts at k 4 with 16-bit logits and no bias), a grid that covers the tokens once.
@@ -85,8 +85,9 @@ int once_per_device(int (&cache)[64], int dev, Ask ask) {   // ask() once per de
   return n;
 }
 
-int sm_count(int dev) {
+int sm_count() {
   static int count[64] = {0};
+  const int dev = current_device();
   return once_per_device(count, dev, [dev] {
     int n = 0;
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
@@ -98,80 +99,26 @@ int sm_count(int dev) {
 // instantiation (every topk_sigmoid_keys of one dtype has the same function type, so a count per type would give
 // them all the occupancy of whichever shape ran first).
 template <auto KERNEL>
-int resident_blocks(int dev, int threads) {
+int resident_blocks(int threads) {
   static int count[64] = {0};
-  return once_per_device(count, dev, [threads] {
+  return once_per_device(count, current_device(), [threads] {
     int n = 0;
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, KERNEL, threads, 0));
     return std::max(n, 1);
   });
 }
 
-template <int E, int NK, bool B>
-void launch(int algo, int blocks_per_sm, const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& w,
-            torch::Tensor& ids) {
-  const int tokens = (int)x.size(0);
-  if (tokens == 0) return;
-  const T* xp = reinterpret_cast<const T*>(x.data_ptr());
-  const float* bp = B ? bias.data_ptr<float>() : nullptr;
-  auto stream = c10::cuda::getCurrentCUDAStream();
-  if (algo >= 3) {          // sorting networks, E / PT threads per token: algo 3 to 9's PT (6, 7, 8 pruned)
-    constexpr int SORT_PT[] = {16, 32, 64, 16, 32, 64, 8};
-    const int pt = SORT_PT[algo - 3];
-    const bool prune = algo >= 6 && algo <= 8;
-    const int blocks = (int)(((int64_t)tokens * (E / pt) + 127) / 128);
-    float* wp = w.data_ptr<float>();
-    int* ip = ids.data_ptr<int>();
-    if (!prune) {
-      if (pt == 8) moe::topk_sigmoid_sort<T, E, NK, 8, B><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
-      if (pt == 16) moe::topk_sigmoid_sort<T, E, NK, 16, B><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
-      if (pt == 32) moe::topk_sigmoid_sort<T, E, NK, 32, B><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
-      if (pt == 64) moe::topk_sigmoid_sort<T, E, NK, 64, B><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
-    } else {
-      if (pt == 16) moe::topk_sigmoid_sort<T, E, NK, 16, B, true><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
-      if (pt == 32) moe::topk_sigmoid_sort<T, E, NK, 32, B, true><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
-      if (pt == 64) moe::topk_sigmoid_sort<T, E, NK, 64, B, true><<<blocks, 128, 0, stream>>>(xp, bp, wp, ip, tokens);
-    }
-  } else if (algo == 0) {   // one token per warp, 8 warps per block
-    moe::topk_sigmoid_warp<T, E, NK, B><<<(tokens + 7) / 8, 256, 0, stream>>>(xp, bp, w.data_ptr<float>(),
-                                                                              ids.data_ptr<int>(), tokens);
-  } else {                  // E/8 or E/16 lanes per token, 4 warps per block
-    // A block's pass covers per_pass tokens; `passes` of them share one tail (the writes), as many as the kernel
-    // allows while the grid still has eight blocks per SM to give out (fewer warps hid less of the latency at
-    // 8,192 tokens on the H200).
-    constexpr int per_pass = moe::tokens_per_pass<T, E, NK, B>();
-    const int dev = current_device();
-    const int sms = sm_count(dev);
-    int passes = moe::max_passes<T, E, NK, B>();
-    while (passes > 1 && (tokens + per_pass * passes - 1) / (per_pass * passes) < 8 * sms) passes /= 2;
-    int blocks = (tokens + per_pass * passes - 1) / (per_pass * passes);
-    constexpr auto kernel = moe::topk_sigmoid_keys<T, E, NK, B>;
-    if (algo == 2) {        // at most as many blocks as fit on the GPU at once
-      blocks = std::min(blocks, std::min(blocks_per_sm, resident_blocks<kernel>(dev, 32 * moe::WARPS_PER_BLOCK)) * sms);
-    }
-    kernel<<<blocks, 32 * moe::WARPS_PER_BLOCK, 0, stream>>>(xp, bp, w.data_ptr<float>(), ids.data_ptr<int>(), tokens,
-                                                            passes);
-  }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
-template <int E>
-void by_k(int algo, int bps, int64_t k, bool b, const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& w,
-          torch::Tensor& ids) {
-  if (k == 4) { b ? launch<E, 4, true>(algo, bps, x, bias, w, ids) : launch<E, 4, false>(algo, bps, x, bias, w, ids); return; }
-  if (k == 8) { b ? launch<E, 8, true>(algo, bps, x, bias, w, ids) : launch<E, 8, false>(algo, bps, x, bias, w, ids); return; }
-  TORCH_CHECK(false, "k must be 4 or 8, not ", k);
-}
+#define MOE_LAUNCH(kernel, blocks, threads, stream, ...) kernel<<<blocks, threads, 0, stream>>>(__VA_ARGS__)
+#define MOE_FAIL(message) TORCH_CHECK(false, message)
+#include "sigmoid_launch.h"
 }  // namespace
 
 void topk_sigmoid_NAME(int algo, int bps, int64_t k, bool b, const torch::Tensor& x, const torch::Tensor& bias,
                        torch::Tensor& w, torch::Tensor& ids) {
-  switch (x.size(1)) {
-    case 64: return by_k<64>(algo, bps, k, b, x, bias, w, ids);
-    case 128: return by_k<128>(algo, bps, k, b, x, bias, w, ids);
-    case 256: return by_k<256>(algo, bps, k, b, x, bias, w, ids);
-    default: TORCH_CHECK(false, "experts must be 64, 128 or 256, not ", x.size(1));
-  }
+  const SigmoidArgs a{reinterpret_cast<const T*>(x.data_ptr()), b ? bias.data_ptr<float>() : nullptr,
+                      w.data_ptr<float>(), ids.data_ptr<int>(), (int)x.size(0)};
+  dispatch_sigmoid(algo, bps, (int)x.size(1), (int)k, b, a, c10::cuda::getCurrentCUDAStream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 """
 
@@ -208,7 +155,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("topk_sigmoid", &topk_sigmoid);
 # The extension: its sources (named by a hash of everything they hold) and its module, built on first use.
 _EXTENSION = cuda_build.Extension("kpilot_moe_topk_sigmoid", _PER_DTYPE, _MODULE, HERE,
                                   ("topk_sigmoid_common.cuh", "topk_sigmoid_warp.cu", "topk_sigmoid_keys.cu",
-                                   "topk_sigmoid_sort.cu"))
+                                   "topk_sigmoid_sort.cu", "sigmoid_launch.h"))
 _sources = _EXTENSION.sources
 _extension = _EXTENSION.module
 

@@ -51,22 +51,27 @@ namespace moe {
 constexpr unsigned FULL = 0xffffffffu;
 
 // 1 in the upper half-warp, 0 in the lower, opaque to the compiler (so that products with it stay products).
-__device__ inline unsigned half_flag() {
-  unsigned f = (threadIdx.x >> 4) & 1u;
-  asm("mov.b32 %0, %0;" : "+r"(f));
-  return f;
-}
+__device__ inline unsigned half_flag() { return opaque((threadIdx.x >> 4) & 1u); }
 
-// a * b and a * b + c as IMAD (PTX mul/mad, which the compiler does not turn into selects).
+// a * b and a * b + c as IMAD (PTX mul/mad, which the compiler does not turn into selects; host C++: the same
+// arithmetic).
 __device__ inline unsigned mul_u32(unsigned a, unsigned b) {
+#ifdef __CUDA_ARCH__
   unsigned r;
   asm("mul.lo.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
   return r;
+#else
+  return a * b;
+#endif
 }
 __device__ inline unsigned mad_u32(unsigned a, unsigned b, unsigned c) {
+#ifdef __CUDA_ARCH__
   unsigned r;
   asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
   return r;
+#else
+  return a * b + c;
+#endif
 }
 
 // The largest key among the G lanes of this lane's group (groups are aligned runs of G lanes): unsigned, or

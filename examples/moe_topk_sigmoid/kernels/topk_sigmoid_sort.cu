@@ -112,8 +112,7 @@ __device__ inline void write_token(const Key (&top)[K], Chosen chosen, int t, bo
     }
     // The key through an opaque move: without it nvcc 13's cicc crashes (segmentation fault) on some builds of
     // this kernel, alone or beside the packed-key one.
-    unsigned key = (unsigned)pick;
-    asm("mov.b32 %0, %0;" : "+r"(key));
+    const unsigned key = opaque((unsigned)pick);
     w[i] = chosen(key, e[i]);
     sum += w[i];
   }
@@ -285,8 +284,13 @@ __global__ __launch_bounds__(128, 8) void topk_sigmoid_sort(const T* __restrict_
     if (exact) {
 #pragma unroll
       for (int v = 0; v < CHUNKS; ++v) {
+#ifdef __CUDA_ARCH__
         asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
                      : "=r"(raw[v].x), "=r"(raw[v].y), "=r"(raw[v].z), "=r"(raw[v].w) : "l"(vec + v * TPT));
+#else   // host C++ (emulation/simt_host.h)
+        const volatile unsigned* at = reinterpret_cast<const volatile unsigned*>(vec + v * TPT);
+        raw[v] = make_uint4(at[0], at[1], at[2], at[3]);
+#endif
       }
       best_keys<unsigned, K, TPT, CHUNKS>([&](int v, unsigned (&keys)[8]) {
         unsigned w[4], idx[2];
