@@ -1,15 +1,17 @@
-"""Check the CUDA router's logic on the CPU, without a GPU: topk_router.cu and its dispatch (router_launch.h) run
-through the emulation (emulation/router_emulation.py) on every shape of routing_cuda.path_shapes, each output
-checked by its problem's check, so that a variant's selection or dispatch mistake shows before a device call is
-spent on it. Says nothing of speed.
+"""Check the CUDA kernels' logic on the CPU, without a GPU: through the emulation (emulation/router_emulation.py),
+the router (topk_router.cu and its dispatch, router_launch.h) on every shape of routing_cuda.path_shapes, and the
+sigmoid kernels (sigmoid_launch.h) in every run of topk_sigmoid_cuda.PATH_RUNS on 64, 128 and 256 experts, k 4 and
+8, with and without a bias; each output checked by its problem's check, so that a variant's selection or dispatch
+mistake shows before a device call is spent on it. Says nothing of speed.
 
     python examples/moe_topk_sigmoid/benchmarks/moe_emulation_check.py [VARIANT_DIR ...] [--dtype bfloat16 ...]
                                                                        [--tokens 37 ...]
 
 With no folder, the tree's kernels; otherwise each folder (files replacing files of
 examples/moe_topk_sigmoid/kernels/, as for moe_variants.py and moe_build_check.py) laid over a copy of them.
-Tokens default to 1, 37 and, for k 4 to 8 (where the merge kernel serves from 4,096), 4,099; logits rounded to
-quarters so that ties are common. Prints each folder's failures and exits 1 if there were any.
+Tokens default to 1, 37 and, for the router at k 4 to 8 (where the merge kernel serves from 4,096), 4,099, for the
+sigmoid kernels 301; logits rounded to quarters so that ties are common. Prints each folder's failures and exits 1
+if there were any.
 """
 
 from __future__ import annotations
@@ -50,6 +52,34 @@ def failures(kernels: Path, dtypes: list[str], tokens: list[int] | None) -> list
                     ok, msg = False, str(e)
                 if not ok:
                     out.append(f"{router} experts={experts} k={k} {extra} tokens={n} {dtype}: {msg}")
+    return out + sigmoid_failures(kernels, dtypes, tokens)
+
+
+def sigmoid_failures(kernels: Path, dtypes: list[str], tokens: list[int] | None) -> list[str]:
+    """Every run of topk_sigmoid_cuda.PATH_RUNS through the emulation of the kernels in `kernels`, on each shape
+    the sigmoid kernels serve, with and without a bias, checked: a line for each that failed."""
+    import reference as ref
+    import topk_sigmoid_cuda
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    out = []
+    for dtype in dtypes:
+        for experts in topk_sigmoid_cuda.EXPERTS:
+            for k in topk_sigmoid_cuda.KS:
+                for biased in (False, True):
+                    for n in tokens or (1, 37, 301):
+                        x = ((torch.randn(n, experts, generator=g) * 8).round() / 4).to(getattr(torch, dtype))
+                        bias = torch.randn(experts, generator=g) * 0.1 if biased else None
+                        want = ref.topk_sigmoid(x, bias, k)
+                        for algo, bps in topk_sigmoid_cuda.PATH_RUNS:
+                            try:
+                                ok, msg = ref.check((x, bias, k), em.topk_sigmoid(x, bias, k, algo, bps, kernels), want)
+                            except (ValueError, em.EmulationError) as e:
+                                ok, msg = False, str(e)
+                            if not ok:
+                                out.append(f"sigmoid {algo} (blocks_per_sm {bps}) experts={experts} k={k} "
+                                           f"bias={biased} tokens={n} {dtype}: {msg}")
     return out
 
 
@@ -57,7 +87,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("variants", type=Path, nargs="*", help="folders of files replacing files of " + str(KERNELS))
     ap.add_argument("--dtype", action="append", choices=DTYPES, help="default: all three")
-    ap.add_argument("--tokens", type=int, action="append", help="default: 1, 37 and (k 4 to 8) 4,099")
+    ap.add_argument("--tokens", type=int, action="append",
+                    help="default: the router 1, 37 and (k 4 to 8) 4,099; the sigmoid kernels 1, 37 and 301")
     args = ap.parse_args()
     if args.tokens and min(args.tokens) < 1:
         ap.error("--tokens must be 1 or more")

@@ -55,6 +55,11 @@ SORT_ALGO = {
                 65536: ("sort16", "sort16", "sort32", "sort32", "sort32", "sort32")},
 }
 ALGO = "keys"
+# (algo, blocks_per_sm) runs that together reach every path of these kernels: every algorithm, the persistent grid
+# small and full, the sorting-network kernel at each experts per thread, pruned or not. The GPU tests and the CPU
+# emulation's run them all.
+PATH_RUNS = (("keys", 12), ("keys_persistent", 1), ("keys_persistent", 12), ("warp", 12), ("sort8", 12),
+             ("sort16", 12), ("sort32", 12), ("sort64", 12), ("prune16", 12), ("prune32", 12), ("prune64", 12))
 CUDA_FLAGS = cuda_build.CUDA_FLAGS
 
 _PER_DTYPE = r"""

@@ -420,12 +420,6 @@ def test_kernels_are_correct_on_the_gpu(variant, kernel):
                                         [(f.id, f.message) for f in res.flags])
 
 
-# Every CUDA algorithm, the persistent grid small and full, the sorting-network kernel at each experts per thread,
-# pruned or not.
-CUDA_ALGOS = [("keys", 12), ("keys_persistent", 1), ("keys_persistent", 12), ("warp", 12), ("sort8", 12),
-              ("sort16", 12), ("sort32", 12), ("sort64", 12), ("prune16", 12), ("prune32", 12), ("prune64", 12)]
-
-
 def cuda_algo_failures(x, bias, k, *where):
     """Every CUDA algorithm on (x, bias, k) against the reference, by the problem's check: (where..., algo, blocks
     per SM, message) of each that fails."""
@@ -434,7 +428,7 @@ def cuda_algo_failures(x, bias, k, *where):
 
     want = ref.topk_sigmoid(x, bias, k)
     failures = []
-    for algo, bps in CUDA_ALGOS:
+    for algo, bps in topk_sigmoid_cuda.PATH_RUNS:
         ok, msg = ref.check((x, bias, k), topk_sigmoid_cuda.run(x, bias, k, algo, bps), want)
         if not ok:
             failures.append((*where, algo, bps, msg))

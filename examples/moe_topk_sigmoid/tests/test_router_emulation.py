@@ -19,6 +19,7 @@ sys.path.insert(0, str(MOE / "emulation"))
 import reference as ref  # noqa: E402
 import router_emulation as em  # noqa: E402
 import routing_cuda as rc  # noqa: E402
+import topk_sigmoid_cuda  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -49,11 +50,6 @@ def test_emulated_router_matches_the_references_on_every_shape(emulation, dtype)
             bias = torch.randn(experts, generator=g) * 0.1
             ok, msg = ref.check_router(emulation.route, router, x, bias, k, extra)
             assert ok, (router, experts, k, extra, tokens, dtype, msg)
-
-
-# Every algorithm of topk_sigmoid_cuda, the persistent grid small and full (as the GPU tests run them).
-SIGMOID_ALGOS = [("keys", 12), ("keys_persistent", 1), ("keys_persistent", 12), ("warp", 12), ("sort8", 12),
-                 ("sort16", 12), ("sort32", 12), ("sort64", 12), ("prune16", 12), ("prune32", 12), ("prune64", 12)]
 
 
 def _hard_rows(x, g, with_bias):
@@ -87,7 +83,7 @@ def test_emulated_sigmoid_kernels_match_the_reference(emulation, dtype):
                     x = (_hard_rows(x, g, with_bias) if tokens == 301 else x).to(getattr(torch, dtype))
                     bias = torch.randn(experts, generator=g) * 0.1 if with_bias else None
                     want = ref.topk_sigmoid(x, bias, k)
-                    for algo, bps in SIGMOID_ALGOS:
+                    for algo, bps in topk_sigmoid_cuda.PATH_RUNS:
                         ok, msg = ref.check((x, bias, k), emulation.topk_sigmoid(x, bias, k, algo, bps), want)
                         if not ok:
                             failures.append((experts, k, with_bias, tokens, algo, bps, msg))
@@ -120,8 +116,9 @@ def test_emulated_router_takes_unaligned_rows_and_wide_biases(emulation):
 
 def test_emulation_check_fails_a_broken_merge(emulation, tmp_path):
     """benchmarks/moe_emulation_check.py on a variant whose merge of two sorted lists skips its last
-    compare-exchanges: it exits 1, naming cases of 4,099 tokens (the merge kernel's) and none of 37 (the rounds
-    kernel's, which does not merge lists). (The tree's kernels pass: the every-shape test.)"""
+    compare-exchanges: it exits 1, naming router cases of 4,099 tokens (the merge kernel's) and none of 37 (the
+    rounds kernel's, which does not merge lists), and sorting-network runs of the sigmoid kernels (which merge
+    lists too) but no packed-key or one-warp run. (The tree's kernels pass: the tests above.)"""
     variant = tmp_path / "broken_merge"
     variant.mkdir()
     text = (MOE / "kernels" / "topk_sigmoid_common.cuh").read_text()
@@ -132,8 +129,11 @@ def test_emulation_check_fails_a_broken_merge(emulation, tmp_path):
     args = ["--dtype", "bfloat16", "--tokens", "37", "--tokens", "4099"]
     bad = subprocess.run([sys.executable, str(script), str(variant), *args], capture_output=True, text=True)
     assert bad.returncode == 1, bad.stderr[-2000:]
-    failed = [ln for ln in bad.stdout.splitlines() if ln.startswith("  ")]
-    assert failed and all("tokens=4099" in ln for ln in failed), bad.stdout[-2000:]
+    failed = [ln.strip() for ln in bad.stdout.splitlines() if ln.startswith("  ")]
+    routers = [ln for ln in failed if not ln.startswith("sigmoid ")]
+    sigmoid = [ln.split()[1] for ln in failed if ln.startswith("sigmoid ")]
+    assert routers and all("tokens=4099" in ln for ln in routers), bad.stdout[-2000:]
+    assert sigmoid and all(a.startswith(("sort", "prune")) for a in sigmoid), bad.stdout[-2000:]
 
 
 _COLLECTIVES = r"""
