@@ -6,7 +6,8 @@ topk_sigmoid_cuda.run, on CPU tensors.
 
 For checking the kernels' logic without a GPU (tests/test_router_emulation.py): it says nothing of their speed,
 and the host's exact exp2 and division stand for the GPU's approximate ones (last-bit differences in a sigmoid).
-Built on first use into a folder named by a hash of its sources, so a changed kernel file is a new build."""
+Built on first use (once a process for each kernels folder) into a folder named by a hash of its sources, so a
+changed kernel file is a new build."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ HERE = Path(__file__).resolve().parent
 KERNELS = HERE.parent / "kernels"
 sys.path.insert(0, str(KERNELS))
 
+import cuda_build  # noqa: E402
 import routing_cuda  # noqa: E402
 KERNEL_FILES = ("topk_sigmoid_common.cuh", "topk_router.cu", "router_launch.h", "topk_sigmoid_keys.cu",
                 "topk_sigmoid_sort.cu", "topk_sigmoid_warp.cu", "sigmoid_launch.h")
@@ -60,7 +62,7 @@ def cuda_include() -> Path:
         if (c / "cuda_bf16.h").is_file() and (c / "vector_functions.h").is_file():
             return c
     raise EmulationUnavailable("no CUDA headers (cuda_bf16.h) found: set CUDA_HOME, put nvcc on PATH, or install "
-                         "nvidia-cuda-runtime")
+                               "nvidia-cuda-runtime")
 
 
 def library_path(kernels: Path = KERNELS) -> Path:
@@ -75,8 +77,7 @@ def library_path(kernels: Path = KERNELS) -> Path:
         raise EmulationError(f"{kernels} lacks {', '.join(missing)}")
     sources = [HERE / "simt_host.h", HERE / "router_host.cpp", *(kernels / f for f in KERNEL_FILES)]
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources) + " ".join(FLAGS).encode()).hexdigest()[:12]
-    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
-    out = root / f"kpilot_moe_emulation_{digest}" / "router_host.so"
+    out = cuda_build.build_root() / f"kpilot_moe_emulation_{digest}" / "router_host.so"
     if out.is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -89,21 +90,20 @@ def library_path(kernels: Path = KERNELS) -> Path:
     return out
 
 
-_libraries: dict[Path, ctypes.CDLL] = {}
+_libraries: dict[Path, ctypes.CDLL] = {}   # by kernels folder: built (or found) and loaded once a process
 
 
 def _library(kernels: Path):
-    path = library_path(kernels)
-    if path not in _libraries:
-        lib = ctypes.CDLL(str(path))
+    if kernels not in _libraries:
+        lib = ctypes.CDLL(str(library_path(kernels)))
         lib.kp_route.restype = ctypes.c_int
         lib.kp_route.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                  ctypes.c_void_p, *[ctypes.c_int] * 6, ctypes.c_char_p, ctypes.c_int]
         lib.kp_topk_sigmoid.restype = ctypes.c_int
         lib.kp_topk_sigmoid.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                         ctypes.c_void_p, *[ctypes.c_int] * 4, ctypes.c_char_p, ctypes.c_int]
-        _libraries[path] = lib
-    return _libraries[path]
+        _libraries[kernels] = lib
+    return _libraries[kernels]
 
 
 def route(router: str, logits: torch.Tensor, bias, k: int, renormalize: bool = False, n_group: int = 1,

@@ -99,6 +99,17 @@ using T = __nv_bfloat16;
 #include "sigmoid_launch.h"
 }
 
+// Runs `call` (0 on success), turning what it throws into 1 and the reason in `error`: the entry points' convention.
+template <typename Call>
+int reported(char* error, int error_size, Call call) {
+  try {
+    return call();
+  } catch (const std::exception& e) {
+    std::snprintf(error, (size_t)error_size, "%s", e.what());
+    return 1;
+  }
+}
+
 #define ROUTE(INDEX, NS)                                                                                        \
   case INDEX:                                                                                                   \
     NS::dispatch(NS::Args{static_cast<const NS::T*>(x), bias, w, ids, tokens, experts, k, renormalize, n_group, \
@@ -111,7 +122,7 @@ using T = __nv_bfloat16;
 extern "C" int kp_route(int dtype, int router, const void* x, const float* bias, float* w, int* ids, int tokens,
                         int experts, int k, int renormalize, int n_group, int topk_group, char* error,
                         int error_size) {
-  try {
+  return reported(error, error_size, [&] {
     if (tokens <= 0) return 0;
     switch (dtype * 4 + router) {
       ROUTE(0, f32_plain)
@@ -128,10 +139,7 @@ extern "C" int kp_route(int dtype, int router, const void* x, const float* bias,
       ROUTE(11, bf16_grouped)
     }
     throw std::runtime_error("unknown dtype or router");
-  } catch (const std::exception& e) {
-    std::snprintf(error, (size_t)error_size, "%s", e.what());
-    return 1;
-  }
+  });
 }
 
 #define SIGMOID(INDEX, NS)                                                                                     \
@@ -145,7 +153,7 @@ extern "C" int kp_route(int dtype, int router, const void* x, const float* bias,
 // in `error`.
 extern "C" int kp_topk_sigmoid(int dtype, int algo, const void* x, const float* bias, float* w, int* ids, int tokens,
                                int experts, int k, int blocks_per_sm, char* error, int error_size) {
-  try {
+  return reported(error, error_size, [&] {
     if (tokens <= 0) return 0;
     switch (dtype) {
       SIGMOID(0, f32_sigmoid)
@@ -153,8 +161,5 @@ extern "C" int kp_topk_sigmoid(int dtype, int algo, const void* x, const float* 
       SIGMOID(2, bf16_sigmoid)
     }
     throw std::runtime_error("unknown dtype");
-  } catch (const std::exception& e) {
-    std::snprintf(error, (size_t)error_size, "%s", e.what());
-    return 1;
-  }
+  });
 }

@@ -22,6 +22,12 @@ def units(parts: dict[str, str] | None = None) -> dict[str, tuple[str, str | Non
     return {f"{name}_{part}": (ctype, value) for name, ctype in DTYPES.items() for part, value in parts.items()}
 
 
+def build_root() -> Path:
+    """Where the case study's builds go, each in a folder named by a hash of its sources: PyTorch's extensions
+    folder (TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions)."""
+    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
+
+
 def sources(prefix: str, per_dtype: str, module: str, kernel_files: list[Path],
             parts: dict[str, str] | None = None) -> tuple[str, list[Path]]:
     """Write the build's sources and return (the extension's name, its files): ``per_dtype`` with DTYPE, NAME and
@@ -32,8 +38,7 @@ def sources(prefix: str, per_dtype: str, module: str, kernel_files: list[Path],
         texts[f"{name}.cu"] = text.replace("UNIT_PART", value) if value is not None else text
     texts["module.cpp"] = module
     digest = hashlib.sha256("".join([*texts.values(), *(f.read_text() for f in kernel_files)]).encode()).hexdigest()
-    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
-    src = root / f"kpilot_moe_src_{digest[:12]}"
+    src = build_root() / f"kpilot_moe_src_{digest[:12]}"
     src.mkdir(parents=True, exist_ok=True)
     for name, text in texts.items():
         if not (src / name).exists():

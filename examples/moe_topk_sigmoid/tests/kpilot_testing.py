@@ -22,4 +22,3 @@ MOE = EXAMPLES / "moe_topk_sigmoid"
 in_ci = shared.in_ci
 require_tool = shared.require_tool
 require_module = shared.require_module
-
