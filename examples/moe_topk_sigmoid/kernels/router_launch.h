@@ -40,14 +40,14 @@ void launch(const Args& a, cudaStream_t stream) {
              a.k, a.renormalize, a.n_group, a.topk_group, vector_rows);
 }
 
-// The merge kernel (k up to 8, no groups) at (W, C), its rows' 16-byte loads where the experts are a multiple of 8
-// and the logits 16-byte aligned.
+// The merge kernel (k up to 8) at (W, C), its rows' 16-byte loads where the experts are a multiple of 8 and the
+// logits 16-byte aligned.
 template <int W, int C>
 void launch_merge(const Args& a, cudaStream_t stream) {
   constexpr auto kernel = moe::topk_router_merge<T, W, C, ROUTER>;
   const int vector_rows = a.experts % 8 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
   MOE_LAUNCH(kernel, (grid_blocks<kernel, W>(a)), 256, stream, a.x, a.bias, a.w, a.ids, a.tokens, a.experts,
-             a.k, a.renormalize, vector_rows);
+             a.k, a.renormalize, a.n_group, a.topk_group, vector_rows);
 }
 
 // The merge kernel at (W, C), built only where moe::merge_shape gives this unit's router that shape: false
@@ -64,14 +64,28 @@ bool merge(const Args& a, cudaStream_t stream) {
 
 #define MOE_MERGE_CASE(W, C) \
   case W * 100 + C: return merge<W, C>(a, stream);
+#define MOE_GROUPED_MERGE_CASE(W, C) \
+  case W * 100 + C: return launch_merge<W, C>(a, stream), true;
 
-// The merge kernel at moe::merge_shape's shapes for this logit type (SIZE = sizeof(T), a template parameter so
-// that the other sizes' shapes are not built): true if it took the call. It serves k 4 to 8 from 4,096 tokens:
+// The merge kernel at moe::merge_shape's shapes for this logit type (with groups, moe::grouped_merge_shape's;
+// SIZE = sizeof(T), a template parameter so that the other sizes' shapes are not built): true if it took the call. It serves k 4 to 8 from 4,096 tokens:
 // timed against the rounds on every router case (results/moe_routers_merge_ab.json) it lost at k 1 (its eight
 // kept keys and networks for one) and on up to 3,000 tokens, and won on the large ones.
 template <int SIZE>
 bool route_merge(const Args& a, cudaStream_t stream) {
-  if (ROUTER == moe::GROUPED || a.k < 4 || a.k > 8 || a.tokens < 4096) return false;
+  if (a.k < 4 || a.k > 8 || a.tokens < 4096) return false;
+  if constexpr (ROUTER == moe::GROUPED) {
+    const moe::RouterShape g = moe::grouped_merge_shape(a.experts, a.n_group);
+    switch (g.w * 100 + g.p) {
+      MOE_GROUPED_MERGE_CASE(4, 1) MOE_GROUPED_MERGE_CASE(4, 2) MOE_GROUPED_MERGE_CASE(4, 3)
+      MOE_GROUPED_MERGE_CASE(4, 4) MOE_GROUPED_MERGE_CASE(4, 5) MOE_GROUPED_MERGE_CASE(4, 6)
+      MOE_GROUPED_MERGE_CASE(8, 1) MOE_GROUPED_MERGE_CASE(8, 2) MOE_GROUPED_MERGE_CASE(8, 3)
+      MOE_GROUPED_MERGE_CASE(8, 4) MOE_GROUPED_MERGE_CASE(8, 5) MOE_GROUPED_MERGE_CASE(8, 6)
+      MOE_GROUPED_MERGE_CASE(16, 1) MOE_GROUPED_MERGE_CASE(16, 2) MOE_GROUPED_MERGE_CASE(16, 3)
+      MOE_GROUPED_MERGE_CASE(16, 4) MOE_GROUPED_MERGE_CASE(16, 5) MOE_GROUPED_MERGE_CASE(16, 6)
+    }
+    return false;
+  }
   const moe::RouterShape s = moe::merge_shape(a.experts, SIZE, ROUTER);
   if constexpr (SIZE == 4) {   // 4 lanes of up to 32 experts
     switch (s.w * 100 + s.p) { MOE_MERGE_CASE(4, 2) MOE_MERGE_CASE(4, 3) MOE_MERGE_CASE(4, 4) }
@@ -85,6 +99,7 @@ bool route_merge(const Args& a, cudaStream_t stream) {
   return false;
 }
 #undef MOE_MERGE_CASE
+#undef MOE_GROUPED_MERGE_CASE
 
 // Routes a call of at least one token: the merge kernel where it serves, else the rounds kernel at
 // moe::router_shape's shape.

@@ -1,8 +1,8 @@
 """Every router of the case study in CUDA C++ (topk_router.cu) bound to PyTorch: plain and biased sigmoid, softmax
 gating and DeepSeek-V3's grouped selection, for any expert count from 1 to 512 and any k up to 16 (and up to the
 experts), fp32/fp16/bf16 logits, on NVIDIA sm_80 and newer. Built on first use (cuda_build). The merge kernel
-(sorting networks) takes k 4 to 8 without groups from 4,096 tokens at the shapes moe::merge_shape gives; the
-rounds kernel everything else (router_launch.h: the dispatch, shared with the CPU emulation in ../emulation).
+(sorting networks) takes k 4 to 8 from 4,096 tokens at the shapes moe::merge_shape (and, with groups,
+moe::grouped_merge_shape) gives; the rounds kernel everything else (router_launch.h: the dispatch, shared with the CPU emulation in ../emulation).
 
 The shapes the sigmoid kernels of topk_sigmoid_cuda.py were tuned for (64, 128, 256 experts, k 4 or 8) go to
 those; these kernels serve every other shape and the other two routers (dispatch.py).

@@ -1,7 +1,7 @@
 // MoE routing for NVIDIA sm_80+, every router of the case study: plain and biased sigmoid, softmax gating and
 // DeepSeek-V3's grouped selection, for any expert count up to 512 and any k up to 16. Two kernels share the keys
 // and the weights: topk_router selects in rounds and serves every shape; topk_router_merge selects by sorting
-// networks, for k up to 8 without groups (its comment says how; routing_cuda.py says where each runs).
+// networks, for k up to 8 (its comment says how; routing_cuda.py says where each runs).
 //
 // topk_router: W lanes per token (4, 8 or 16: see router_shape; a warp routes 32 / W tokens at a time), each lane holding P
 // consecutive experts (lane l: experts l * P .. l * P + P - 1), loaded as 16-byte vectors where the rows allow
@@ -26,7 +26,7 @@
 //   GROUPED  as BIASED, within the topk_group groups (of n_group, consecutive experts) whose two largest scores
 //            sum the most (lowest group among equals; keep_groups).
 // Analysis builds: nvcc -arch=sm_90 -O3 -cubin -DMOE_ROUTER=3 -DMOE_W=8 -DMOE_P=32 [-DMOE_DTYPE=__nv_bfloat16] topk_router.cu
-// (topk_router), or -DMOE_MERGE=1 -DMOE_W=4 -DMOE_C=6 (topk_router_merge, router 0 to 2, C chunks of 8 a lane).
+// (topk_router), or -DMOE_MERGE=1 -DMOE_W=4 -DMOE_C=6 (topk_router_merge, router 0 to 3, C chunks of 8 a lane).
 #if (defined(MOE_ROUTER) || defined(MOE_MERGE)) && !defined(MOE_DTYPE)
 #define MOE_DTYPE float
 #endif
@@ -587,15 +587,34 @@ __host__ inline RouterShape router_shape(int experts, int n_group = 1) {
   return {0, 0};
 }
 
-// The merge kernel: selection by sorting networks, for k up to 8 and the routers without groups. Chunk c of a
-// token's row (experts 8c .. 8c + 7) is lane c % W's chunk c / W, so that a token's lanes read neighbouring 16
-// bytes. A lane makes each chunk's eight keys (as topk_router makes them), sorts them (19 compare-exchanges) and
+// The merge kernel: selection by sorting networks, for k up to 8. Chunk c of a token's row (experts 8c .. 8c + 7)
+// is lane c % W's chunk c / W, so that a token's lanes read neighbouring 16 bytes (with groups, lane c / C's, so
+// that a lane's experts lie in one group: grouped_best_keys). A lane makes each chunk's eight keys (as topk_router makes them), sorts them (19 compare-exchanges) and
 // merges them into its best 8 (best_keys, as the sorting-network kernel does); the token's lanes then merge their
 // lists by xor shuffles, log2(W) steps, and every lane holds the token's best 8: no rounds, and no lane that can
 // run out of kept keys, so a lane can hold many experts (4 lanes of 64 for 256 bf16 experts, where the rounds
 // took 16 lanes of 16 and a round's maxima every 2 tokens a warp). fp32 logits keep their order key's top 23
 // bits, the best key left out tracked through the merges; a warp where two of a token's top k + 1 share those
 // bits selects again on exact 64-bit keys, as does a bias spanning more than 1.
+
+// The best 8 keys of a token under DeepSeek-V3's groups, in every one of its W lanes: each lane's list of its chunks
+// (keys_of; all its experts in one group of L lanes), its group kept or dropped by keep_groups on the group's two
+// largest keys (high(key): the 32 bits group_key sums), the lists of dropped groups emptied, then the lanes' lists
+// merged.
+template <typename Key, int W, int C, typename KeysOf, typename High, typename GroupKey>
+__device__ inline void grouped_best_keys(KeysOf keys_of, Key (&top)[8], int lane, int per, int L, int n_group,
+                                         int topk_group, High high, GroupKey group_key) {
+  Key below;
+  lane_best_keys<Key, 8, C>(keys_of, top, below);
+  const unsigned none[1] = {0u};   // keep_groups reads keys only where groups are not whole lanes
+  const unsigned kept = keep_groups<W, 1>(none, high(top[0]), high(top[1]), lane, 0, per, L, n_group, topk_group,
+                                          group_key);
+  if (!((kept >> (lane / L)) & 1u)) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) top[j] = 0;
+  }
+  merge_lanes<Key, 8, W>(top, below);
+}
 
 // v[i] (i < 8) by a tree of selects on i's bits: indexed by a lane's place, the array would go to local memory.
 template <typename Key>
@@ -662,16 +681,20 @@ __host__ __device__ constexpr int merge_min_blocks() {
 template <typename T, int W, int C, int ROUTER>
 __global__ __launch_bounds__(256, merge_min_blocks<T, C>()) void topk_router_merge(
     const T* __restrict__ logits, const float* __restrict__ bias, float* __restrict__ weights, int* __restrict__ ids,
-    int tokens, int experts, int k, int renormalize, int vector_rows) {
+    int tokens, int experts, int k, int renormalize, int n_group, int topk_group, int vector_rows) {
   static_assert(W == 1 || W == 2 || W == 4 || W == 8 || W == 16, "a power of two of lanes per token, 16 at most");
-  static_assert(ROUTER != GROUPED, "the grouped router selects in rounds (topk_router)");
   constexpr int R = (8 + W - 1) / W;          // round r (the r-th best) goes to lane r % W, slot r / W
   constexpr int CV = 8 * (int)sizeof(T) / 16;   // 16-byte vectors a chunk
-  constexpr bool BIAS = ROUTER == BIASED;
+  constexpr bool BIAS = ROUTER == BIASED || ROUTER == GROUPED;
   constexpr bool HALVES = !BIAS && sizeof(T) == 2;   // exact 16-bit keys
   constexpr bool FP32 = !BIAS && !HALVES;            // 23-bit keys, checked
   const int lane = threadIdx.x % W;
   const bool vector = vector_rows != 0;       // experts a multiple of 8, rows 16-byte aligned
+  // Chunk v of this lane: with groups C consecutive chunks, so that a lane's experts lie in one group (W / n_group
+  // lanes a group); otherwise every W-th, so that a token's lanes read neighbouring 16 bytes.
+  const auto chunk = [lane](int v) { return ROUTER == GROUPED ? lane * C + v : v * W + lane; };
+  const int per = ROUTER == GROUPED ? experts / n_group : 1;   // experts a group
+  const int L = ROUTER == GROUPED ? W / n_group : 1;          // lanes a group
 
   __shared__ __align__(16) float shift[BIAS ? 512 : 4];
   float scale = 0.0f;
@@ -686,11 +709,11 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C>()) void topk_router_mer
     const T* row = logits + (size_t)(active ? token : 0) * experts;
     uint4 raw[C][CV];
 #pragma unroll
-    for (int v = 0; v < C; ++v) load_chunk<T, CV>(row, v * W + lane, experts, vector, raw[v]);
+    for (int v = 0; v < C; ++v) load_chunk<T, CV>(row, chunk(v), experts, vector, raw[v]);
 
     // Chunk v's keys, as topk_router makes them; 0 past the experts.
     const auto keys_of = [&](int v, unsigned (&keys)[8]) {
-      const int e0 = (v * W + lane) * 8;
+      const int e0 = chunk(v) * 8;
       if constexpr (HALVES) {
 #pragma unroll
         for (int p = 0; p < 4; ++p) half_keys(chunk_word<CV>(raw[v], p), e0 + 2 * p, keys[2 * p], keys[2 * p + 1]);
@@ -729,7 +752,13 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C>()) void topk_router_mer
     bool exact = !quantized;
     if (!exact) {
       unsigned top[8], below;
-      best_keys<unsigned, 8, W, C, FP32>(keys_of, top, below);
+      if constexpr (ROUTER == GROUPED) {   // the group's key: its two largest scores' quantized bits summed
+        grouped_best_keys<unsigned, W, C>(keys_of, top, lane, per, L, n_group, topk_group, [](unsigned key) {
+          return key;
+        }, [](unsigned a, unsigned b) { return (a >> 9) + (b >> 9); });
+      } else {
+        best_keys<unsigned, 8, W, C, FP32>(keys_of, top, below);
+      }
       if constexpr (FP32) {   // two of the top k + 1 sharing their top 23 bits: exact keys decide
         bool alike = false;
 #pragma unroll
@@ -744,8 +773,8 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C>()) void topk_router_mer
     if constexpr (!HALVES) {
       if (__any_sync(0xffffffffu, exact)) {   // exact keys: the score's order key, then 511 - expert
         unsigned long long top[8];
-        best_keys<unsigned long long, 8, W, C>([&](int v, unsigned long long (&keys)[8]) {
-          const int e0 = (v * W + lane) * 8;
+        const auto exact_keys_of = [&](int v, unsigned long long (&keys)[8]) {
+          const int e0 = chunk(v) * 8;
 #pragma unroll
           for (int j = 0; j < 8; ++j) {
             const int e = e0 + j;
@@ -753,7 +782,16 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C>()) void topk_router_mer
             const unsigned o = exact_key<ROUTER>(x, BIAS && e < experts ? bias[e] : 0.0f);
             keys[j] = e < experts ? ((unsigned long long)o << 32) | (511u - (unsigned)e) : 0ull;
           }
-        }, top);
+        };
+        if constexpr (ROUTER == GROUPED) {   // the group's key: the float sum of its two largest scores
+          grouped_best_keys<unsigned long long, W, C>(exact_keys_of, top, lane, per, L, n_group, topk_group,
+                                                      [](unsigned long long key) { return (unsigned)(key >> 32); },
+                                                      [](unsigned a, unsigned b) {
+                                                        return order_key(from_order_key(a) + from_order_key(b));
+                                                      });
+        } else {
+          best_keys<unsigned long long, 8, W, C>(exact_keys_of, top);
+        }
         take_slots(top, 511u);
       }
     }
@@ -809,12 +847,25 @@ __host__ inline RouterShape merge_shape(int experts, int size, int router) {
   return {0, 0};
 }
 
+// The grouped router on the merge kernel: W = n_group * L lanes (4 to 16), each lane C chunks of one group (C =
+// experts a group / 8L, at most 6: a biased score's registers), L the fewest lanes a group that allow it; {0, 0}
+// where none does (groups not a multiple of 8 experts).
+__host__ inline RouterShape grouped_merge_shape(int experts, int n_group) {
+  const int per = experts / n_group;
+  for (int lanes = 1; lanes <= 16; lanes *= 2) {
+    const int w = n_group * lanes;
+    if (w < 4 || w > 16 || per % (8 * lanes) != 0) continue;
+    if (per / (8 * lanes) <= 6) return {w, per / (8 * lanes)};
+  }
+  return {0, 0};
+}
+
 }  // namespace moe
 
 #ifdef MOE_MERGE   // one instantiation of the merge kernel (-D MOE_MERGE=router, MOE_W, MOE_C, MOE_DTYPE)
 template __global__ void moe::topk_router_merge<MOE_DTYPE, MOE_W, MOE_C, MOE_MERGE>(const MOE_DTYPE*, const float*,
                                                                                   float*, int*, int, int, int, int,
-                                                                                  int);
+                                                                                  int, int, int);
 #endif
 #ifdef MOE_ROUTER   // one instantiation for `kpilot isa analyze` (-D MOE_ROUTER, MOE_W, MOE_P, MOE_DTYPE)
 template __global__ void moe::topk_router<MOE_DTYPE, MOE_W, MOE_P, MOE_ROUTER>(const MOE_DTYPE*, const float*, float*,

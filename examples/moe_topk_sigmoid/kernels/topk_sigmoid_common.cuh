@@ -131,11 +131,10 @@ __device__ constexpr Key least_key() {
   return std::is_signed_v<Key> ? Key(~(std::make_unsigned_t<Key>(~0ull) >> 1)) : Key(0);
 }
 
-// The best K keys of a token, sorted, in every one of its TPT lanes: keys_of(v, keys) makes the eight keys of
-// this lane's v-th chunk of experts (experts (v * TPT + t) * 8 ...), which the networks merge into the lane's
-// list, then the lanes' lists are merged. With TRACK, `below` is the token's best key left out (the (K + 1)-th).
-template <typename Key, int K, int TPT, int CHUNKS, bool TRACK = false, typename KeysOf>
-__device__ inline void best_keys(KeysOf keys_of, Key (&top)[K], Key& below) {
+// A lane's best K keys, sorted: keys_of(v, keys) makes the eight keys of this lane's v-th chunk of experts, which
+// the networks merge into the list. With TRACK, `below` is the lane's best key left out.
+template <typename Key, int K, int CHUNKS, bool TRACK = false, typename KeysOf>
+__device__ inline void lane_best_keys(KeysOf keys_of, Key (&top)[K], Key& below) {
   below = least_key<Key>();
 #pragma unroll
   for (int v = 0; v < CHUNKS; ++v) {
@@ -163,6 +162,11 @@ __device__ inline void best_keys(KeysOf keys_of, Key (&top)[K], Key& below) {
       }
     }
   }
+}
+
+// The lists of a token's TPT lanes (neighbours, TPT a power of two) merged into every one of them by xor shuffles.
+template <typename Key, int K, int TPT, bool TRACK = false>
+__device__ inline void merge_lanes(Key (&top)[K], Key& below) {
 #pragma unroll
   for (int d = 1; d < TPT; d *= 2) {
     Key other[K];
@@ -171,6 +175,14 @@ __device__ inline void best_keys(KeysOf keys_of, Key (&top)[K], Key& below) {
     if constexpr (TRACK) below = max(below, __shfl_xor_sync(0xffffffffu, below, d));
     merge_best<K, TRACK>(top, other, below);
   }
+}
+
+// The best K keys of a token, sorted, in every one of its TPT lanes: each lane's (lane_best_keys), then the lanes'
+// lists merged. With TRACK, `below` is the token's best key left out (the (K + 1)-th).
+template <typename Key, int K, int TPT, int CHUNKS, bool TRACK = false, typename KeysOf>
+__device__ inline void best_keys(KeysOf keys_of, Key (&top)[K], Key& below) {
+  lane_best_keys<Key, K, CHUNKS, TRACK>(keys_of, top, below);
+  merge_lanes<Key, K, TPT, TRACK>(top, below);
 }
 
 template <typename Key, int K, int TPT, int CHUNKS, typename KeysOf>

@@ -253,7 +253,8 @@ def test_cuda_router_compiles_for_sm_90_with_shuffles_and_no_spills(router, w, p
 
 @pytest.mark.parametrize("router, w, c, dtype", [(0, 4, 8, "__nv_bfloat16"), (1, 8, 6, "__half"),
                                                  (2, 4, 4, "float"), (1, 4, 3, "float"), (2, 8, 6, "__half"),
-                                                 (1, 16, 4, "__nv_bfloat16")])
+                                                 (1, 16, 4, "__nv_bfloat16"), (3, 8, 4, "__nv_bfloat16"),
+                                                 (3, 8, 6, "float")])
 def test_cuda_merge_router_compiles_for_sm_90_with_networks_and_no_spills(router, w, c, dtype):
     """The merge kernel of topk_router.cu (sorting networks, k up to 8) compiled for sm_90 at shapes routing_cuda
     launches: its chunks load as 16-byte vectors, its lanes merge by shuffles, the selection is integer min/max,
