@@ -380,6 +380,13 @@ __device__ inline void select_exact(const T* __restrict__ row, const float* __re
 // A token's weights and ids from its rounds' experts (slot q of lane l: round q * W + l), their logits read again:
 // the sigmoid, or for softmax exp(logit - row_max) over `total` (or renormalised over the k); with a bias
 // renormalised over the k. Every lane of the warp calls it (the sums' shuffles); `active` ones store.
+// The token's largest logit: its first chosen expert's (slot 0 of the token's lane 0, `first`), read again (from
+// L1) and shared over the token's W lanes.
+template <typename T, int W>
+__device__ inline float top_logit(const T* __restrict__ row, unsigned first, int lane) {
+  return __shfl_sync(0xffffffffu, lane == 0 ? to_float<T>(row[first]) : 0.0f, 0, W);
+}
+
 template <typename T, int W, int ROUTER, int R>
 __device__ inline void write_weights(const T* __restrict__ row, const unsigned (&slot)[R], int lane, int k,
                                      int renormalize, float row_max, float total, bool active,
@@ -476,7 +483,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
           half_keys(w[p], first + 2 * p, key[2 * p], hi);
           if (2 * p + 1 < P) key[2 * p + 1] = hi;
         }
-        if constexpr (ROUTER == SOFTMAX) {   // the row's largest logit from its keys' top 16 bits
+        if (ROUTER == SOFTMAX && !renormalize) {   // the row's largest logit from its keys' top 16 bits, the sum
           unsigned m = 0u;
 #pragma unroll
           for (int j = 0; j < P; ++j) m = max(m, first + j < experts || !tail ? key[j] : 0u);
@@ -495,7 +502,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
         load_floats<T, P>(row, first, experts, vector, x);
         float c[BIAS ? P : 1];
         if constexpr (BIAS) load_shifts<W, P>(shift, lane, c);
-        if constexpr (ROUTER == SOFTMAX) {
+        if (ROUTER == SOFTMAX && !renormalize) {   // the row's largest logit, the sum
           float m = neg_inf(), s = 0.0f;
 #pragma unroll
           for (int j = 0; j < P; ++j) m = fmaxf(m, first + j < experts || !tail ? x[j] : neg_inf());
@@ -562,6 +569,8 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
         select_exact<T, W, P, ROUTER, R>(row, bias, first, lane, experts, k, n_group, topk_group, L, slot);
       }
     }
+    // Softmax renormalised over the k: no sum over the row (it cancels), the largest logit the first chosen one's.
+    if (ROUTER == SOFTMAX && renormalize) row_max = top_logit<T, W>(row, slot[0], lane);
 
     write_weights<T, W, ROUTER>(row, slot, lane, k, renormalize, row_max, total, active,
                                 weights + (size_t)token * k, ids + (size_t)token * k);
@@ -796,29 +805,23 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C>()) void topk_router_mer
       }
     }
 
-    // Softmax: the row's largest logit and the sum of exp(logit - largest) over its experts.
+    // Softmax: the row's largest logit (the first chosen expert's) and, where the weights are not renormalised
+    // over the k, the sum of exp(logit - largest) over the row's experts (renormalised, the sum cancels).
     float row_max = 0.0f, total = 1.0f;
     if constexpr (ROUTER == SOFTMAX) {
-      float m = neg_inf();
+      row_max = top_logit<T, W>(row, slot[0], lane);
+      if (!renormalize) {
+        float s = 0.0f;
 #pragma unroll
-      for (int v = 0; v < C; ++v) {
+        for (int v = 0; v < C; ++v) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const bool have = (v * W + lane) * 8 + j < experts;
-          m = fmaxf(m, have ? chunk_logit<T, CV>(raw[v], j) : neg_inf());
+          for (int j = 0; j < 8; ++j) {
+            const bool have = (v * W + lane) * 8 + j < experts;
+            s += have ? __expf(chunk_logit<T, CV>(raw[v], j) - row_max) : 0.0f;
+          }
         }
+        total = lanes_sum<W>(s);
       }
-      row_max = from_order_key(lanes_max<W>(order_key(m)));
-      float s = 0.0f;
-#pragma unroll
-      for (int v = 0; v < C; ++v) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const bool have = (v * W + lane) * 8 + j < experts;
-          s += have ? __expf(chunk_logit<T, CV>(raw[v], j) - row_max) : 0.0f;
-        }
-      }
-      total = lanes_sum<W>(s);
     }
     write_weights<T, W, ROUTER>(row, slot, lane, k, renormalize, row_max, total, active,
                                 weights + (size_t)token * k, ids + (size_t)token * k);
