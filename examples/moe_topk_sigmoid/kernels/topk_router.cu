@@ -816,7 +816,7 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C>()) void topk_router_mer
         for (int v = 0; v < C; ++v) {
 #pragma unroll
           for (int j = 0; j < 8; ++j) {
-            const bool have = (v * W + lane) * 8 + j < experts;
+            const bool have = chunk(v) * 8 + j < experts;
             s += have ? __expf(chunk_logit<T, CV>(raw[v], j) - row_max) : 0.0f;
           }
         }
