@@ -681,10 +681,11 @@ __device__ inline float chunk_logit(const uint4 (&raw)[CV], int j) {
 }
 
 // Blocks per SM the merge kernel is built for: registers for C chunks of raw logits, the list, a chunk's keys and
-// the merges' partners.
+// the merges' partners. 16-bit logits fit 64 registers (4 blocks) up to 4 chunks a lane and 80 (3 blocks) up to 8
+// without spilling, at every shape the dispatch gives; fp32 ones fit 80 up to 2 chunks, 128 beyond.
 template <typename T, int C>
 __host__ __device__ constexpr int merge_min_blocks() {
-  return C * (int)sizeof(T) <= 8 ? 3 : 2;
+  return sizeof(T) == 2 ? (C <= 4 ? 4 : 3) : C <= 2 ? 3 : 2;
 }
 
 template <typename T, int W, int C, int ROUTER>
