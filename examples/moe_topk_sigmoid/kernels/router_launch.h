@@ -40,12 +40,18 @@ void launch(const Args& a, cudaStream_t stream) {
              a.k, a.renormalize, a.n_group, a.topk_group, vector_rows);
 }
 
-// The merge kernel (k up to 8) at (W, C), its rows' 16-byte loads where the experts are a multiple of 8 and the
-// logits 16-byte aligned.
+// The merge kernel (k up to 8) at (W, C). Its chunks' loads (moe::ChunkLoads), with the logits 16-byte aligned:
+// whole 16-byte vectors where the experts and groups are multiples of 8, pieces of 4 experts where they are
+// multiples of 4 (60 experts; 160 in 8 groups of 20), else element by element.
 template <int W, int C>
 void launch_merge(const Args& a, cudaStream_t stream) {
   constexpr auto kernel = moe::topk_router_merge<T, W, C, ROUTER>;
-  const int vector_rows = a.experts % 8 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  const int per = ROUTER == moe::GROUPED ? a.experts / a.n_group : a.experts;
+  const bool aligned = reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  const int vector_rows = !aligned                                 ? moe::ELEMENTS
+                          : a.experts % 8 == 0 && per % 8 == 0     ? moe::VECTORS
+                          : a.experts % 4 == 0 && per % 4 == 0     ? moe::PIECES
+                                                                   : moe::ELEMENTS;
   MOE_LAUNCH(kernel, (grid_blocks<kernel, W>(a)), 256, stream, a.x, a.bias, a.w, a.ids, a.tokens, a.experts,
              a.k, a.renormalize, a.n_group, a.topk_group, vector_rows);
 }

@@ -641,14 +641,29 @@ __device__ inline unsigned chunk_word(const uint4 (&raw)[CV], int i) {
   return i % 4 == 0 ? q.x : i % 4 == 1 ? q.y : i % 4 == 2 ? q.z : q.w;
 }
 
-// Chunk c of a row (experts 8c ..) as CV 16-byte vectors: one load each where the rows allow it, else element by
-// element; 0 past the experts.
+// How the merge kernel loads a chunk (its launch's vector_rows): element by element, as 16-byte vectors of the whole
+// chunk (chunks on multiples of 8 experts, rows 16-byte aligned), or as pieces of 4 experts (chunks on multiples of
+// 4, as in groups of 4n experts: 8 bytes a piece for 16-bit logits, 16 for fp32).
+enum ChunkLoads { ELEMENTS = 0, VECTORS = 1, PIECES = 2 };
+
+// The chunk of a row's experts e0 .. e0 + 7 as CV 16-byte vectors, 0 from `end` on (the row's end, or its group's).
 template <typename T, int CV>
-__device__ inline void load_chunk(const T* __restrict__ row, int c, int experts, bool vector, uint4 (&raw)[CV]) {
-  if (vector) {
+__device__ inline void load_chunk(const T* __restrict__ row, int e0, int end, int loads, uint4 (&raw)[CV]) {
+  if (loads == VECTORS) {
 #pragma unroll
     for (int i = 0; i < CV; ++i) {
-      raw[i] = c * 8 < experts ? __ldg(reinterpret_cast<const uint4*>(row) + c * CV + i) : make_uint4(0, 0, 0, 0);
+      raw[i] = e0 < end ? __ldg(reinterpret_cast<const uint4*>(row + e0) + i) : make_uint4(0, 0, 0, 0);
+    }
+  } else if (loads == PIECES) {   // 2 pieces a chunk, each loaded where it starts before `end` (end a multiple of 4)
+    if constexpr (sizeof(T) == 2) {
+      const uint2 a = e0 < end ? __ldg(reinterpret_cast<const uint2*>(row + e0)) : make_uint2(0, 0);
+      const uint2 b = e0 + 4 < end ? __ldg(reinterpret_cast<const uint2*>(row + e0 + 4)) : make_uint2(0, 0);
+      raw[0] = make_uint4(a.x, a.y, b.x, b.y);
+    } else {
+#pragma unroll
+      for (int i = 0; i < CV; ++i) {
+        raw[i] = e0 + 4 * i < end ? __ldg(reinterpret_cast<const uint4*>(row + e0 + 4 * i)) : make_uint4(0, 0, 0, 0);
+      }
     }
   } else {
     unsigned w[4 * CV];
@@ -656,12 +671,12 @@ __device__ inline void load_chunk(const T* __restrict__ row, int c, int experts,
     for (int i = 0; i < 4 * CV; ++i) w[i] = 0u;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const int e = c * 8 + j;
+      const int e = e0 + j;
       if constexpr (sizeof(T) == 2) {
-        const unsigned h = e < experts ? reinterpret_cast<const unsigned short*>(row)[e] : 0u;
+        const unsigned h = e < end ? reinterpret_cast<const unsigned short*>(row)[e] : 0u;
         w[j / 2] |= h << (16 * (j % 2));
       } else {
-        w[j] = e < experts ? __float_as_uint(to_float<T>(row[e])) : 0u;
+        w[j] = e < end ? __float_as_uint(to_float<T>(row[e])) : 0u;
       }
     }
 #pragma unroll
@@ -699,12 +714,16 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C>()) void topk_router_mer
   constexpr bool HALVES = !BIAS && sizeof(T) == 2;   // exact 16-bit keys
   constexpr bool FP32 = !BIAS && !HALVES;            // 23-bit keys, checked
   const int lane = threadIdx.x % W;
-  const bool vector = vector_rows != 0;       // experts a multiple of 8, rows 16-byte aligned
-  // Chunk v of this lane: with groups C consecutive chunks, so that a lane's experts lie in one group (W / n_group
-  // lanes a group); otherwise every W-th, so that a token's lanes read neighbouring 16 bytes.
-  const auto chunk = [lane](int v) { return ROUTER == GROUPED ? lane * C + v : v * W + lane; };
   const int per = ROUTER == GROUPED ? experts / n_group : 1;   // experts a group
   const int L = ROUTER == GROUPED ? W / n_group : 1;          // lanes a group
+  // The first expert of this lane's chunk v: with groups, C consecutive chunks, so that a lane's experts lie in one
+  // group (W / n_group lanes a group, or one lane for a group whose experts are not a multiple of 8: its last chunk
+  // cut at the group's end); otherwise every W-th chunk, so that a token's lanes read neighbouring 16 bytes. `end`:
+  // where this lane's experts end. (Written per case: lane / L * per + lane % L * 8C for every L made the bf16
+  // builds spill.)
+  const int first = ROUTER == GROUPED ? (L == 1 ? lane * per : lane * C * 8) : lane * 8;
+  const auto start = [first](int v) { return first + v * (ROUTER == GROUPED ? 8 : 8 * W); };
+  const int end = ROUTER == GROUPED && L == 1 ? first + per : experts;
 
   __shared__ __align__(16) float shift[BIAS ? 512 : 4];
   float scale = 0.0f;
@@ -719,11 +738,11 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C>()) void topk_router_mer
     const T* row = logits + (size_t)(active ? token : 0) * experts;
     uint4 raw[C][CV];
 #pragma unroll
-    for (int v = 0; v < C; ++v) load_chunk<T, CV>(row, chunk(v), experts, vector, raw[v]);
+    for (int v = 0; v < C; ++v) load_chunk<T, CV>(row, start(v), end, vector_rows, raw[v]);
 
-    // Chunk v's keys, as topk_router makes them; 0 past the experts.
+    // Chunk v's keys, as topk_router makes them; 0 past the lane's experts.
     const auto keys_of = [&](int v, unsigned (&keys)[8]) {
-      const int e0 = chunk(v) * 8;
+      const int e0 = start(v);
       if constexpr (HALVES) {
 #pragma unroll
         for (int p = 0; p < 4; ++p) half_keys(chunk_word<CV>(raw[v], p), e0 + 2 * p, keys[2 * p], keys[2 * p + 1]);
@@ -741,9 +760,9 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C>()) void topk_router_mer
           keys[j] = BIAS ? biased_key(x, scale, c[j], low) : top23_key(x, low);
         }
       }
-      if (e0 + 8 > experts) {
+      if (e0 + 8 > end) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) keys[j] = e0 + j < experts ? keys[j] : 0u;
+        for (int j = 0; j < 8; ++j) keys[j] = e0 + j < end ? keys[j] : 0u;
       }
     };
 
@@ -784,13 +803,13 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C>()) void topk_router_mer
       if (__any_sync(0xffffffffu, exact)) {   // exact keys: the score's order key, then 511 - expert
         unsigned long long top[8];
         const auto exact_keys_of = [&](int v, unsigned long long (&keys)[8]) {
-          const int e0 = chunk(v) * 8;
+          const int e0 = start(v);
 #pragma unroll
           for (int j = 0; j < 8; ++j) {
             const int e = e0 + j;
             const float x = chunk_logit<T, CV>(raw[v], j);
-            const unsigned o = exact_key<ROUTER>(x, BIAS && e < experts ? bias[e] : 0.0f);
-            keys[j] = e < experts ? ((unsigned long long)o << 32) | (511u - (unsigned)e) : 0ull;
+            const unsigned o = exact_key<ROUTER>(x, BIAS && e < end ? bias[e] : 0.0f);
+            keys[j] = e < end ? ((unsigned long long)o << 32) | (511u - (unsigned)e) : 0ull;
           }
         };
         if constexpr (ROUTER == GROUPED) {   // the group's key: the float sum of its two largest scores
@@ -817,7 +836,7 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C>()) void topk_router_mer
         for (int v = 0; v < C; ++v) {
 #pragma unroll
           for (int j = 0; j < 8; ++j) {
-            const bool have = chunk(v) * 8 + j < experts;
+            const bool have = start(v) + j < end;
             s += have ? __expf(chunk_logit<T, CV>(raw[v], j) - row_max) : 0.0f;
           }
         }
@@ -851,11 +870,17 @@ __host__ inline RouterShape merge_shape(int experts, int size, int router) {
   return {0, 0};
 }
 
-// The grouped router on the merge kernel: W = n_group * L lanes (4 to 16), each lane C chunks of one group (C =
-// experts a group / 8L, at most 6: a biased score's registers), L the fewest lanes a group that allow it; {0, 0}
-// where none does (groups not a multiple of 8 experts).
+// The grouped router on the merge kernel: W = n_group * L lanes (4 to 16), each lane C chunks of one group (C at
+// most 6: a biased score's registers). Groups of a multiple of 8 experts: C = experts a group / 8L, L the fewest
+// lanes a group that allow it; other groups: one lane a group, C = its experts / 8 rounded up, the last chunk cut at
+// the group's end. {0, 0} where none serves.
 __host__ inline RouterShape grouped_merge_shape(int experts, int n_group) {
   const int per = experts / n_group;
+  if (per % 8 != 0) {
+    return n_group >= 4 && n_group <= 16 && (n_group & (n_group - 1)) == 0 && (per + 7) / 8 <= 6
+               ? RouterShape{n_group, (per + 7) / 8}
+               : RouterShape{0, 0};
+  }
   for (int lanes = 1; lanes <= 16; lanes *= 2) {
     const int w = n_group * lanes;
     if (w < 4 || w > 16 || per % (8 * lanes) != 0) continue;
