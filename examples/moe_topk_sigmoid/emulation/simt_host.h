@@ -7,7 +7,9 @@
 // no GPU. It says nothing about speed, and the hardware's approximate math (ex2.approx, __fdividef) is the host's
 // exact math here, so results can differ from a GPU's in the last bits of a float. Collectives take the full warp
 // only (mask 0xffffffff, every thread of the warp alive), as the router kernels use them; anything else is
-// refused with a message.
+// refused with a message. Built with -fsanitize=alignment, a load or store off its type's alignment (a 16-byte
+// vector at an address the GPU would fault on with "misaligned address", which x86 reads without complaint) fails
+// the launch with its source line: see __ubsan_handle_type_mismatch_v1 below.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -202,6 +204,38 @@ inline void launch(unsigned blocks, unsigned threads, const std::function<void()
 }
 
 }  // namespace simt
+
+// GCC's -fsanitize=alignment calls this where an access is off its type's alignment; defined here (hidden, so the
+// library's own calls bind to it, not to libubsan's) to fail the launch as the GPU would, naming the type and the
+// source line. The layouts are those GCC's instrumentation passes.
+namespace simt {
+struct SourceLocation {
+  const char* file;
+  uint32_t line, column;
+};
+struct TypeDescriptor {
+  uint16_t kind, info;
+  char name[1];
+};
+struct TypeMismatchData {
+  SourceLocation loc;
+  const TypeDescriptor* type;
+  unsigned char log_alignment, type_check_kind;
+};
+}  // namespace simt
+
+extern "C" __attribute__((visibility("hidden"))) void __ubsan_handle_type_mismatch_v1(simt::TypeMismatchData* data,
+                                                                                   uintptr_t pointer) {
+  const uintptr_t align = (uintptr_t)1 << data->log_alignment;
+  if (pointer == 0 || pointer % align == 0) return;
+  simt::Block& b = simt::block();
+  if (!b.error.empty()) return;
+  char why[512];
+  std::snprintf(why, sizeof why, "simt: misaligned address: %s at %#lx needs %lu-byte alignment (%s:%u:%u)",
+                data->type->name, (unsigned long)pointer, (unsigned long)align, data->loc.file, data->loc.line,
+                data->loc.column);
+  b.error = why;   // the scheduler fails the launch when the thread yields
+}
 
 #define threadIdx (::simt::current()->tid)
 #define blockIdx (::simt::block_idx())

@@ -142,8 +142,8 @@ def path_shapes() -> list[tuple[str, int, int, dict]]:
     """(router, experts, k, extra) that together reach every path of these kernels and their dispatch: 8 to 512
     experts, k 1 to 16, each router; grouped selections whose groups are whole lanes and ones whose groups are not
     (96 in 16 groups, 120 in 8). With 4,096 tokens or more, those of k 4 to 8 reach the merge kernel, in each of
-    its loads: whole vectors (160, 384), pieces of 4 experts (60, 100; 160 in groups of 20), elements (50; 120 in
-    groups of 15). The tests run them on the GPU and in the CPU emulation."""
+    its loads: whole vectors (160, 384), pieces of 4 experts (60, 100; 160 in groups of 20), elements (50); groups
+    of 15 (120 in 8) stay on the rounds kernel. The tests run them on the GPU and in the CPU emulation."""
     out = []
     for experts, ks in ((8, (1, 2, 8)), (12, (3,)), (16, (16,)), (24, (5,)), (32, (4,)), (50, (5,)), (60, (4,)),
                         (64, (1, 16)), (100, (7,)), (160, (6, 8)), (256, (2, 16)), (384, (8,)), (512, (16,))):

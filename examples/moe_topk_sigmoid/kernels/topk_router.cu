@@ -872,12 +872,13 @@ __host__ inline RouterShape merge_shape(int experts, int size, int router) {
 
 // The grouped router on the merge kernel: W = n_group * L lanes (4 to 16), each lane C chunks of one group (C at
 // most 6: a biased score's registers). Groups of a multiple of 8 experts: C = experts a group / 8L, L the fewest
-// lanes a group that allow it; other groups: one lane a group, C = its experts / 8 rounded up, the last chunk cut at
-// the group's end. {0, 0} where none serves.
+// lanes a group that allow it; groups of 4n experts: one lane a group, C = its experts / 8 rounded up, the last
+// chunk cut at the group's end. {0, 0} where none serves: other groups, whose chunks would read the shift table's
+// 16-byte vectors off their alignment.
 __host__ inline RouterShape grouped_merge_shape(int experts, int n_group) {
   const int per = experts / n_group;
   if (per % 8 != 0) {
-    return n_group >= 4 && n_group <= 16 && (n_group & (n_group - 1)) == 0 && (per + 7) / 8 <= 6
+    return per % 4 == 0 && n_group >= 4 && n_group <= 16 && (n_group & (n_group - 1)) == 0 && (per + 7) / 8 <= 6
                ? RouterShape{n_group, (per + 7) / 8}
                : RouterShape{0, 0};
   }

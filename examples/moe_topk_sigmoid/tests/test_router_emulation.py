@@ -133,6 +133,26 @@ def test_emulation_check_fails_a_broken_merge(emulation, tmp_path):
     assert sigmoid and all(a.startswith(("sort", "prune")) for a in sigmoid), bad.stdout[-2000:]
 
 
+def test_emulation_check_fails_a_misaligned_load(emulation, tmp_path):
+    """A variant whose grouped router takes groups of 15 experts (120 in 8) on the merge kernel, where its chunks
+    read the shift table's 16-byte vectors off their alignment (the GPU faults: "misaligned address"): the
+    emulation fails those cases with the type and the source line (simt_host.h's alignment handler), and only
+    those."""
+    variant = tmp_path / "groups_of_15"
+    variant.mkdir()
+    text = (MOE / "kernels" / "topk_router.cu").read_text()
+    guard = "return per % 4 == 0 && n_group >= 4"
+    assert guard in text
+    (variant / "topk_router.cu").write_text(text.replace(guard, "return n_group >= 4"))
+    script = MOE / "benchmarks" / "moe_emulation_check.py"
+    args = ["--dtype", "bfloat16", "--tokens", "4099"]
+    bad = subprocess.run([sys.executable, str(script), str(variant), *args], capture_output=True, text=True)
+    assert bad.returncode == 1, bad.stderr[-2000:]
+    failed = [ln.strip() for ln in bad.stdout.splitlines() if ln.startswith("  ")]
+    assert failed and all(ln.startswith("grouped experts=120 ") for ln in failed), bad.stdout[-2000:]
+    assert all("misaligned address: 'const struct float4'" in ln and "topk_router.cu:" in ln for ln in failed)
+
+
 _COLLECTIVES = r"""
 #include "simt_host.h"
 #include <cstdio>
