@@ -598,7 +598,9 @@ __host__ inline RouterShape router_shape(int experts, int n_group = 1) {
 
 // The merge kernel: selection by sorting networks, for k up to 8. Chunk c of a token's row (experts 8c .. 8c + 7)
 // is lane c % W's chunk c / W, so that a token's lanes read neighbouring 16 bytes (with groups, lane c / C's, so
-// that a lane's experts lie in one group: grouped_best_keys). A lane makes each chunk's eight keys (as topk_router makes them), sorts them (19 compare-exchanges) and
+// that a lane's experts lie in one group: grouped_best_keys; a group of 4n experts, n odd, is one lane's, its chunks
+// from the group's first expert and the last cut at its end). A lane makes each chunk's eight keys (as topk_router
+// makes them), sorts them (19 compare-exchanges) and
 // merges them into its best 8 (best_keys, as the sorting-network kernel does); the token's lanes then merge their
 // lists by xor shuffles, log2(W) steps, and every lane holds the token's best 8: no rounds, and no lane that can
 // run out of kept keys, so a lane can hold many experts (4 lanes of 64 for 256 bf16 experts, where the rounds
