@@ -21,10 +21,17 @@
 #   moe-profile       kpilot profile of the CUDA kernels (MOE_PROFILE_KERNELS) on one case (MOE_PROFILE_CASE, default the
 #                     largest bfloat16 one) of both variants, and the warp kernel against the packed-key one
 #   moe-bench-large   examples/moe_topk_sigmoid/bench.py on the cases of 8192 tokens or more (bfloat16)
-#   moe-bench-plain, moe-bench-biased    bench.py on every bfloat16 case of one variant (the report merges both)
-#   moe-bench-dtypes-plain, moe-bench-dtypes-biased    bench.py of dispatch.py on every float16 and float32 case
-#                     (MOE_DTYPES: these dtypes instead, e.g. float32)
+#   moe-bench-plain, moe-bench-biased, moe-bench-softmax, moe-bench-grouped    bench.py on every bfloat16 case of one
+#                     variant (the report merges them)
+#   moe-bench-dtypes-plain, ...-biased, ...-softmax, ...-grouped    bench.py of dispatch.py on every float16 and
+#                     float32 case of one variant (MOE_DTYPES: these dtypes instead, e.g. float32)
 #   pytest-moe        python -m pytest -m gpu examples/moe_topk_sigmoid/tests/test_moe_problem.py (the MoE kernels alone)
+#   pytest-moe-routers  the router kernels' GPU tests ($MOE/tests/test_moe_routers.py: every router and shape)
+#   moe-routers       $MOE/benchmarks/moe_routers.py --router-only $MOE_ROUTERS_ARGS (every router case checked and
+#                     timed against the natural PyTorch and the stream floor; with --kernels NAME=DIR twice or more,
+#                     kernel trees against each other in one process)
+#   moe-router-profile  kpilot profile --source of the router kernels on $MOE/benchmarks/router_worst.py's cases (each
+#                     launched once), and each report's diagnosis
 #   moe-large         $MOE/benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
 #                     their stream floors; quick, between full bench.py runs)
 #   moe-sort          $MOE/benchmarks/moe_sort.py (the sorting-network kernel at each experts per thread against the packed-key
@@ -55,6 +62,7 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
   case $name in
     pytest-gpu) python3 -m pytest -q -m gpu -p no:cacheprovider tests ;;
     pytest-moe) python3 -m pytest -q -m gpu -p no:cacheprovider "$MOE/tests/test_moe_problem.py" ;;
+    pytest-moe-routers) python3 -m pytest -q -m "gpu and example" -p no:cacheprovider "$MOE/tests/test_moe_routers.py" ;;
     timing) python3 benchmarks/eval_timing.py && cp benchmarks/results/eval_timing.json "$dir/" ;;
     speed)   # SPEED_RUNS times (default 1); every run is appended to eval_timing.jsonl
       for _ in $(seq "${SPEED_RUNS:-1}"); do python3 benchmarks/eval_timing.py --only speed || return 1; done
@@ -119,14 +127,19 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
           --case experts=256,tokens=65536,k=8,dtype=bfloat16 --case experts=128,tokens=65536,k=8,dtype=bfloat16 \
           --case experts=256,tokens=8192,k=8,dtype=bfloat16 --store "$dir/runs.db" --json > "$dir/events.jsonl"
       report "$dir" ;;
+    moe-routers) python3 "$MOE/benchmarks/moe_routers.py" --router-only ${MOE_ROUTERS_ARGS:-} --out "$dir/moe_routers.json" ;;
+    moe-router-profile)
+      python3 -m kernelpilot profile --source --kernel topk_router --out "$dir" --name router_worst --json \
+          -- python3 "$MOE/benchmarks/router_worst.py" --once > "$dir/router_worst.json" || return 1
+      python3 -m kernelpilot profile --import "$dir/router_worst.ncu-rep" --source ;;
     moe-large) python3 "$MOE/benchmarks/moe_large.py" ${MOE_LARGE_ARGS:-} && cp "$MOE/results/moe_large.json" "$dir/" ;;
     moe-sort) python3 "$MOE/benchmarks/moe_sort.py" "$dir" ${MOE_SORT_ARGS:-} ;;
     moe-variants) python3 "$MOE/benchmarks/moe_variants.py" "$dir" ${MOE_VARIANTS:?moe-variants needs MOE_VARIANTS} ${MOE_VARIANTS_ARGS:-} ;;
     moe-bench-large) python3 "$MOE/bench.py" --dtype bfloat16 --tokens 8192 --tokens 65536 && cp -r "$MOE"/results/* "$dir/" ;;
-    moe-bench-plain|moe-bench-biased)
+    moe-bench-plain|moe-bench-biased|moe-bench-softmax|moe-bench-grouped)
       python3 "$MOE/bench.py" --dtype bfloat16 --variant "${name#moe-bench-}" ${MOE_BUDGET:+--budget $MOE_BUDGET} \
           && cp -r "$MOE"/results/* "$dir/" ;;
-    moe-bench-dtypes-plain|moe-bench-dtypes-biased)
+    moe-bench-dtypes-plain|moe-bench-dtypes-biased|moe-bench-dtypes-softmax|moe-bench-dtypes-grouped)
       for dtype in ${MOE_DTYPES:-float16 float32}; do
         python3 "$MOE/bench.py" --dtype $dtype --variant "${name#moe-bench-dtypes-}" --kernel dispatch.py \
             ${MOE_BUDGET:+--budget $MOE_BUDGET} || return 1
