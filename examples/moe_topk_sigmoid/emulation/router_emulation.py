@@ -75,7 +75,8 @@ def library_path(kernels: Path = KERNELS) -> Path:
     missing = [f for f in KERNEL_FILES if not (kernels / f).is_file()]
     if missing:
         raise EmulationError(f"{kernels} lacks {', '.join(missing)}")
-    sources = [HERE / "simt_host.h", HERE / "router_host.cpp", *(kernels / f for f in KERNEL_FILES)]
+    sources = [HERE / "simt_host.h", HERE / "device_memory.h", HERE / "router_host.cpp",
+               *(kernels / f for f in KERNEL_FILES)]
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources) + " ".join(FLAGS).encode()).hexdigest()[:12]
     out = cuda_build.build_root() / f"kpilot_moe_emulation_{digest}" / "router_host.so"
     if out.is_file():

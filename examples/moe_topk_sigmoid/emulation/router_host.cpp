@@ -1,8 +1,12 @@
 // The case study's CUDA kernels and their dispatch, compiled as host C++ and run on the CPU by simt_host.h, with a
 // C entry point each for router_emulation.py: kp_route (topk_router.cu through router_launch.h, as routing_cuda.py
 // launches it; a namespace per dtype and router stands for its translation units) and kp_topk_sigmoid (the
-// sigmoid kernels through sigmoid_launch.h, as topk_sigmoid_cuda.py launches them; a namespace per dtype).
+// sigmoid kernels through sigmoid_launch.h, as topk_sigmoid_cuda.py launches them; a namespace per dtype). Each
+// call's arrays are copied to guarded device memory (device_memory.h), so an access past them fails the call.
+#include <memory>
+
 #include "simt_host.h"
+#include "device_memory.h"
 #include "topk_router.cu"
 #include "topk_sigmoid_keys.cu"
 #include "topk_sigmoid_sort.cu"
@@ -110,12 +114,35 @@ int reported(char* error, int error_size, Call call) {
   }
 }
 
-#define ROUTE(INDEX, NS)                                                                                        \
-  case INDEX:                                                                                                   \
-    NS::dispatch(NS::Args{static_cast<const NS::T*>(x), bias, w, ids, tokens, experts, k, renormalize, n_group, \
-                          topk_group},                                                                        \
-                 nullptr);                                                                                      \
-    return 0;
+// A call's arrays on the emulated device (device_memory.h): the logits and bias copied in, the weights and ids
+// copied back out after the launch.
+class DeviceCall {
+ public:
+  DeviceCall(int dtype, const void* x, const float* bias, int tokens, int experts, int k)
+      : x_("the logits", x, (size_t)tokens * experts * (dtype == 0 ? 4 : 2)),
+        bias_(bias ? std::make_unique<simt::DeviceArray>("the bias", bias, (size_t)experts * 4) : nullptr),
+        w_("the weights", nullptr, (size_t)tokens * k * 4),
+        ids_("the ids", nullptr, (size_t)tokens * k * 4) {}
+  const void* x() const { return x_.data(); }
+  const float* bias() const { return bias_ ? static_cast<const float*>(bias_->data()) : nullptr; }
+  float* w() const { return static_cast<float*>(w_.data()); }
+  int* ids() const { return static_cast<int*>(ids_.data()); }
+  void copy_out(float* w, int* ids) const {
+    w_.copy_to(w);
+    ids_.copy_to(ids);
+  }
+
+ private:
+  simt::DeviceArray x_;
+  std::unique_ptr<simt::DeviceArray> bias_;
+  simt::DeviceArray w_, ids_;
+};
+
+#define ROUTE(INDEX, NS)                                                                                         \
+  case INDEX:                                                                                                    \
+    return NS::dispatch(NS::Args{static_cast<const NS::T*>(d.x()), d.bias(), d.w(), d.ids(), tokens, experts, k, \
+                                 renormalize, n_group, topk_group},                                             \
+                        nullptr);
 
 // Routes `tokens` rows of `experts` logits (dtype 0 float32, 1 float16, 2 bfloat16; router a moe::Router) as the
 // CUDA extension's route does, into w and ids (tokens x k). Returns 0, or 1 with the reason in `error`.
@@ -124,29 +151,34 @@ extern "C" int kp_route(int dtype, int router, const void* x, const float* bias,
                         int error_size) {
   return reported(error, error_size, [&] {
     if (tokens <= 0) return 0;
-    switch (dtype * 4 + router) {
-      ROUTE(0, f32_plain)
-      ROUTE(1, f32_biased)
-      ROUTE(2, f32_softmax)
-      ROUTE(3, f32_grouped)
-      ROUTE(4, f16_plain)
-      ROUTE(5, f16_biased)
-      ROUTE(6, f16_softmax)
-      ROUTE(7, f16_grouped)
-      ROUTE(8, bf16_plain)
-      ROUTE(9, bf16_biased)
-      ROUTE(10, bf16_softmax)
-      ROUTE(11, bf16_grouped)
-    }
-    throw std::runtime_error("unknown dtype or router");
+    if (dtype < 0 || dtype > 2 || router < 0 || router > 3) throw std::runtime_error("unknown dtype or router");
+    const DeviceCall d(dtype, x, bias, tokens, experts, k);
+    simt::guarded([&] {
+      switch (dtype * 4 + router) {
+        ROUTE(0, f32_plain)
+        ROUTE(1, f32_biased)
+        ROUTE(2, f32_softmax)
+        ROUTE(3, f32_grouped)
+        ROUTE(4, f16_plain)
+        ROUTE(5, f16_biased)
+        ROUTE(6, f16_softmax)
+        ROUTE(7, f16_grouped)
+        ROUTE(8, bf16_plain)
+        ROUTE(9, bf16_biased)
+        ROUTE(10, bf16_softmax)
+        ROUTE(11, bf16_grouped)
+      }
+    });
+    d.copy_out(w, ids);
+    return 0;
   });
 }
 
-#define SIGMOID(INDEX, NS)                                                                                     \
-  case INDEX:                                                                                                  \
-    NS::dispatch_sigmoid(algo, blocks_per_sm, experts, k, bias != nullptr,                                     \
-                         NS::SigmoidArgs{static_cast<const NS::T*>(x), bias, w, ids, tokens}, nullptr);        \
-    return 0;
+#define SIGMOID(INDEX, NS)                                                                                        \
+  case INDEX:                                                                                                     \
+    return NS::dispatch_sigmoid(algo, blocks_per_sm, experts, k, bias != nullptr,                                 \
+                                NS::SigmoidArgs{static_cast<const NS::T*>(d.x()), d.bias(), d.w(), d.ids(), tokens}, \
+                                nullptr);
 
 // Routes `tokens` rows of `experts` logits (dtype as kp_route's) by sigmoid kernel `algo` (topk_sigmoid_cuda.ALGOS),
 // with a bias where `bias` is not null, as the CUDA extension's topk_sigmoid does. Returns 0, or 1 with the reason
@@ -155,11 +187,16 @@ extern "C" int kp_topk_sigmoid(int dtype, int algo, const void* x, const float* 
                                int experts, int k, int blocks_per_sm, char* error, int error_size) {
   return reported(error, error_size, [&] {
     if (tokens <= 0) return 0;
-    switch (dtype) {
-      SIGMOID(0, f32_sigmoid)
-      SIGMOID(1, f16_sigmoid)
-      SIGMOID(2, bf16_sigmoid)
-    }
-    throw std::runtime_error("unknown dtype");
+    if (dtype < 0 || dtype > 2) throw std::runtime_error("unknown dtype");
+    const DeviceCall d(dtype, x, bias, tokens, experts, k);
+    simt::guarded([&] {
+      switch (dtype) {
+        SIGMOID(0, f32_sigmoid)
+        SIGMOID(1, f16_sigmoid)
+        SIGMOID(2, bf16_sigmoid)
+      }
+    });
+    d.copy_out(w, ids);
+    return 0;
   });
 }

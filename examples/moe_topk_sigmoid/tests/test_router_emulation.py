@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import types
 
 import pytest
 from kpilot_testing import MOE, in_ci, require_module
@@ -42,10 +43,12 @@ def _logits(tokens, experts, dtype, g):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_emulated_router_matches_the_references_on_every_shape(emulation, dtype):
+def test_emulated_router_matches_the_references_on_every_shape(emulation, dtype, monkeypatch):
     """Every router and shape of the GPU test on 1 and 37 tokens, and on 4,099 those the merge kernel may take (k
     4 to 8; it serves from 4,096 tokens), ties common: each output passes its problem's check
-    (moe_emulation_check.router_failures, the check a variant gets)."""
+    (moe_emulation_check.router_failures, the check a variant gets), which it finds by path even where the process
+    holds another problem's module named `reference` (as one that ran a GPU MODE problem does)."""
+    monkeypatch.setitem(sys.modules, "reference", types.ModuleType("reference"))
     failed = moe_emulation_check.router_failures(em.KERNELS, [dtype])
     assert not failed, failed[:5]
 
@@ -134,21 +137,31 @@ def test_emulation_check_fails_a_broken_merge(emulation, tmp_path):
     assert sigmoid and all(a.startswith(("sort", "prune")) for a in sigmoid), bad.stdout[-2000:]
 
 
-def test_emulation_check_fails_a_misaligned_load(emulation, tmp_path):
-    """A variant whose grouped router takes groups of 15 experts (120 in 8) on the merge kernel, where its chunks
-    read the shift table's 16-byte vectors off their alignment (the GPU faults: "misaligned address"): the
-    emulation fails those cases with the type and the source line (simt_host.h's alignment handler), and only
-    those."""
-    variant = tmp_path / "groups_of_15"
+def test_emulation_fails_misaligned_and_out_of_bounds_accesses(emulation, tmp_path):
+    """A variant with two planted bugs a GPU would show as faults, not as wrong outputs: the grouped router takes
+    groups of 15 experts (120 in 8) on the merge kernel, whose chunks then read the shift table's 16-byte vectors
+    off their alignment ("misaligned address"); and a chunk's second piece of 4 experts is read even where it starts
+    at or past the row's end (past the logits on the last token: 160 experts in groups of 20, the last lane of 100
+    experts). The emulation fails exactly those cases, each with its cause: the type and source line (simt_host.h's
+    alignment handler), or the array and how far past its end (device_memory.h's guard pages)."""
+    variant = tmp_path / "faults"
     variant.mkdir()
     text = (MOE / "kernels" / "topk_router.cu").read_text()
     guard = "return per % 4 == 0 && n_group >= 4"
-    assert guard in text
-    (variant / "topk_router.cu").write_text(text.replace(guard, "return n_group >= 4"))
+    piece = "e0 + 4 < end ? __ldg(reinterpret_cast<const uint2*>(row + e0 + 4)) : make_uint2(0, 0)"
+    assert guard in text and piece in text
+    text = text.replace(guard, "return n_group >= 4")
+    (variant / "topk_router.cu").write_text(text.replace(piece, "__ldg(reinterpret_cast<const uint2*>(row + e0 + 4))"))
     (tree,) = moe_variants.kernel_trees([variant], tmp_path / "trees").values()
     failed = moe_emulation_check.router_failures(tree, ["bfloat16"], [4099])
-    assert failed and all(ln.startswith("grouped experts=120 ") for ln in failed), failed[:5]
-    assert all("misaligned address: 'const struct float4'" in ln and "topk_router.cu:" in ln for ln in failed)
+    misaligned = [ln for ln in failed if ln.startswith("grouped experts=120 ")]
+    beyond = [ln for ln in failed if ln.startswith(("grouped experts=160 ", "plain experts=100 ", "biased experts=100 ",
+                                                    "softmax experts=100 "))]
+    assert len(misaligned) + len(beyond) == len(failed), failed[:5]
+    assert misaligned and all("misaligned address: 'const struct float4'" in ln and "topk_router.cu:" in ln
+                              for ln in misaligned)
+    assert any(ln.startswith("grouped experts=160 ") for ln in beyond), beyond[:5]
+    assert all("out of bounds: an access at byte" in ln and "past the end of the logits" in ln for ln in beyond)
 
 
 _COLLECTIVES = r"""
