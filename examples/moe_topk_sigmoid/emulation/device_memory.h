@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -23,17 +24,16 @@ namespace simt {
 class DeviceArray {
  public:
   // A device copy of `bytes` bytes at `src` (zeros where src is null: an output), named `name` in messages.
-  DeviceArray(const char* name, const void* src, size_t bytes) : name_(name), bytes_(bytes) {
-    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  DeviceArray(const char* name, const void* src, size_t bytes)
+      : name_(name), bytes_(bytes), page_((size_t)sysconf(_SC_PAGESIZE)) {
     const size_t slack = (32 - (uintptr_t)src % 16 - bytes % 16) % 16;   // keeps the address modulo 16
-    body_ = (bytes + slack + page - 1) / page * page;
-    map_ = static_cast<char*>(mmap(nullptr, body_ + 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+    body_ = (bytes + slack + page_ - 1) / page_ * page_;
+    map_ = static_cast<char*>(mmap(nullptr, body_ + 2 * page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                                    -1, 0));
     if (map_ == MAP_FAILED) throw std::runtime_error("simt: no memory for a device array");
-    mprotect(map_, page, PROT_NONE);
-    mprotect(map_ + page + body_, page, PROT_NONE);
-    page_ = page;
-    data_ = map_ + page + body_ - bytes - slack;
+    mprotect(map_, page_, PROT_NONE);
+    mprotect(map_ + page_ + body_, page_, PROT_NONE);
+    data_ = map_ + page_ + body_ - bytes - slack;
     if (src) std::memcpy(data_, src, bytes);
     live().push_back(this);
   }
@@ -41,9 +41,7 @@ class DeviceArray {
   DeviceArray& operator=(const DeviceArray&) = delete;
   ~DeviceArray() {
     auto& all = live();
-    for (size_t i = 0; i < all.size(); ++i) {
-      if (all[i] == this) all.erase(all.begin() + (long)i);
-    }
+    all.erase(std::remove(all.begin(), all.end(), this), all.end());
     munmap(map_, body_ + 2 * page_);
   }
 
@@ -76,7 +74,7 @@ class DeviceArray {
     return arrays;
   }
   const char* name_;
-  size_t bytes_, body_ = 0, page_ = 0;
+  size_t bytes_, page_, body_ = 0;
   char* map_ = nullptr;
   char* data_ = nullptr;
 };

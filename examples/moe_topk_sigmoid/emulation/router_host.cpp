@@ -138,6 +138,17 @@ class DeviceCall {
   simt::DeviceArray w_, ids_;
 };
 
+// Runs `launch(d)` on a DeviceCall d of the call's arrays, with faults on their guard pages caught
+// (simt::guarded), then copies the weights and ids out to w and ids: what both entry points do once their
+// arguments are checked.
+template <typename Launch>
+void on_device(int dtype, const void* x, const float* bias, float* w, int* ids, int tokens, int experts, int k,
+               Launch launch) {
+  const DeviceCall d(dtype, x, bias, tokens, experts, k);
+  simt::guarded([&] { launch(d); });
+  d.copy_out(w, ids);
+}
+
 #define ROUTE(INDEX, NS)                                                                                         \
   case INDEX:                                                                                                    \
     return NS::dispatch(NS::Args{static_cast<const NS::T*>(d.x()), d.bias(), d.w(), d.ids(), tokens, experts, k, \
@@ -152,8 +163,7 @@ extern "C" int kp_route(int dtype, int router, const void* x, const float* bias,
   return reported(error, error_size, [&] {
     if (tokens <= 0) return 0;
     if (dtype < 0 || dtype > 2 || router < 0 || router > 3) throw std::runtime_error("unknown dtype or router");
-    const DeviceCall d(dtype, x, bias, tokens, experts, k);
-    simt::guarded([&] {
+    on_device(dtype, x, bias, w, ids, tokens, experts, k, [&](const DeviceCall& d) {
       switch (dtype * 4 + router) {
         ROUTE(0, f32_plain)
         ROUTE(1, f32_biased)
@@ -169,7 +179,6 @@ extern "C" int kp_route(int dtype, int router, const void* x, const float* bias,
         ROUTE(11, bf16_grouped)
       }
     });
-    d.copy_out(w, ids);
     return 0;
   });
 }
@@ -188,15 +197,13 @@ extern "C" int kp_topk_sigmoid(int dtype, int algo, const void* x, const float* 
   return reported(error, error_size, [&] {
     if (tokens <= 0) return 0;
     if (dtype < 0 || dtype > 2) throw std::runtime_error("unknown dtype");
-    const DeviceCall d(dtype, x, bias, tokens, experts, k);
-    simt::guarded([&] {
+    on_device(dtype, x, bias, w, ids, tokens, experts, k, [&](const DeviceCall& d) {
       switch (dtype) {
         SIGMOID(0, f32_sigmoid)
         SIGMOID(1, f16_sigmoid)
         SIGMOID(2, bf16_sigmoid)
       }
     });
-    d.copy_out(w, ids);
     return 0;
   });
 }
