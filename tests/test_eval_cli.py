@@ -60,6 +60,10 @@ FILES = {
                        "        return torch.relu(x)\n",
     "wrong_entry.py": "import torch\n\n\ndef soft_max(x):\n    return torch.softmax(x, dim=-1)\n",
     "syntax_error.py": "import torch\n\n\ndef softmax(x)\n    return x\n",
+    "torch_softmax.py": "import torch\n\n\ndef softmax(x):\n    return torch.softmax(x, dim=-1)\n",
+    "baseline_fails_on_float16.py": "import torch\n\n\ndef softmax(x):\n    if x.dtype == torch.float16:\n"
+                                    "        raise RuntimeError('no half kernel here')\n"
+                                    "    return torch.softmax(x, dim=-1)\n",
 }
 
 COMMANDS: dict[str, list[str]] = {
@@ -71,6 +75,9 @@ COMMANDS: dict[str, list[str]] = {
     "bench/pass/json": ["bench", ROW, "-c", GOOD, *ONE, "--budget", "0.1", "--json"],
     "eval/pass/json": ["eval", ROW, "-c", GOOD, *ONE, "--seeds", "1", "--budget", "0.1", "--baseline", "eager",
                        "--json"],
+    "bench/baseline_fails_on_a_case/json": ["bench", ROW, "-c", "{tmp}/torch_softmax.py", "--device", "cpu", "--case", SMALL, "--case", "rows=256,cols=1024,dtype=float16",
+                                            "--budget", "0.1", "--baseline", "{tmp}/baseline_fails_on_float16.py",
+                                            "--json"],
     # the candidate ran and failed, or was rejected
     "check/wrong_shape": ["check", ROW, "-c", CHEATS / "wrong_shape.py", *ONE, "--seeds", "1"],
     "check/rejected/json": ["check", ROW, "-c", CHEATS / "input_mutation.py", *ONE, "--seeds", "1", "--json"],
@@ -253,6 +260,18 @@ def test_bench_on_the_cpu_passes_with_json(cli, key):
     assert b["case"] == SMALL and b["check_ok"] is True and b["checked"] >= 1
     assert b["roofline"]["bytes"] == 2 * 64 * 128 * 4 and b["roofline"]["floor_us"] is None   # no GPU: no floor
     assert any("CPU wall-clock" in n for n in r["notes"])
+
+
+@pytest.mark.parametrize("key", ["bench/baseline_fails_on_a_case/json"])
+def test_a_baseline_that_fails_on_one_case_is_said_and_the_other_case_keeps_its_speedup(cli, key):
+    done = cli(key)
+    assert done.rc == PASSED, done.text
+    r = done.json()
+    by_case = {b["case"]: b for b in r["bench"]}
+    assert by_case[SMALL]["baselines"]["baseline_fails_on_float16.py"]["speedup"] > 0
+    assert not by_case["rows=256,cols=1024,dtype=float16"].get("baselines")
+    (note,) = [n for n in r["notes"] if "could not be timed on case" in n]
+    assert "rows=256,cols=1024,dtype=float16" in note and "no half kernel here" in note
 
 
 @pytest.mark.parametrize("key", ["eval/pass/json"])

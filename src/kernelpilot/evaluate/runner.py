@@ -496,7 +496,7 @@ def _add_baseline(session: _Session, prob: Problem, device: str, names: list[str
     for bc in result.bench:
         e = timed.get(bc.case)
         if bc.timing and not (e and e.timing):     # said, not dropped: the case has no speedup over this baseline
-            why = (e.message if e else "") or "no timing came back"
+            why = (e.error if e else "") or "no timing came back"
             result.notes.append(f"baseline {label} could not be timed on case {bc.case}: {why}"[:600])
         if not e or not e.timing or not bc.timing:
             continue
