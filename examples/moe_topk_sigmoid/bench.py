@@ -203,7 +203,8 @@ def write_rows(path: Path, part: dict) -> None:
 def summarize(rows: list, kernels: list[str]) -> dict:
     """Per kernel, over the rows that time it: the cases, those whose timed outputs were right, the geometric-mean
     speedup over the natural PyTorch (events, and CUDA-graph replays of both) and over eager, the cases faster than
-    torch.compile, and the distance from the floor at 8192 tokens or more: how many of those
+    torch.compile (and the cases the natural PyTorch or torch.compile gave no time on, which no speedup counts), and
+    the distance from the floor at 8192 tokens or more: how many of those
     cases are within 1.5x of it, on how many the stream floor itself is not (no kernel can be), on how many the
     bound is not (launch floor plus bytes at peak bandwidth: no kernel can be, whatever its code), and the others
     that the kernel misses (with the kernel's time over the floor, closest first)."""
@@ -226,6 +227,9 @@ def summarize(rows: list, kernels: list[str]) -> dict:
             "geomean_vs_natural_graphs": geomean(r[kernel].get("vs_natural_graphs") for r in ok),
             "geomean_vs_eager": geomean(r[kernel]["vs_eager"] for r in ok),
             "faster_than_compile": sum(1 for r in ok if (r[kernel]["vs_compile"] or 0) > 1),
+            # cases a baseline gave no time on (its reason in the row's baseline_errors): left out of the speedups
+            "cases_without_natural_time": sum(1 for r in rows if not r.get("natural_us")),
+            "cases_without_compile_time": sum(1 for r in rows if not r.get("compile_us")),
             "worst_of_floor_at_8192_tokens_or_more": max(
                 (r[kernel]["of_floor"] or 99 for r in ok if r["params"]["tokens"] >= 8192), default=None),
             "worst_of_stream_at_8192_tokens_or_more": max(

@@ -712,6 +712,13 @@ def test_bench_summary_takes_each_kernel_over_its_own_rows_and_the_natural_pytor
     assert bench.present(rows) == [cuda, disp]
     s = bench.summarize(rows, bench.present(rows))
     assert s[cuda]["cases"] == 1 and s[disp]["cases"] == 3
+    assert s[disp]["faster_than_compile"] == 3 and s[disp]["cases_without_compile_time"] == 0
+    untimed = [dict(rows[0]), dict(rows[1], natural_us=None), dict(rows[2], compile_us=None)]
+    for r in untimed:                             # the ratios taken again, as bench.py takes them from its rows
+        r[disp] = bench.ratios(r, bench.measured(r[disp]))
+    u = bench.summarize(untimed, [disp])[disp]    # a baseline without a time: counted as such, never as beaten
+    assert u["faster_than_compile"] == 2 and u["cases_without_compile_time"] == 1
+    assert u["cases_without_natural_time"] == 1
     assert s[cuda]["geomean_vs_natural"] == 8.0 and s[cuda]["geomean_vs_natural_graphs"] == 8.0
     assert s[disp]["geomean_vs_natural"] == round((10.0 * 9.0 * 16.0) ** (1 / 3), 3)
     assert s[disp]["geomean_vs_natural_graphs"] == round((10.0 * 18.0 * 32.0) ** (1 / 3), 3)
