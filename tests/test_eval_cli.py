@@ -23,6 +23,7 @@ KB = EXAMPLES / "problems" / "kernelbench_relu"
 GOOD = ROW / "candidates" / "triton_softmax.py"
 CHEATS = ROW / "cheats"
 SMALL = "rows=64,cols=128,dtype=float32"
+HALF = "rows=256,cols=1024,dtype=float16"             # the problem's other case
 ONE = ["--device", "cpu", "--case", SMALL]            # the smallest case on the CPU
 
 PASSED, FAILED, USAGE, PROBLEM = 0, 3, 2, 1
@@ -75,7 +76,7 @@ COMMANDS: dict[str, list[str]] = {
     "bench/pass/json": ["bench", ROW, "-c", GOOD, *ONE, "--budget", "0.1", "--json"],
     "eval/pass/json": ["eval", ROW, "-c", GOOD, *ONE, "--seeds", "1", "--budget", "0.1", "--baseline", "eager",
                        "--json"],
-    "bench/baseline_fails_on_a_case/json": ["bench", ROW, "-c", "{tmp}/torch_softmax.py", "--device", "cpu", "--case", SMALL, "--case", "rows=256,cols=1024,dtype=float16",
+    "bench/baseline_fails_on_a_case/json": ["bench", ROW, "-c", "{tmp}/torch_softmax.py", *ONE, "--case", HALF,
                                             "--budget", "0.1", "--baseline", "{tmp}/baseline_fails_on_float16.py",
                                             "--json"],
     # the candidate ran and failed, or was rejected
@@ -269,9 +270,9 @@ def test_a_baseline_that_fails_on_one_case_is_said_and_the_other_case_keeps_its_
     r = done.json()
     by_case = {b["case"]: b for b in r["bench"]}
     assert by_case[SMALL]["baselines"]["baseline_fails_on_float16.py"]["speedup"] > 0
-    assert not by_case["rows=256,cols=1024,dtype=float16"].get("baselines")
+    assert not by_case[HALF].get("baselines")
     (note,) = [n for n in r["notes"] if "could not be timed on case" in n]
-    assert "rows=256,cols=1024,dtype=float16" in note and "no half kernel here" in note
+    assert HALF in note and "no half kernel here" in note
 
 
 @pytest.mark.parametrize("key", ["eval/pass/json"])
