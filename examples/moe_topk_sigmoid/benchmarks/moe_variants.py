@@ -75,10 +75,12 @@ def kernel_trees(variants: list[Path], into: Path) -> dict[str, Path]:
     if not variants:
         return {"tree": ROOT / KERNELS}
     trees = {}
-    for folder in variants:
+    for i, folder in enumerate(variants):
         if not folder.is_dir():
             sys.exit(f"{folder}: not a folder")
-        kernels = into / folder.name
+        if str(folder) in trees:
+            sys.exit(f"{folder}: given twice")
+        kernels = into / f"{i}_{folder.resolve().name}"   # numbered: two variants may share a folder name
         shutil.copytree(ROOT / KERNELS, kernels, ignore=shutil.ignore_patterns("__pycache__"))
         lay_over(folder, kernels)
         trees[str(folder)] = kernels

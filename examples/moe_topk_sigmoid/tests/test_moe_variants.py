@@ -44,6 +44,23 @@ def test_a_variant_replaces_kernel_files_and_nothing_else(tmp_path):
         moe_variants.make_tree("v2", overlay, tmp_path / "trees")
 
 
+def test_the_checks_trees_keep_variants_of_one_folder_name_apart_and_say_what_is_wrong(tmp_path):
+    """kernel_trees (moe_build_check.py, moe_emulation_check.py): two variant folders of the same name (a/kernels,
+    b/kernels) each get a tree of their own; a folder named twice, or one that is not a folder, is one message."""
+    folders = [tmp_path / side / "kernels" for side in ("a", "b")]
+    for folder in folders:
+        folder.mkdir(parents=True)
+        (folder / "topk_router.cu").write_text(f"// {folder.parent.name}\n")
+    trees = moe_variants.kernel_trees(folders, tmp_path / "trees")
+    assert [(t / "topk_router.cu").read_text() for t in trees.values()] == ["// a\n", "// b\n"]
+    assert (trees[str(folders[0])] / "router_launch.h").read_bytes() == \
+        (ROOT / moe_variants.KERNELS / "router_launch.h").read_bytes()
+    with pytest.raises(SystemExit, match="given twice"):
+        moe_variants.kernel_trees([folders[0], folders[0]], tmp_path / "again")
+    with pytest.raises(SystemExit, match="not a folder"):
+        moe_variants.kernel_trees([tmp_path / "none"], tmp_path / "none_trees")
+
+
 def test_comparison_gives_each_variant_its_ratio_to_the_base_and_marks_failed_checks():
     def row(us, ok=True):
         return {"variant": "plain", "dtype": "bfloat16", "experts": 256, "tokens": 65536, "k": 8, "algo": "keys",
