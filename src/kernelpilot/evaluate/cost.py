@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 from kernelpilot.errors import UsageError
+from kernelpilot.python_syntax import parse as parse_python
 
 __all__ = ["ITEMSIZE", "evaluate_cost"]
 
@@ -48,7 +49,7 @@ def evaluate_cost(expr: str, params: dict[str, Any]) -> float:
     if isinstance(dtype, str) and dtype.replace("torch.", "") in ITEMSIZE:
         env.setdefault("itemsize", ITEMSIZE[dtype.replace("torch.", "")])
     try:
-        tree = ast.parse(expr, mode="eval")
+        tree = parse_python(expr, mode="eval")
         return float(_eval(tree, env))
     except KeyError as e:
         raise UsageError(f"cost expression {expr!r} uses {e.args[0]!r}, which the case does not define "

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpilot.evaluate.result import Flag
+from kernelpilot.python_syntax import parse as parse_python
 
 __all__ = ["scan_source", "defined_kernels", "TimerSnapshot", "HarnessSnapshot", "HARNESS_MODULES", "fingerprint", "poison_allocator",
            "TRIVIAL_OPS", "significant_ops"]
@@ -49,7 +50,7 @@ def scan_source(path: Path) -> list[Flag]:
     """Constructs in a candidate's source that the known cheats need, each with its line."""
     try:
         text = path.read_text(errors="replace")
-        tree = ast.parse(text)
+        tree = parse_python(text)
     except (OSError, SyntaxError):
         return []  # the import will report it
     found: dict[str, list[tuple[int, str]]] = {}

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpilot.isa.analyze import AnalyzeOptions
+from kernelpilot.python_syntax import parse as parse_python
 
 _RESULT_LIMIT = 64 << 20        # bytes of a boxed analysis's result read at most
 
@@ -29,7 +30,7 @@ class Verdict:
 def spec_kernels(source: str) -> list[str]:
     """The kernel names a file's ``KPILOT_SPECS`` declares (its keys), in order; [] without one."""
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except SyntaxError:
         return []
     for node in tree.body:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpilot.errors import InputFormatError
+from kernelpilot.python_syntax import parse as parse_python
 
 __all__ = ["TUNE_NAME", "TuningSpace", "read_space", "config_key"]
 
@@ -69,7 +70,7 @@ def read_space(path: str | Path) -> TuningSpace:
     p = Path(path)
     source = p.read_text()
     try:
-        tree = ast.parse(source, filename=str(p))
+        tree = parse_python(source, filename=str(p))
     except SyntaxError as e:
         raise InputFormatError(str(p), f"does not parse: {e.msg} (line {e.lineno}).") from None
     tune_node = None

@@ -40,6 +40,7 @@ from typing import Any
 from kernelpilot.errors import InputFormatError, KernelpilotError, UsageError
 from kernelpilot.evaluate.formats import torch_compiled
 from kernelpilot.evaluate.problem import DEFAULT_TOLERANCES, Case, Problem, Tolerance
+from kernelpilot.python_syntax import parse as parse_python
 
 __all__ = ["detect", "load", "runtime", "KernelBenchRuntime", "defined_names", "parse_source",
            "problem_code_error", "exception_line", "REQUIRED", "INIT_SEED", "TOLERANCE"]
@@ -96,7 +97,7 @@ def parse_source(path: Path) -> ast.Module:
     except OSError as e:
         raise InputFormatError(str(path), f"cannot read it: {e.strerror or e}.") from None
     try:
-        return ast.parse(text, filename=str(path))
+        return parse_python(text, filename=str(path))
     except SyntaxError as e:
         raise InputFormatError(str(path), f"syntax error at line {e.lineno}: {e.msg}.") from None
 
@@ -108,7 +109,7 @@ def detect(path: Path) -> bool:
     if not (path.is_file() and path.suffix == ".py"):
         return False
     try:
-        tree = ast.parse(path.read_text(errors="replace"))
+        tree = parse_python(path.read_text(errors="replace"))
     except (OSError, SyntaxError, ValueError):
         return True
     return bool(defined_names(tree) & {*REQUIRED, "ModelNew"})
@@ -147,7 +148,7 @@ _GPU_WORDS = re.compile(r"cuda|nvidia|\bhip\b|rocm", re.IGNORECASE)
 def _cuda_literal_line(path: Path) -> int | None:
     """The first line of ``path`` with a string constant naming a CUDA device ("cuda", "cuda:0")."""
     try:
-        tree = ast.parse(path.read_text(errors="replace"))
+        tree = parse_python(path.read_text(errors="replace"))
     except (OSError, SyntaxError, ValueError):
         return None
     lines = [n.lineno for n in ast.walk(tree)
