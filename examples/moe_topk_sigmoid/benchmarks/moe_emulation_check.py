@@ -9,9 +9,9 @@ mistake shows before a device call is spent on it. Says nothing of speed.
 
 With no folder, the tree's kernels; otherwise each folder (files replacing files of
 examples/moe_topk_sigmoid/kernels/, as for moe_variants.py and moe_build_check.py) laid over a copy of them.
-Tokens default to 1, 37 and, for the router at k 4 to 8 (where the merge kernel serves from 4,096), 4,099, for the
-sigmoid kernels 301; logits rounded to quarters so that ties are common. Prints each folder's failures and exits 1
-if there were any.
+Tokens default to 1, 37 and, for the router where the merge kernel serves, routing_cuda.merge_token_counts' (4,099;
+up to 32 experts 8,195 and 65,539), for the sigmoid kernels 301; logits rounded to quarters so that ties are common.
+Prints each folder's failures and exits 1 if there were any.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ def failures(kernels: Path, dtypes: list[str], tokens: list[int] | None) -> list
 
 def router_failures(kernels: Path, dtypes: list[str], tokens: list[int] | None = None) -> list[str]:
     """Every shape of path_shapes routed by the emulation of the kernels in `kernels` (on 1, 37 and, where the
-    merge kernel may take it, 4,099 tokens unless `tokens` says otherwise) and checked: a line for each case that
-    failed its check or raised."""
+    merge kernel may take it, merge_token_counts' tokens unless `tokens` says otherwise) and checked: a line for each
+    case that failed its check or raised."""
     ref = moe_reference()
     import routing_cuda
     import torch
@@ -62,7 +62,7 @@ def router_failures(kernels: Path, dtypes: list[str], tokens: list[int] | None =
     out = []
     for dtype in dtypes:
         for router, experts, k, extra in routing_cuda.path_shapes():
-            for n in tokens or ((1, 37, 4099) if 4 <= k <= 8 else (1, 37)):
+            for n in tokens or (1, 37, *routing_cuda.merge_token_counts(router, experts, k, kernels)):
                 x = ((torch.randn(n, experts, generator=g) * 8).round() / 4).to(getattr(torch, dtype))
                 bias = torch.randn(experts, generator=g) * 0.1
                 try:
@@ -108,7 +108,8 @@ def main() -> None:
     ap.add_argument("variants", type=Path, nargs="*", help="folders of files replacing files of " + str(KERNELS))
     ap.add_argument("--dtype", action="append", choices=DTYPES, help="default: all three")
     ap.add_argument("--tokens", type=int, action="append",
-                    help="default: the router 1, 37 and (k 4 to 8) 4,099; the sigmoid kernels 1, 37 and 301")
+                    help="default: the router 1, 37 and where the merge kernel serves 4,099 (up to 32 experts 8,195 "
+                         "and 65,539); the sigmoid kernels 1, 37 and 301")
     args = ap.parse_args()
     if args.tokens and min(args.tokens) < 1:
         ap.error("--tokens must be 1 or more")

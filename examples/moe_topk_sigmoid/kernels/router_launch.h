@@ -73,13 +73,32 @@ bool merge(const Args& a, cudaStream_t stream) {
 #define MOE_GROUPED_MERGE_CASE(W, C) \
   case W * 100 + C: return launch_merge<W, C>(a, stream), true;
 
+// Whether the merge kernel takes a call: k 4 to 8 from kMergeTokens for more than 32 experts (or with groups); up
+// to 32 experts (one lane a token, moe::merge_shape) k 1 to 8, from kOneLaneTokens for rows of at most 32 bytes
+// and from kOneLaneWideRowTokens for wider ones (fp32 above 8 experts, 16-bit above 16). Timed against the rounds
+// on every router case (results/moe_routers_merge_ab.json) the merge kernel lost at k 1 (its eight kept keys and
+// networks for one) and on up to 3,000 tokens, and won on the large ones. One lane a token against the rounds
+// (results/moe_routers_ab_fp32_small.json, 8,192 and 100,000 tokens): Mixtral's 8 experts 0.93 to 0.96 of the
+// time at 8,192 and 0.63 to 0.65 at 100,000, Llama 4 Scout's 16 about even in 16-bit at 8,192 and 0.74 to 0.80 at
+// 100,000, but fp32 at 8,192 1.15 (a thread a token leaves too few threads to a wide row's loads); the thresholds
+// keep to where it was measured faster. (routing_cuda.py reads these constants, for the token counts its tests
+// route.)
+constexpr int kMergeTokens = 4096;
+constexpr int kOneLaneTokens = 8192;
+constexpr int kOneLaneWideRowTokens = 65536;
+
+inline bool merge_serves(const Args& a, int size) {
+  if (a.k > 8) return false;
+  if (ROUTER == moe::GROUPED || a.experts > 32) return a.k >= 4 && a.tokens >= kMergeTokens;
+  return a.tokens >= (a.experts * size <= 32 ? kOneLaneTokens : kOneLaneWideRowTokens);
+}
+
 // The merge kernel at moe::merge_shape's shapes for this logit type (with groups, moe::grouped_merge_shape's;
-// SIZE = sizeof(T), a template parameter so that the other sizes' shapes are not built): true if it took the call. It serves k 4 to 8 from 4,096 tokens:
-// timed against the rounds on every router case (results/moe_routers_merge_ab.json) it lost at k 1 (its eight
-// kept keys and networks for one) and on up to 3,000 tokens, and won on the large ones.
+// SIZE = sizeof(T), a template parameter so that the other sizes' shapes are not built) where merge_serves: true
+// if it took the call.
 template <int SIZE>
 bool route_merge(const Args& a, cudaStream_t stream) {
-  if (a.k < 4 || a.k > 8 || a.tokens < 4096) return false;
+  if (!merge_serves(a, SIZE)) return false;
   if constexpr (ROUTER == moe::GROUPED) {
     const moe::RouterShape g = moe::grouped_merge_shape(a.experts, a.n_group);
     switch (g.w * 100 + g.p) {
@@ -93,6 +112,7 @@ bool route_merge(const Args& a, cudaStream_t stream) {
     return false;
   }
   const moe::RouterShape s = moe::merge_shape(a.experts, SIZE, ROUTER);
+  switch (s.w * 100 + s.p) { MOE_MERGE_CASE(1, 1) MOE_MERGE_CASE(1, 2) MOE_MERGE_CASE(1, 3) MOE_MERGE_CASE(1, 4) }
   if constexpr (SIZE == 4) {   // 4 lanes of up to 32 experts
     switch (s.w * 100 + s.p) { MOE_MERGE_CASE(4, 2) MOE_MERGE_CASE(4, 3) MOE_MERGE_CASE(4, 4) }
   } else {

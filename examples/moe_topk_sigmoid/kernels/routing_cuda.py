@@ -1,13 +1,15 @@
 """Every router of the case study in CUDA C++ (topk_router.cu) bound to PyTorch: plain and biased sigmoid, softmax
 gating and DeepSeek-V3's grouped selection, for any expert count from 1 to 512 and any k up to 16 (and up to the
 experts), fp32/fp16/bf16 logits, on NVIDIA sm_80 and newer. Built on first use (cuda_build). The merge kernel
-(sorting networks) takes k 4 to 8 from 4,096 tokens at the shapes moe::merge_shape (and, with groups,
-moe::grouped_merge_shape) gives; the rounds kernel everything else (router_launch.h: the dispatch, shared with the CPU emulation in ../emulation).
+(sorting networks) takes k 4 to 8 from 4,096 tokens (up to 32 experts, one lane a token, k 1 to 8 from 8,192; rows
+wider than 32 bytes from 65,536) at the shapes moe::merge_shape (and, with groups, moe::grouped_merge_shape) gives;
+the rounds kernel everything else (router_launch.h: the dispatch, shared with the CPU emulation in ../emulation).
 
 The shapes the sigmoid kernels of topk_sigmoid_cuda.py were tuned for (64, 128, 256 experts, k 4 or 8) go to
 those; these kernels serve every other shape and the other two routers (dispatch.py).
 """
 
+import re
 import sys
 from pathlib import Path
 
@@ -141,9 +143,10 @@ def refusal(router: str, logits: torch.Tensor, bias, k: int, n_group: int = 1, t
 def path_shapes() -> list[tuple[str, int, int, dict]]:
     """(router, experts, k, extra) that together reach every path of these kernels and their dispatch: 8 to 512
     experts, k 1 to 16, each router; grouped selections whose groups are whole lanes and ones whose groups are not
-    (96 in 16 groups, 120 in 8). With 4,096 tokens or more, those of k 4 to 8 reach the merge kernel, in each of
-    its loads: whole vectors (160, 384), pieces of 4 experts (60, 100; 160 in groups of 20), elements (50); groups
-    of 15 (120 in 8) stay on the rounds kernel. The tests run them on the GPU and in the CPU emulation."""
+    (96 in 16 groups, 120 in 8). At merge_token_counts' tokens, those of k 4 to 8 reach the merge kernel, in each
+    of its loads: whole vectors (160, 384), pieces of 4 experts (60, 100; 160 in groups of 20), elements (50), and
+    up to 32 experts those of k 1 to 8 (one lane a token: one chunk of 8, 12 in pieces, 24, 32); groups of 15
+    (120 in 8) stay on the rounds kernel. The tests run them on the GPU and in the CPU emulation."""
     out = []
     for experts, ks in ((8, (1, 2, 8)), (12, (3,)), (16, (16,)), (24, (5,)), (32, (4,)), (50, (5,)), (60, (4,)),
                         (64, (1, 16)), (100, (7,)), (160, (6, 8)), (256, (2, 16)), (384, (8,)), (512, (16,))):
@@ -154,6 +157,25 @@ def path_shapes() -> list[tuple[str, int, int, dict]]:
             ((256, 8, 4, 8), (160, 8, 3, 6), (384, 8, 4, 8), (64, 8, 4, 6), (16, 4, 2, 3), (512, 16, 8, 16), (8, 8, 8, 2),
              (96, 16, 6, 16), (120, 8, 4, 8))]
     return out
+
+
+def _launch_constant(name: str, kernels: Path) -> int:
+    """An integer constant of kernels/router_launch.h (``constexpr int NAME = value;``)."""
+    found = re.search(rf"constexpr int {name} = (\d+);", (kernels / "router_launch.h").read_text())
+    if not found:
+        raise RuntimeError(f"router_launch.h defines no constexpr int {name}")
+    return int(found.group(1))
+
+
+def merge_token_counts(router: str, experts: int, k: int, kernels: Path = HERE) -> tuple[int, ...]:
+    """Token counts, each just above a threshold of router_launch.h's merge_serves (that of the folder `kernels`),
+    at which the merge kernel takes a call of (router, experts, k) in some logit type: what the tests route to reach
+    it; () where it never does."""
+    if k > 8:
+        return ()
+    if router == "grouped" or experts > 32:
+        return (_launch_constant("kMergeTokens", kernels) + 3,) if k >= 4 else ()
+    return tuple(_launch_constant(name, kernels) + 3 for name in ("kOneLaneTokens", "kOneLaneWideRowTokens"))
 
 
 def supported(logits: torch.Tensor, k: int, n_group: int = 1) -> bool:

@@ -381,9 +381,10 @@ __device__ inline void select_exact(const T* __restrict__ row, const float* __re
 // the sigmoid, or for softmax exp(logit - row_max) over `total` (or renormalised over the k); with a bias
 // renormalised over the k. Every lane of the warp calls it (the sums' shuffles); `active` ones store.
 // The token's largest logit: its first chosen expert's (slot 0 of the token's lane 0, `first`), read again (from
-// L1) and shared over the token's W lanes.
+// L1) and shared over the token's W lanes (one lane: its own).
 template <typename T, int W>
 __device__ inline float top_logit(const T* __restrict__ row, unsigned first, int lane) {
+  if constexpr (W == 1) return to_float<T>(row[first]);
   return __shfl_sync(0xffffffffu, lane == 0 ? to_float<T>(row[first]) : 0.0f, 0, W);
 }
 
@@ -857,11 +858,14 @@ __host__ __device__ constexpr int merge_most(int size, int router) {
 }
 
 // The merge kernel's lanes per token and chunks per lane (W, C) for an expert count, logit size and router, or
-// {0, 0} where it does not serve: fewer than 33 experts, or fp32 logits of more than 128 (where 8 or 16 lanes of
-// 32 were slower than the rounds on the softmax and about even with a bias: results/moe_routers_merge_ab.json).
-// The fewest lanes, 4 to 16, that hold the experts at merge_most a lane; C the next of 2, 3, 4, 5, 6, 8.
+// {0, 0} where it does not serve: fp32 logits of more than 128 experts (where 8 or 16 lanes of 32 were slower than
+// the rounds on the softmax and about even with a bias: results/moe_routers_merge_ab.json). Up to 32 experts one
+// lane holds a token's row (C = its chunks, 1 to 4): a thread a token, no shuffles, where the rounds kernel spreads
+// a row of 8 or 16 experts over 4 lanes of 2 or 4. Above, the fewest lanes, 4 to 16, that hold the experts at
+// merge_most a lane; C the next of 2, 3, 4, 5, 6, 8.
 __host__ inline RouterShape merge_shape(int experts, int size, int router) {
-  if (experts < 33 || (size == 4 && experts > 128)) return {0, 0};
+  if (experts <= 32) return {1, (experts + 7) / 8};
+  if (size == 4 && experts > 128) return {0, 0};
   const int most = merge_most(size, router);
   int w = 4;
   while (w * most < experts && w < 16) w *= 2;

@@ -254,12 +254,13 @@ def test_cuda_router_compiles_for_sm_90_with_shuffles_and_no_spills(router, w, p
 @pytest.mark.parametrize("router, w, c, dtype", [(0, 4, 8, "__nv_bfloat16"), (1, 8, 6, "__half"),
                                                  (2, 4, 4, "float"), (1, 4, 3, "float"), (2, 8, 6, "__half"),
                                                  (1, 16, 4, "__nv_bfloat16"), (3, 8, 4, "__nv_bfloat16"),
-                                                 (3, 8, 6, "float")])
+                                                 (3, 8, 6, "float"), (2, 1, 1, "__nv_bfloat16"), (0, 1, 2, "float"),
+                                                 (0, 1, 4, "__half")])
 def test_cuda_merge_router_compiles_for_sm_90_with_networks_and_no_spills(router, w, c, dtype):
     """The merge kernel of topk_router.cu (sorting networks, k up to 8) compiled for sm_90 at shapes routing_cuda
-    launches: its chunks load as 16-byte vectors, its lanes merge by shuffles, the selection is integer min/max,
-    and nothing spills or goes to local memory (the best 8 are picked by a lane's place through selects, not an
-    index)."""
+    launches: its chunks load as 16-byte vectors, its lanes merge by shuffles (one lane a token, up to 32 experts:
+    none at all), the selection is integer min/max, and nothing spills or goes to local memory (the best 8 are
+    picked by a lane's place through selects, not an index)."""
     from kpilot_testing import require_tool
 
     require_tool("nvcc")
@@ -269,7 +270,7 @@ def test_cuda_merge_router_compiles_for_sm_90_with_networks_and_no_spills(router
                      defines={"MOE_MERGE": str(router), "MOE_W": str(w), "MOE_C": str(c), "MOE_DTYPE": dtype})
     ops = rep.opcodes
     assert any(op.startswith("LDG") and ".128" in op for op in ops)
-    assert sum(n for op, n in ops.items() if op.startswith("SHFL")) > 0
+    assert (sum(n for op, n in ops.items() if op.startswith("SHFL")) > 0) == (w > 1)
     assert sum(n for op, n in ops.items() if op.startswith(("VIMNMX", "IMNMX"))) >= 19 * c
     assert rep.resources.spill_store_bytes == 0 and not rep.resources.local_bytes
     assert not any(op.startswith(("LDL", "STL")) for op in ops)
@@ -278,14 +279,14 @@ def test_cuda_merge_router_compiles_for_sm_90_with_networks_and_no_spills(router
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_cuda_router_matches_the_references_on_every_shape(dtype):
-    """The CUDA router on 1 to 4,099 tokens (partial warps and blocks) of every router and shape, with logits
-    rounded to quarters so that ties are common: each output passes its problem's check, the plain router's ids
-    exactly (ties by the lower index)."""
+    """The CUDA router on 1 to 37 tokens (partial warps and blocks) and at merge_token_counts' (the merge kernel's)
+    of every router and shape, with logits rounded to quarters so that ties are common: each output passes its
+    problem's check, the plain router's ids exactly (ties by the lower index)."""
     import routing_cuda as rc
 
     g = torch.Generator(device="cuda").manual_seed(0)
     for router, experts, k, extra in rc.path_shapes():
-        for tokens in (1, 3, 37, 4099):
+        for tokens in (1, 3, 37, 4099, *rc.merge_token_counts(router, experts, k)):
             x = ((torch.randn(tokens, experts, device="cuda", generator=g) * 8).round() / 4).to(getattr(torch, dtype))
             bias = torch.randn(experts, device="cuda", generator=g) * 0.1
             ok, msg = ref.check_router(rc.route, router, x, bias, k, extra)

@@ -1,8 +1,8 @@
-"""The case study's benchmarks (moe_variants.py, moe_large.py, moe_routers.py, moe_build_check.py, launch_shared.py,
-moe_fresh_inputs.py, approx_sigmoid_error.py and fp32_tie_warps.py) without a GPU: the timing sets, the trees
-variants are laid over, the kernels of several trees loaded side by side in one process and timed in turn, the
-comparison; the extension's kernels and the approximate sigmoid compiled for sm_90; the test on fp32 ties that
-sends a warp of the sorting-network kernel to a second selection."""
+"""The case study's benchmarks (moe_variants.py, moe_large.py, moe_routers.py, moe_token_sweep.py,
+moe_build_check.py, launch_shared.py, moe_fresh_inputs.py, approx_sigmoid_error.py and fp32_tie_warps.py) without a
+GPU: the timing sets, the trees variants are laid over, the kernels of several trees loaded side by side in one
+process and timed in turn, the comparisons; the extension's kernels and the approximate sigmoid compiled for sm_90;
+the test on fp32 ties that sends a warp of the sorting-network kernel to a second selection."""
 
 import argparse
 import subprocess
@@ -273,3 +273,29 @@ def test_router_variants_load_side_by_side_and_the_summary_compares_each_to_the_
     assert got["v"]["worst_vs_stream"] == 1.2 and got["v"]["speedup_over_base"] == 2.236
     plain = [{"natural_us": 40.0, "ours_us": 20.0, "ok": True}]
     assert moe_routers.summarize(plain)["geomean_vs_natural"] == 2.0
+
+
+def test_token_sweep_refuses_bad_shapes_and_places_each_row_widths_threshold(capsys):
+    """moe_token_sweep.py: shapes are ROUTER:EXPERTS:K of the three routers it times, bad ones refused with a
+    message; the summary gives each token count's speedup over the first folder and, per row width, the least token
+    count from which the last folder won at every larger count (none where it lost at the largest)."""
+    import moe_token_sweep as sweep
+
+    assert sweep.shape_arg("softmax:8:2") == ("softmax", 8, 2)
+    for bad in ("grouped:256:8", "plain:8", "plain:8:9", "plain:x:2", "plain:600:4"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            sweep.shape_arg(bad)
+    with pytest.raises(SystemExit):
+        sweep.parse_args(["--kernels", f"a={MOE / 'kernels'}"])
+    assert "two or more" in capsys.readouterr().err
+
+    def row(tokens, width, base, new):
+        return {"tokens": tokens, "row_bytes": width,
+                "kernels": {"base": {"us": base, "ok": True}, "new": {"us": new, "ok": new < 100}}}
+
+    rows = [row(4096, 16, 4.0, 3.0), row(8192, 16, 5.0, 4.0), row(4096, 64, 4.0, 5.0), row(8192, 64, 5.0, 4.0),
+            row(100000, 64, 9.0, 8.0), row(4096, 48, 4.0, 3.0), row(8192, 48, 5.0, 6.0), row(100000, 48, 9.0, 100.0)]
+    got = sweep.summarize(rows, ["base", "new"])
+    assert got["correct"] == {"base": 8, "new": 7} and got["cases"] == 8
+    assert got["least_tokens_new_faster_by_row_bytes"] == {"16": 4096, "48": None, "64": 8192}
+    assert got["speedup_over_base_by_tokens"]["4096"] == {"base": 1.0, "new": round((4 / 3 * 4 / 3 * 4 / 5) ** (1 / 3), 3)}

@@ -22,6 +22,7 @@ import moe_emulation_check  # noqa: E402
 import moe_variants  # noqa: E402
 import reference as ref  # noqa: E402
 import router_emulation as em  # noqa: E402
+import routing_cuda  # noqa: E402
 import topk_sigmoid_cuda  # noqa: E402
 
 
@@ -44,8 +45,9 @@ def _logits(tokens, experts, dtype, g):
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_emulated_router_matches_the_references_on_every_shape(emulation, dtype, monkeypatch):
-    """Every router and shape of the GPU test on 1 and 37 tokens, and on 4,099 those the merge kernel may take (k
-    4 to 8; it serves from 4,096 tokens), ties common: each output passes its problem's check
+    """Every router and shape of the GPU test on 1 and 37 tokens, and at routing_cuda.merge_token_counts' those the
+    merge kernel may take (k 4 to 8 from 4,096 tokens; up to 32 experts k 1 to 8 from 8,192, wide rows from
+    65,536), ties common: each output passes its problem's check
     (moe_emulation_check.router_failures, the check a variant gets), which it finds by path even where the process
     holds another problem's module named `reference` (as one that ran a GPU MODE problem does)."""
     monkeypatch.setitem(sys.modules, "reference", types.ModuleType("reference"))
@@ -115,17 +117,24 @@ def test_emulated_router_takes_unaligned_rows_and_wide_biases(emulation):
         emulation.topk_sigmoid(torch.randn(4, 64), None, 4, "bogus")
 
 
+def _variant(folder, file: str, *edits: tuple[str, str]):
+    """A variant folder holding kernels/`file` with each (old, new) of `edits` replaced (each old must be there)."""
+    folder.mkdir()
+    text = (MOE / "kernels" / file).read_text()
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new)
+    (folder / file).write_text(text)
+    return folder
+
+
 def test_emulation_check_fails_a_broken_merge(emulation, tmp_path):
     """benchmarks/moe_emulation_check.py on a variant whose merge of two sorted lists skips its last
     compare-exchanges: it exits 1, naming router cases of 4,099 tokens (the merge kernel's) and none of 37 (the
     rounds kernel's, which does not merge lists), and sorting-network runs of the sigmoid kernels (which merge
     lists too) but no packed-key or one-warp run. (The tree's kernels pass: the tests above.)"""
-    variant = tmp_path / "broken_merge"
-    variant.mkdir()
-    text = (MOE / "kernels" / "topk_sigmoid_common.cuh").read_text()
-    loop = "for (int d = N / 2; d > 0; d /= 2) {"
-    assert loop in text
-    (variant / "topk_sigmoid_common.cuh").write_text(text.replace(loop, "for (int d = N / 2; d > 1; d /= 2) {"))
+    variant = _variant(tmp_path / "broken_merge", "topk_sigmoid_common.cuh",
+                       ("for (int d = N / 2; d > 0; d /= 2) {", "for (int d = N / 2; d > 1; d /= 2) {"))
     script = MOE / "benchmarks" / "moe_emulation_check.py"
     args = ["--dtype", "bfloat16", "--tokens", "37", "--tokens", "4099"]
     bad = subprocess.run([sys.executable, str(script), str(variant), *args], capture_output=True, text=True)
@@ -137,6 +146,19 @@ def test_emulation_check_fails_a_broken_merge(emulation, tmp_path):
     assert sigmoid and all(a.startswith(("sort", "prune")) for a in sigmoid), bad.stdout[-2000:]
 
 
+def test_emulation_check_fails_a_one_lane_merge_that_reads_one_chunk(emulation, tmp_path):
+    """A variant whose one-lane merge (up to 32 experts) reads only a row's first chunk of 8 experts: on bf16 rows at
+    the first of merge_token_counts (8,195 tokens, rows of at most 32 bytes), exactly the shapes of 9 to 16 experts
+    at k up to 8 fail (12 experts, k 3), each router; 8 experts are one chunk and pass."""
+    variant = _variant(tmp_path / "one_chunk", "topk_router.cu",
+                       ("if (experts <= 32) return {1, (experts + 7) / 8};", "if (experts <= 32) return {1, 1};"))
+    (tree,) = moe_variants.kernel_trees([variant], tmp_path / "trees").values()
+    tokens = routing_cuda.merge_token_counts("plain", 12, 3)[0]
+    failed = moe_emulation_check.router_failures(tree, ["bfloat16"], [tokens])
+    assert sorted({ln.split()[0] for ln in failed}) == ["biased", "plain", "softmax"], failed[:5]
+    assert all(" experts=12 k=3 " in ln and f"tokens={tokens} " in ln for ln in failed), failed[:5]
+
+
 def test_emulation_fails_misaligned_and_out_of_bounds_accesses(emulation, tmp_path):
     """A variant with two planted bugs a GPU would show as faults, not as wrong outputs: the grouped router takes
     groups of 15 experts (120 in 8) on the merge kernel, whose chunks then read the shift table's 16-byte vectors
@@ -144,14 +166,10 @@ def test_emulation_fails_misaligned_and_out_of_bounds_accesses(emulation, tmp_pa
     at or past the row's end (past the logits on the last token: 160 experts in groups of 20, the last lane of 100
     experts). The emulation fails exactly those cases, each with its cause: the type and source line (simt_host.h's
     alignment handler), or the array and how far past its end (device_memory.h's guard pages)."""
-    variant = tmp_path / "faults"
-    variant.mkdir()
-    text = (MOE / "kernels" / "topk_router.cu").read_text()
-    guard = "return per % 4 == 0 && n_group >= 4"
     piece = "e0 + 4 < end ? __ldg(reinterpret_cast<const uint2*>(row + e0 + 4)) : make_uint2(0, 0)"
-    assert guard in text and piece in text
-    text = text.replace(guard, "return n_group >= 4")
-    (variant / "topk_router.cu").write_text(text.replace(piece, "__ldg(reinterpret_cast<const uint2*>(row + e0 + 4))"))
+    variant = _variant(tmp_path / "faults", "topk_router.cu",
+                       ("return per % 4 == 0 && n_group >= 4", "return n_group >= 4"),
+                       (piece, "__ldg(reinterpret_cast<const uint2*>(row + e0 + 4))"))
     (tree,) = moe_variants.kernel_trees([variant], tmp_path / "trees").values()
     failed = moe_emulation_check.router_failures(tree, ["bfloat16"], [4099])
     misaligned = [ln for ln in failed if ln.startswith("grouped experts=120 ")]
