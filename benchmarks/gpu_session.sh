@@ -32,6 +32,9 @@
 #                     kernel trees against each other in one process)
 #   moe-router-profile  kpilot profile --source of the router kernels on $MOE/benchmarks/router_worst.py's cases (each
 #                     launched once), and each report's diagnosis
+#   moe-one-lane-sweep  $MOE/benchmarks/moe_token_sweep.py $MOE_SWEEP_ARGS: the router with one lane a token up to 32
+#                     experts from 4,096 tokens against the rounds kernel there, over token counts (where to place
+#                     router_launch.h's kOneLaneTokens and kOneLaneWideRowTokens)
 #   moe-large         $MOE/benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
 #                     their stream floors; quick, between full bench.py runs)
 #   moe-sort          $MOE/benchmarks/moe_sort.py (the sorting-network kernel at each experts per thread against the packed-key
@@ -132,6 +135,17 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
       python3 -m kernelpilot profile --source --kernel topk_router --out "$dir" --name router_worst --json \
           -- python3 "$MOE/benchmarks/router_worst.py" --once > "$dir/router_worst.json" || return 1
       python3 -m kernelpilot profile --import "$dir/router_worst.ncu-rep" --source ;;
+    moe-one-lane-sweep)   # the tree's kernels with router_launch.h's one-lane thresholds never reached, and at 4,096
+      local v d
+      for v in rounds:2000000000 one_lane:4096; do
+        d="$dir/${v%%:*}"
+        cp -r "$MOE/kernels" "$d" && rm -rf "$d/__pycache__"
+        sed -i -E "s/(kOneLaneTokens|kOneLaneWideRowTokens) = [0-9]+;/\1 = ${v#*:};/" "$d/router_launch.h"
+        [ "$(grep -cE "kOneLane(WideRow)?Tokens = ${v#*:};" "$d/router_launch.h")" = 2 ] \
+            || { echo "router_launch.h: the one-lane thresholds were not found"; return 1; }
+      done
+      python3 "$MOE/benchmarks/moe_token_sweep.py" --kernels rounds="$dir/rounds" --kernels one_lane="$dir/one_lane" \
+          ${MOE_SWEEP_ARGS:-} --out "$dir/moe_token_sweep.json" ;;
     moe-large) python3 "$MOE/benchmarks/moe_large.py" ${MOE_LARGE_ARGS:-} && cp "$MOE/results/moe_large.json" "$dir/" ;;
     moe-sort) python3 "$MOE/benchmarks/moe_sort.py" "$dir" ${MOE_SORT_ARGS:-} ;;
     moe-variants) python3 "$MOE/benchmarks/moe_variants.py" "$dir" ${MOE_VARIANTS:?moe-variants needs MOE_VARIANTS} ${MOE_VARIANTS_ARGS:-} ;;
