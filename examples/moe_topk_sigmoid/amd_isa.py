@@ -7,10 +7,17 @@ Writes results/gfx942/<name>.txt (the analysis as `kpilot isa analyze` prints it
 (a table of the cross-lane and memory instructions of each).
 
     python examples/moe_topk_sigmoid/amd_isa.py          # needs clang++-19 (HIP) and triton
+    python examples/moe_topk_sigmoid/amd_isa.py --every-shape   # needs triton
+
+--every-shape: the Triton kernel that serves each router off NVIDIA compiled for gfx942 at every shape the CUDA
+router's tests reach (routing_cuda.path_shapes) and every shape of the four problems' case grids, bf16 and fp32, at
+its 64-lane tile; for each, the cross-lane LDS instructions (ds_bpermute, ds_permute, ds_swizzle), VGPR spills and
+scratch. Writes results/gfx942/every_shape.json and exits 1 if any build has one of those or does not compile.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shlex
@@ -48,17 +55,96 @@ def builds() -> list[tuple[str, str, list[str]]]:
     return out + router_builds(kernels)
 
 
-def _triton_build(kernels: Path, file: str, kernel: str, dtype: str, experts: int, k: int, extra: dict,
-                  bias: bool, per_group: bool = False) -> list[str]:
-    """The `kpilot isa analyze` arguments of one Triton kernel at the tile it takes on 64-lane waves."""
-    block_e = 1 << (experts - 1).bit_length()
-    rows = tt.rows_per_program(block_e, SIZES[dtype], 64)
+def _triton_spec(kernels: Path, file: str, kernel: str, dtype: str, experts: int, k: int, extra: dict,
+                 bias: bool, per_group: bool = False) -> tuple[str, str, dict[str, int]]:
+    """One Triton kernel at the tile it takes on 64-lane waves: (source, signature, constexprs)."""
+    block_e, rows = tt.tile_shape(experts, SIZES[dtype], 64)
     hint = ":16" if experts % 16 == 0 else ""      # Triton's own specialisation of an argument divisible by 16
     signature = (f"logits_ptr:*{dtype}, {'bias_ptr:*fp32, ' if bias else ''}w_ptr:*fp32, ids_ptr:*i32, tokens:i32, "
                  f"experts:i32{hint}{', per_group:i32' if per_group else ''}")
     defines = {"BLOCK_E": block_e, "K": k, "KP": 1 << (k - 1).bit_length(), "ROWS": rows, **extra}
-    return [f"{kernels / file}:{kernel}", "--signature", signature,
-            *[a for name, v in defines.items() for a in ("-D", f"{name}={v}")]]
+    return f"{kernels / file}:{kernel}", signature, defines
+
+
+def _triton_build(*spec_args, **spec_kwargs) -> list[str]:
+    """The `kpilot isa analyze` arguments of one Triton kernel at the tile it takes on 64-lane waves."""
+    source, signature, defines = _triton_spec(*spec_args, **spec_kwargs)
+    return [source, "--signature", signature, *[a for name, v in defines.items() for a in ("-D", f"{name}={v}")]]
+
+
+def router_spec(kernels: Path, router: str, dtype: str, experts: int, k: int, extra: dict) -> tuple[str, str, dict]:
+    """The Triton kernel that serves `router` off NVIDIA (dispatch.py: the sigmoid kernel for plain and biased,
+    routing_triton's for softmax gating and grouped selection) at one shape."""
+    if router in ("plain", "biased"):
+        return _triton_spec(kernels, "topk_sigmoid_triton.py", "topk_sigmoid_kernel", dtype, experts, k,
+                            {"HAS_BIAS": int(router == "biased")}, True)
+    if router == "softmax":
+        return _triton_spec(kernels, "routing_triton.py", "topk_softmax_kernel", dtype, experts, k,
+                            {"RENORMALIZE": int(extra["renormalize"])}, False)
+    n_group = extra["n_group"]
+    return _triton_spec(kernels, "routing_triton.py", "grouped_topk_kernel", dtype, experts, k,
+                        {"N_GROUP": n_group, "NGP": 1 << (n_group - 1).bit_length(), "TOPK_GROUP": extra["topk_group"]},
+                        True, per_group=True)
+
+
+def every_shape() -> list[tuple[str, int, int, dict]]:
+    """(router, experts, k, extra): routing_cuda.path_shapes and each shape of the four problems' case grids."""
+    import routing_cuda
+
+    from kernelpilot.evaluate.problem import load_problem
+
+    shapes = list(routing_cuda.path_shapes())
+    for router in ("plain", "biased", "softmax", "grouped"):
+        for case in load_problem(HERE / router).cases:
+            p = case.params
+            extra = {name: p[name] for name in ("renormalize", "n_group", "topk_group") if name in p}
+            shapes.append((router, p["experts"], p["k"], extra))
+    unique = {}
+    for router, experts, k, extra in shapes:
+        unique.setdefault((router, experts, k, tuple(sorted(extra.items()))), (router, experts, k, extra))
+    return list(unique.values())
+
+
+def check_every_shape(out: Path | None = OUT / "every_shape.json") -> dict:
+    """Every shape of every_shape in bf16 and fp32 compiled and analyzed, each build's row printed; the summary
+    (its "failed": builds with a compile error, cross-lane LDS, a VGPR spill or scratch), written with the rows to
+    `out` unless None."""
+    from kernelpilot.errors import KernelpilotError
+    from kernelpilot.isa import analyze
+
+    kernels = (HERE / "kernels").relative_to(ROOT)
+    rows, bad = [], 0
+    for router, experts, k, extra in every_shape():
+        for dtype in SIZES:
+            source, signature, defines = router_spec(kernels, router, dtype, experts, k, extra)
+            row = {"router": router, "experts": experts, "k": k, **extra, "dtype": dtype,
+                   "kernel": source.rsplit(":", 1)[1], "constexprs": defines}
+            try:
+                (rep,) = analyze(str(ROOT / source), arch=ARCH, signature=signature,
+                                 defines={name: str(v) for name, v in defines.items()})
+            except KernelpilotError as e:
+                row |= {"ok": False, "error": str(e).splitlines()[0][:300]}
+            else:
+                ops = rep.opcodes
+                cross = sum(n for op, n in ops.items() if op.startswith(("ds_bpermute", "ds_permute", "ds_swizzle")))
+                res = rep.resources
+                row |= {"instructions": sum(ops.values()), "cross_lane_lds": cross, "vgpr": res.vgpr,
+                        "vgpr_spill": res.vgpr_spill, "scratch_bytes": res.scratch_bytes,
+                        "findings": sorted({f.id for f in rep.findings})}
+                row["ok"] = not (cross or res.vgpr_spill or res.scratch_bytes)
+            bad += not row["ok"]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    summary = {"builds": len(rows), "failed": bad, "arch": ARCH,
+               "cross_lane_lds": sum(r.get("cross_lane_lds", 0) > 0 for r in rows),
+               "vgpr_spill": sum(bool(r.get("vgpr_spill")) for r in rows),
+               "scratch": sum(bool(r.get("scratch_bytes")) for r in rows),
+               "not_compiled": sum("error" in r for r in rows)}
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
+    print(json.dumps(summary))
+    return summary
 
 
 def router_builds(kernels: Path) -> list[tuple[str, str, list[str]]]:
@@ -104,6 +190,10 @@ def row(name: str, what: str, report: dict) -> str:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--every-shape", action="store_true", help="the routers' Triton kernels at every shape instead")
+    if ap.parse_args().every_shape:
+        sys.exit(1 if check_every_shape()["failed"] else 0)
     OUT.mkdir(parents=True, exist_ok=True)
     lines = []
     for name, what, args in builds():
@@ -129,7 +219,12 @@ def main() -> None:
           "routers (softmax gating and grouped selection, routing_triton.py), each at its 64-lane tile: none "
           "reduces through ds_bpermute. Where a token takes a whole wave, a reduction ends in v_readlane (kpilot's "
           "amd.readlane-chain), and the ds_ instructions move values between layouts, not across lanes in the "
-          "rounds."]
+          "rounds.", "",
+          "`every_shape.json` (`amd_isa.py --every-shape`): the Triton kernel that serves each router off NVIDIA (the "
+          "sigmoid kernel for plain and biased, routing_triton.py's for softmax gating and grouped selection) at every "
+          "shape the router tests reach and every shape of the four case grids, bf16 and fp32, each at its 64-lane "
+          "tile (`tile_shape`); its summary counts the builds with a ds_bpermute, ds_permute or ds_swizzle, a VGPR "
+          "spill or scratch."]
     (OUT / "README.md").write_text("\n".join(md) + "\n")
 
 

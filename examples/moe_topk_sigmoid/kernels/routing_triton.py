@@ -9,14 +9,14 @@ its lowest index among equals, then masked out) and writes weights and ids. Any 
   the columns whose index // (experts // n_group) is its number), the topk_group best groups kept (lowest group
   among equals), the others' scores masked, then the k rounds; weights are the chosen sigmoids, renormalised.
 
-On 64-lane waves (AMD GFX9) the rows per program follow topk_sigmoid_triton.rows_per_program, so that no reduction
-crosses the wave's two halves (a ds_bpermute on gfx942).
+On 64-lane waves (AMD GFX9) the tile follows topk_sigmoid_triton.tile_shape, so that no reduction crosses the wave's
+two halves (a ds_bpermute on gfx942).
 """
 
 import torch
 import triton
 import triton.language as tl
-from topk_sigmoid_triton import NUM_WARPS, load_tile, rows_per_program, select_top, store_top, warp_size
+from topk_sigmoid_triton import NUM_WARPS, load_tile, select_top, store_top, tile_shape, warp_size
 
 KPILOT_SPECS = {
     "topk_softmax_kernel": {
@@ -84,8 +84,7 @@ def grouped_topk_kernel(logits_ptr, bias_ptr, w_ptr, ids_ptr, tokens, experts, p
 
 
 def _launch_shape(logits: torch.Tensor, wave: int | None) -> tuple[int, int]:
-    block_e = triton.next_power_of_2(logits.shape[1])
-    return block_e, rows_per_program(block_e, logits.element_size(), wave or warp_size(logits))
+    return tile_shape(logits.shape[1], logits.element_size(), wave or warp_size(logits))
 
 
 def _outputs(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,8 +11,8 @@ close to each case's fastest, where 16 rows at every shape fell well behind at 2
 On 64-lane waves (AMD GFX9: gfx90a, gfx942, gfx950) the rows are chosen so that no reduction crosses between
 the two 32-lane halves of a wave, which gfx942 can only do through ds_bpermute (the LDS crossbar): a token held
 by 16 lanes or fewer reduces by DPP within rows of 16 lanes (quad_perm, row_half_mirror, row_ror), one held by
-all 64 by DPP row_shr and row_bcast and one readlane per reduction (rows_per_program). Compiled for gfx942 in
-the tests; not run on AMD hardware.
+all 64 by DPP row_shr and row_bcast and one readlane per reduction (rows_per_program, tile_shape). Compiled for
+gfx942 in the tests (and at every router shape by ../amd_isa.py --every-shape); not run on AMD hardware.
 """
 
 import functools
@@ -106,6 +106,17 @@ def rows_per_program(block_e: int, itemsize: int, warp_size: int = 32, num_warps
     return rows
 
 
+def tile_shape(experts: int, itemsize: int, warp_size: int = 32, num_warps: int | None = None) -> tuple[int, int]:
+    """(BLOCK_E, ROWS) of a program: the experts rounded up to a power of two, and rows_per_program's rows. On
+    64-lane waves a row of 17 to 31 experts is the exception: Triton knows a row's alignment only from the expert
+    count's divisibility by 16, so it loads such a row one logit a lane, on 32 lanes, and each reduction would cross
+    the wave's halves (ds_bpermute on gfx942); the row is padded to 64 instead, a token to a wave."""
+    block_e = triton.next_power_of_2(experts)
+    if warp_size == 64 and block_e == 32 and experts != 32:
+        return 64, num_warps or NUM_WARPS
+    return block_e, rows_per_program(block_e, itemsize, warp_size, num_warps)
+
+
 def warp_size(t: torch.Tensor) -> int:
     """The device's warp (wave) size: 64 on AMD GFX9, 32 on NVIDIA and for the CPU interpreter."""
     return _device_warp_size(t.device.index if t.device.index is not None else torch.cuda.current_device()) \
@@ -123,8 +134,7 @@ def topk_sigmoid(logits: torch.Tensor, bias, k: int, wave: int | None = None):
     tokens, experts = logits.shape
     w = torch.empty(tokens, k, device=logits.device, dtype=torch.float32)
     ids = torch.empty(tokens, k, device=logits.device, dtype=torch.int32)
-    block_e = triton.next_power_of_2(experts)
-    rows = rows_per_program(block_e, logits.element_size(), wave or warp_size(logits))
+    block_e, rows = tile_shape(experts, logits.element_size(), wave or warp_size(logits))
     grid = (triton.cdiv(tokens, rows),)
     topk_sigmoid_kernel[grid](logits, bias if bias is not None else logits, w, ids, tokens, experts,
                               BLOCK_E=block_e, K=k, KP=triton.next_power_of_2(k), ROWS=rows,

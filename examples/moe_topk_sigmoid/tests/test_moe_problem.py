@@ -78,7 +78,8 @@ def test_triton_kernel_is_correct_on_cpu(variant):
 
 def test_triton_tile_on_64_lane_waves_keeps_a_token_off_half_a_wave():
     """On 32-lane warps a tile of TILE logits; on 64-lane waves a token's 16-byte vectors on 16 lanes or fewer
-    (16 rows: 4 per wave) or on all 64 lanes (one row per wave), never on 32."""
+    (16 rows: 4 per wave) or on all 64 lanes (one row per wave), never on 32; a row of 17 to 31 experts (loaded a
+    logit a lane) padded to a whole wave."""
     sys.path.insert(0, str(MOE / "kernels"))
     import topk_sigmoid_triton as tt
 
@@ -86,6 +87,9 @@ def test_triton_tile_on_64_lane_waves_keeps_a_token_off_half_a_wave():
     assert [tt.rows_per_program(e, 2, 64) for e in (64, 128, 256)] == [16, 16, 4]
     assert [tt.rows_per_program(e, 4, 64) for e in (64, 128, 256)] == [16, 4, 4]
     assert tt.rows_per_program(128, 2, 64, num_warps=2) == 8 and tt.rows_per_program(128, 4, 64, num_warps=2) == 2
+    assert [tt.tile_shape(e, 2, 64) for e in (12, 17, 24, 31, 32, 60)] == [(16, 64), (64, 4), (64, 4), (64, 4),
+                                                                          (32, 32), (64, 16)]
+    assert tt.tile_shape(24, 2) == (32, 32) and tt.tile_shape(24, 4, 64, num_warps=2) == (64, 2)
 
 
 def test_triton_kernel_is_correct_on_cpu_with_the_64_lane_tiles():

@@ -180,18 +180,21 @@ def test_triton_kernels_with_the_64_lane_tiles_on_every_router_shape():
     ("topk_sigmoid_kernel", 160, 8, "bf16", {"HAS_BIAS": 1}),
     ("topk_sigmoid_kernel", 384, 8, "fp32", {"HAS_BIAS": 0}),
     ("topk_sigmoid_kernel", 512, 16, "bf16", {"HAS_BIAS": 1}),
+    ("topk_sigmoid_kernel", 16, 1, "bf16", {"HAS_BIAS": 0}),
+    ("topk_sigmoid_kernel", 24, 5, "bf16", {"HAS_BIAS": 1}),
+    ("topk_softmax_kernel", 24, 5, "fp32", {"RENORMALIZE": 0}),
 ])
 def test_triton_routers_for_gfx942_need_no_ds_bpermute(kernel, experts, k, dtype, extra):
-    """Compiled for gfx942 (not run: there is no AMD GPU here) at the rows they take on 64-lane waves: no
+    """Compiled for gfx942 (not run: there is no AMD GPU here) at the tiles they take on 64-lane waves: no
     reduction crosses a wave's halves through ds_bpermute, and no VGPR spills or scratch (the grouped kernel
-    spills a few SGPRs into VGPR lanes)."""
+    spills a few SGPRs into VGPR lanes). 24 experts: a row Triton loads a logit a lane, padded to a whole wave
+    (amd_isa.py --every-shape covers every shape)."""
     require_module("triton")
     from kernelpilot.isa import analyze
 
     import topk_sigmoid_triton as tt
 
-    block_e = 1 << (experts - 1).bit_length()
-    rows = tt.rows_per_program(block_e, 2 if dtype == "bf16" else 4, 64)
+    block_e, rows = tt.tile_shape(experts, 2 if dtype == "bf16" else 4, 64)
     bias = "bias_ptr:*fp32, " if kernel != "topk_softmax_kernel" else ""
     hint = ":16" if experts % 16 == 0 else ""
     signature = f"logits_ptr:*{dtype}, {bias}w_ptr:*fp32, ids_ptr:*i32, tokens:i32, experts:i32{hint}" + (
@@ -204,6 +207,18 @@ def test_triton_routers_for_gfx942_need_no_ds_bpermute(kernel, experts, k, dtype
     assert sum(n for op, n in rep.opcodes.items() if op.endswith("_dpp")) >= k
     assert not rep.resources.vgpr_spill and not rep.resources.scratch_bytes
     assert "amd.lds-crosslane" not in {f.id for f in rep.findings}
+
+
+def test_triton_routers_for_gfx942_at_every_shape_need_no_cross_lane_lds():
+    """amd_isa.py --every-shape: the Triton kernel serving each router off NVIDIA, compiled for gfx942 at every shape
+    the router tests reach and every case-grid shape, bf16 and fp32 (not run: no AMD GPU here): every build
+    compiles, with no ds_bpermute, ds_permute or ds_swizzle, no VGPR spill and no scratch."""
+    require_module("triton")
+    import amd_isa
+    import routing_cuda
+
+    summary = amd_isa.check_every_shape(out=None)
+    assert summary["builds"] >= 2 * len(routing_cuda.path_shapes()) and summary["failed"] == 0, summary
 
 
 def test_router_extension_builds_one_unit_per_dtype_and_router(tmp_path, monkeypatch):
