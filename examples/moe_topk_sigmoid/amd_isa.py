@@ -7,12 +7,13 @@ Writes results/gfx942/<name>.txt (the analysis as `kpilot isa analyze` prints it
 (a table of the cross-lane and memory instructions of each).
 
     python examples/moe_topk_sigmoid/amd_isa.py          # needs clang++-19 (HIP) and triton
-    python examples/moe_topk_sigmoid/amd_isa.py --every-shape   # needs triton
+    python examples/moe_topk_sigmoid/amd_isa.py --every-shape   # needs clang++-19 (HIP) and triton
 
 --every-shape: the Triton kernel that serves each router off NVIDIA compiled for gfx942 at every shape the CUDA
 router's tests reach (routing_cuda.path_shapes) and every shape of the four problems' case grids, bf16 and fp32, at
-its 64-lane tile; for each, the cross-lane LDS instructions (ds_bpermute, ds_permute, ds_swizzle), VGPR spills and
-scratch. Writes results/gfx942/every_shape.json and exits 1 if any build has one of those or does not compile.
+its 64-lane tile, and the HIP kernel at every shape it serves (fp32, 64/128/256 experts, k 4 and 8); for each, the
+cross-lane LDS instructions (ds_bpermute, ds_permute, ds_swizzle), VGPR spills and scratch. Writes
+results/gfx942/every_shape.json and exits 1 if any build has one of those or does not compile.
 """
 
 from __future__ import annotations
@@ -105,36 +106,53 @@ def every_shape() -> list[tuple[str, int, int, dict]]:
     return list(unique.values())
 
 
-def check_every_shape(out: Path | None = OUT / "every_shape.json") -> dict:
-    """Every shape of every_shape in bf16 and fp32 compiled and analyzed, each build's row printed; the summary
-    (its "failed": builds with a compile error, cross-lane LDS, a VGPR spill or scratch), written with the rows to
-    `out` unless None."""
-    from kernelpilot.errors import KernelpilotError
-    from kernelpilot.isa import analyze
+def every_shape_builds() -> list[tuple[dict, str, dict]]:
+    """(row, source, analyze options) of each build of the every-shape check: the Triton kernel of each shape of
+    every_shape in bf16 and fp32, and the HIP kernel at every shape it serves (fp32 on GFX9, topk_sigmoid_hip)."""
+    import topk_sigmoid_hip
 
     kernels = (HERE / "kernels").relative_to(ROOT)
-    rows, bad = [], 0
+    out = []
     for router, experts, k, extra in every_shape():
         for dtype in SIZES:
             source, signature, defines = router_spec(kernels, router, dtype, experts, k, extra)
-            row = {"router": router, "experts": experts, "k": k, **extra, "dtype": dtype,
-                   "kernel": source.rsplit(":", 1)[1], "constexprs": defines}
-            try:
-                (rep,) = analyze(str(ROOT / source), arch=ARCH, signature=signature,
-                                 defines={name: str(v) for name, v in defines.items()})
-            except KernelpilotError as e:
-                row |= {"ok": False, "error": str(e).splitlines()[0][:300]}
-            else:
-                ops = rep.opcodes
-                cross = sum(n for op, n in ops.items() if op.startswith(("ds_bpermute", "ds_permute", "ds_swizzle")))
-                res = rep.resources
-                row |= {"instructions": sum(ops.values()), "cross_lane_lds": cross, "vgpr": res.vgpr,
-                        "vgpr_spill": res.vgpr_spill, "scratch_bytes": res.scratch_bytes,
-                        "findings": sorted({f.id for f in rep.findings})}
-                row["ok"] = not (cross or res.vgpr_spill or res.scratch_bytes)
-            bad += not row["ok"]
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            out.append(({"router": router, "experts": experts, "k": k, **extra, "dtype": dtype,
+                         "kernel": source.rsplit(":", 1)[1], "constexprs": defines}, source,
+                        {"signature": signature, "defines": {name: str(v) for name, v in defines.items()}}))
+    for experts in topk_sigmoid_hip.EXPERTS:
+        for k in topk_sigmoid_hip.KS:
+            for bias in (0, 1):
+                defines = {"EXPERTS": experts, "K": k, "HAS_BIAS": bias}
+                out.append(({"router": "biased" if bias else "plain", "experts": experts, "k": k, "dtype": "fp32",
+                             "kernel": "topk_sigmoid_dpp", "constexprs": defines}, str(kernels / "topk_sigmoid_dpp.hip"),
+                            {"defines": {name: str(v) for name, v in defines.items()}}))
+    return out
+
+
+def check_every_shape(out: Path | None = OUT / "every_shape.json") -> dict:
+    """Every build of every_shape_builds compiled and analyzed, each build's row printed; the summary (its
+    "failed": builds with a compile error, cross-lane LDS, a VGPR spill or scratch), written with the rows to `out`
+    unless None."""
+    from kernelpilot.errors import KernelpilotError
+    from kernelpilot.isa import analyze
+
+    rows, bad = [], 0
+    for row, source, options in every_shape_builds():
+        try:
+            (rep,) = analyze(str(ROOT / source), arch=ARCH, **options)
+        except KernelpilotError as e:
+            row |= {"ok": False, "error": str(e).splitlines()[0][:300]}
+        else:
+            ops = rep.opcodes
+            cross = sum(n for op, n in ops.items() if op.startswith(("ds_bpermute", "ds_permute", "ds_swizzle")))
+            res = rep.resources
+            row |= {"instructions": sum(ops.values()), "cross_lane_lds": cross, "vgpr": res.vgpr,
+                    "vgpr_spill": res.vgpr_spill, "scratch_bytes": res.scratch_bytes,
+                    "findings": sorted({f.id for f in rep.findings})}
+            row["ok"] = not (cross or res.vgpr_spill or res.scratch_bytes)
+        bad += not row["ok"]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     summary = {"builds": len(rows), "failed": bad, "arch": ARCH,
                "cross_lane_lds": sum(r.get("cross_lane_lds", 0) > 0 for r in rows),
                "vgpr_spill": sum(bool(r.get("vgpr_spill")) for r in rows),
@@ -223,7 +241,7 @@ def main() -> None:
           "`every_shape.json` (`amd_isa.py --every-shape`): the Triton kernel that serves each router off NVIDIA (the "
           "sigmoid kernel for plain and biased, routing_triton.py's for softmax gating and grouped selection) at every "
           "shape the router tests reach and every shape of the four case grids, bf16 and fp32, each at its 64-lane "
-          "tile (`tile_shape`); its summary counts the builds with a ds_bpermute, ds_permute or ds_swizzle, a VGPR "
+          "tile (`tile_shape`), and the HIP kernel at every shape it serves; its summary counts the builds with a ds_bpermute, ds_permute or ds_swizzle, a VGPR "
           "spill or scratch."]
     (OUT / "README.md").write_text("\n".join(md) + "\n")
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from kpilot_testing import MOE, require_module
+from kpilot_testing import MOE, require_module, require_tool
 
 from kernelpilot.evaluate.problem import load_problem
 from kernelpilot.evaluate.runner import EvalOptions, check
@@ -211,9 +211,11 @@ def test_triton_routers_for_gfx942_need_no_ds_bpermute(kernel, experts, k, dtype
 
 def test_triton_routers_for_gfx942_at_every_shape_need_no_cross_lane_lds():
     """amd_isa.py --every-shape: the Triton kernel serving each router off NVIDIA, compiled for gfx942 at every shape
-    the router tests reach and every case-grid shape, bf16 and fp32 (not run: no AMD GPU here): every build
-    compiles, with no ds_bpermute, ds_permute or ds_swizzle, no VGPR spill and no scratch."""
+    the router tests reach and every case-grid shape, bf16 and fp32, and the HIP kernel at its shapes (not run: no
+    AMD GPU here): every build compiles, with no ds_bpermute, ds_permute or ds_swizzle, no VGPR spill and no
+    scratch."""
     require_module("triton")
+    require_tool("clang++")
     import amd_isa
     import routing_cuda
 
