@@ -81,8 +81,8 @@ bool merge(const Args& a, cudaStream_t stream) {
 // (results/moe_routers_ab_fp32_small.json, 8,192 and 100,000 tokens): Mixtral's 8 experts 0.93 to 0.96 of the
 // time at 8,192 and 0.63 to 0.65 at 100,000, Llama 4 Scout's 16 about even in 16-bit at 8,192 and 0.74 to 0.80 at
 // 100,000, but fp32 at 8,192 1.15 (a thread a token leaves too few threads to a wide row's loads); the thresholds
-// keep to where it was measured faster. (routing_cuda.py reads these constants, for the token counts its tests
-// route.)
+// keep to where it was measured faster or about even (16-bit Llama 4 Scout at 8,192: 1.02). (routing_cuda.py reads
+// these constants, for the token counts its tests route.)
 constexpr int kMergeTokens = 4096;
 constexpr int kOneLaneTokens = 8192;
 constexpr int kOneLaneWideRowTokens = 65536;
