@@ -33,6 +33,7 @@ sys.path.insert(0, str(HERE / "kernels"))
 import topk_sigmoid_triton as tt  # noqa: E402
 
 ARCH = "gfx942"
+CROSS_LANE_LDS = ("ds_bpermute", "ds_permute", "ds_swizzle")   # cross-lane moves through the LDS crossbar
 OUT = HERE / "results" / ARCH
 SIZES = {"bf16": 2, "fp32": 4}
 
@@ -56,7 +57,7 @@ def builds() -> list[tuple[str, str, list[str]]]:
     return out + router_builds(kernels)
 
 
-def _triton_spec(kernels: Path, file: str, kernel: str, dtype: str, experts: int, k: int, extra: dict,
+def triton_spec(kernels: Path, file: str, kernel: str, dtype: str, experts: int, k: int, extra: dict,
                  bias: bool, per_group: bool = False) -> tuple[str, str, dict[str, int]]:
     """One Triton kernel at the tile it takes on 64-lane waves: (source, signature, constexprs)."""
     block_e, rows = tt.tile_shape(experts, SIZES[dtype], 64)
@@ -69,7 +70,7 @@ def _triton_spec(kernels: Path, file: str, kernel: str, dtype: str, experts: int
 
 def _triton_build(*spec_args, **spec_kwargs) -> list[str]:
     """The `kpilot isa analyze` arguments of one Triton kernel at the tile it takes on 64-lane waves."""
-    source, signature, defines = _triton_spec(*spec_args, **spec_kwargs)
+    source, signature, defines = triton_spec(*spec_args, **spec_kwargs)
     return [source, "--signature", signature, *[a for name, v in defines.items() for a in ("-D", f"{name}={v}")]]
 
 
@@ -77,13 +78,13 @@ def router_spec(kernels: Path, router: str, dtype: str, experts: int, k: int, ex
     """The Triton kernel that serves `router` off NVIDIA (dispatch.py: the sigmoid kernel for plain and biased,
     routing_triton's for softmax gating and grouped selection) at one shape."""
     if router in ("plain", "biased"):
-        return _triton_spec(kernels, "topk_sigmoid_triton.py", "topk_sigmoid_kernel", dtype, experts, k,
+        return triton_spec(kernels, "topk_sigmoid_triton.py", "topk_sigmoid_kernel", dtype, experts, k,
                             {"HAS_BIAS": int(router == "biased")}, True)
     if router == "softmax":
-        return _triton_spec(kernels, "routing_triton.py", "topk_softmax_kernel", dtype, experts, k,
+        return triton_spec(kernels, "routing_triton.py", "topk_softmax_kernel", dtype, experts, k,
                             {"RENORMALIZE": int(extra["renormalize"])}, False)
     n_group = extra["n_group"]
-    return _triton_spec(kernels, "routing_triton.py", "grouped_topk_kernel", dtype, experts, k,
+    return triton_spec(kernels, "routing_triton.py", "grouped_topk_kernel", dtype, experts, k,
                         {"N_GROUP": n_group, "NGP": 1 << (n_group - 1).bit_length(), "TOPK_GROUP": extra["topk_group"]},
                         True, per_group=True)
 
@@ -118,14 +119,14 @@ def every_shape_builds() -> list[tuple[dict, str, dict]]:
             source, signature, defines = router_spec(kernels, router, dtype, experts, k, extra)
             out.append(({"router": router, "experts": experts, "k": k, **extra, "dtype": dtype,
                          "kernel": source.rsplit(":", 1)[1], "constexprs": defines}, source,
-                        {"signature": signature, "defines": {name: str(v) for name, v in defines.items()}}))
+                        {"signature": signature, "defines": defines}))
     for experts in topk_sigmoid_hip.EXPERTS:
         for k in topk_sigmoid_hip.KS:
             for bias in (0, 1):
                 defines = {"EXPERTS": experts, "K": k, "HAS_BIAS": bias}
                 out.append(({"router": "biased" if bias else "plain", "experts": experts, "k": k, "dtype": "fp32",
                              "kernel": "topk_sigmoid_dpp", "constexprs": defines}, str(kernels / "topk_sigmoid_dpp.hip"),
-                            {"defines": {name: str(v) for name, v in defines.items()}}))
+                            {"defines": defines}))
     return out
 
 
@@ -138,13 +139,14 @@ def check_every_shape(out: Path | None = OUT / "every_shape.json") -> dict:
 
     rows, bad = [], 0
     for row, source, options in every_shape_builds():
+        defines = {name: str(v) for name, v in options.pop("defines").items()}
         try:
-            (rep,) = analyze(str(ROOT / source), arch=ARCH, **options)
+            (rep,) = analyze(str(ROOT / source), arch=ARCH, defines=defines, **options)
         except KernelpilotError as e:
             row |= {"ok": False, "error": str(e).splitlines()[0][:300]}
         else:
             ops = rep.opcodes
-            cross = sum(n for op, n in ops.items() if op.startswith(("ds_bpermute", "ds_permute", "ds_swizzle")))
+            cross = sum(n for op, n in ops.items() if op.startswith(CROSS_LANE_LDS))
             res = rep.resources
             row |= {"instructions": sum(ops.values()), "cross_lane_lds": cross, "vgpr": res.vgpr,
                     "vgpr_spill": res.vgpr_spill, "scratch_bytes": res.scratch_bytes,
@@ -202,14 +204,14 @@ def row(name: str, what: str, report: dict) -> str:
     return " | ".join(map(str, [
         f"`{name}`", what, report["instruction_count"], count(lambda op: op.endswith("_dpp")),
         count(lambda op: "readlane" in op and "readfirstlane" not in op),
-        count(lambda op: op.startswith(("ds_bpermute", "ds_permute", "ds_swizzle"))),
+        count(lambda op: op.startswith(CROSS_LANE_LDS)),
         count(lambda op: op.startswith("ds_")), res.get("vgpr"), f"{occ.get('percent')}%",
         ", ".join(f["id"] for f in report["findings"]) or "-"]))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--every-shape", action="store_true", help="the routers' Triton kernels at every shape instead")
+    ap.add_argument("--every-shape", action="store_true", help="the routers' Triton kernels and the HIP kernel at every shape they serve instead")
     if ap.parse_args().every_shape:
         sys.exit(1 if check_every_shape()["failed"] else 0)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -241,8 +243,8 @@ def main() -> None:
           "`every_shape.json` (`amd_isa.py --every-shape`): the Triton kernel that serves each router off NVIDIA (the "
           "sigmoid kernel for plain and biased, routing_triton.py's for softmax gating and grouped selection) at every "
           "shape the router tests reach and every shape of the four case grids, bf16 and fp32, each at its 64-lane "
-          "tile (`tile_shape`), and the HIP kernel at every shape it serves; its summary counts the builds with a ds_bpermute, ds_permute or ds_swizzle, a VGPR "
-          "spill or scratch."]
+          "tile (`tile_shape`), and the HIP kernel at every shape it serves; its summary counts the builds with a "
+          "ds_bpermute, ds_permute or ds_swizzle, a VGPR spill or scratch."]
     (OUT / "README.md").write_text("\n".join(md) + "\n")
 
 

@@ -9,6 +9,7 @@ The shapes the sigmoid kernels of topk_sigmoid_cuda.py were tuned for (64, 128, 
 those; these kernels serve every other shape and the other two routers (dispatch.py).
 """
 
+import functools
 import re
 import sys
 from pathlib import Path
@@ -159,12 +160,19 @@ def path_shapes() -> list[tuple[str, int, int, dict]]:
     return out
 
 
+@functools.cache
+def _launch_constants(kernels: Path) -> dict[str, int]:
+    """The integer constants of kernels/router_launch.h (``constexpr int NAME = value;``), read once a folder."""
+    text = (kernels / "router_launch.h").read_text()
+    return {name: int(value) for name, value in re.findall(r"constexpr int (\w+) = (\d+);", text)}
+
+
 def _launch_constant(name: str, kernels: Path) -> int:
-    """An integer constant of kernels/router_launch.h (``constexpr int NAME = value;``)."""
-    found = re.search(rf"constexpr int {name} = (\d+);", (kernels / "router_launch.h").read_text())
-    if not found:
-        raise RuntimeError(f"router_launch.h defines no constexpr int {name}")
-    return int(found.group(1))
+    """One of _launch_constants; RuntimeError where router_launch.h does not define it."""
+    try:
+        return _launch_constants(kernels)[name]
+    except KeyError:
+        raise RuntimeError(f"router_launch.h defines no constexpr int {name}") from None
 
 
 def merge_token_counts(router: str, experts: int, k: int, kernels: Path = HERE) -> tuple[int, ...]:

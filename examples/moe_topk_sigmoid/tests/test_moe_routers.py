@@ -190,19 +190,15 @@ def test_triton_routers_for_gfx942_need_no_ds_bpermute(kernel, experts, k, dtype
     spills a few SGPRs into VGPR lanes). 24 experts: a row Triton loads a logit a lane, padded to a whole wave
     (amd_isa.py --every-shape covers every shape)."""
     require_module("triton")
+    import amd_isa
+
     from kernelpilot.isa import analyze
 
-    import topk_sigmoid_triton as tt
-
-    block_e, rows = tt.tile_shape(experts, 2 if dtype == "bf16" else 4, 64)
-    bias = "bias_ptr:*fp32, " if kernel != "topk_softmax_kernel" else ""
-    hint = ":16" if experts % 16 == 0 else ""
-    signature = f"logits_ptr:*{dtype}, {bias}w_ptr:*fp32, ids_ptr:*i32, tokens:i32, experts:i32{hint}" + (
-        ", per_group:i32" if kernel.startswith("grouped") else "")
-    defines = {"BLOCK_E": block_e, "K": k, "KP": 1 << (k - 1).bit_length(), "ROWS": rows, **extra}
     file = "topk_sigmoid_triton.py" if kernel == "topk_sigmoid_kernel" else "routing_triton.py"
-    (rep,) = analyze(f"{MOE / 'kernels' / file}:{kernel}", arch="gfx942", signature=signature,
-                     defines={name: str(v) for name, v in defines.items()})
+    source, signature, defines = amd_isa.triton_spec(MOE / "kernels", file, kernel, dtype, experts, k, extra,
+                                                     bias=kernel != "topk_softmax_kernel",
+                                                     per_group=kernel.startswith("grouped"))
+    (rep,) = analyze(source, arch="gfx942", signature=signature, defines={name: str(v) for name, v in defines.items()})
     assert not any(op.startswith(("ds_bpermute", "ds_permute")) for op in rep.opcodes)
     assert sum(n for op, n in rep.opcodes.items() if op.endswith("_dpp")) >= k
     assert not rep.resources.vgpr_spill and not rep.resources.scratch_bytes
@@ -303,7 +299,7 @@ def test_cuda_router_matches_the_references_on_every_shape(dtype):
 
     g = torch.Generator(device="cuda").manual_seed(0)
     for router, experts, k, extra in rc.path_shapes():
-        for tokens in (1, 3, 37, 4099, *rc.merge_token_counts(router, experts, k)):
+        for tokens in dict.fromkeys((1, 3, 37, 4099, *rc.merge_token_counts(router, experts, k))):
             x = ((torch.randn(tokens, experts, device="cuda", generator=g) * 8).round() / 4).to(getattr(torch, dtype))
             bias = torch.randn(experts, device="cuda", generator=g) * 0.1
             ok, msg = ref.check_router(rc.route, router, x, bias, k, extra)
