@@ -399,7 +399,7 @@ __device__ inline void write_weights(const T* __restrict__ row, const unsigned (
     const bool have = q * W + lane < k;
     const float xe = have ? to_float<T>(row[slot[q]]) : 0.0f;
     if constexpr (ROUTER == SOFTMAX) {
-      w[q] = have ? __expf(xe - row_max) : 0.0f;
+      w[q] = have ? softmax_term(xe, row_max) : 0.0f;
     } else {
       w[q] = have ? sigmoid(xe) : 0.0f;
     }
@@ -494,7 +494,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
 #pragma unroll
           for (int j = 0; j < P; ++j) {
             const float v = from_bits<T>(j % 2 ? w[j / 2] >> 16 : w[j / 2] & 0xffffu);
-            s += first + j < experts || !tail ? __expf(v - row_max) : 0.0f;
+            s += first + j < experts || !tail ? softmax_term(v, row_max) : 0.0f;
           }
           total = lanes_sum<W>(s);
         }
@@ -509,7 +509,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
           for (int j = 0; j < P; ++j) m = fmaxf(m, first + j < experts || !tail ? x[j] : neg_inf());
           row_max = from_order_key(lanes_max<W>(order_key(m)));
 #pragma unroll
-          for (int j = 0; j < P; ++j) s += first + j < experts || !tail ? __expf(x[j] - row_max) : 0.0f;
+          for (int j = 0; j < P; ++j) s += first + j < experts || !tail ? softmax_term(x[j], row_max) : 0.0f;
           total = lanes_sum<W>(s);
         }
 #pragma unroll
@@ -837,11 +837,15 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C>()) void topk_router_mer
         float s = 0.0f;
 #pragma unroll
         for (int v = 0; v < C; ++v) {
+          float term[8];
 #pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            const bool have = start(v) + j < end;
-            s += have ? __expf(chunk_logit<T, CV>(raw[v], j) - row_max) : 0.0f;
+          for (int j = 0; j < 8; ++j) term[j] = softmax_term(chunk_logit<T, CV>(raw[v], j), row_max);
+          if (start(v) + 8 > end) {   // a chunk past the end (its logits read as 0) gives nothing
+#pragma unroll
+            for (int j = 0; j < 8; ++j) term[j] = start(v) + j < end ? term[j] : 0.0f;
           }
+#pragma unroll
+          for (int j = 0; j < 8; ++j) s += term[j];
         }
         total = lanes_sum<W>(s);
       }

@@ -191,18 +191,26 @@ __device__ inline void best_keys(KeysOf keys_of, Key (&top)[K]) {
   best_keys<Key, K, TPT, CHUNKS, false>(keys_of, top, below);
 }
 
+// 2^y by the hardware's approximation, subnormal results flushed to 0 (ex2.approx.ftz: one MUFU, where __expf
+// adds a range check and two scalings for subnormal results).
+__device__ inline float exp2_ftz(float y) {
+#ifdef __CUDA_ARCH__
+  float e;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(y));
+  return e;
+#else   // host C++ (emulation/simt_host.h): the exact 2^y, flushed like ex2.approx.ftz
+  const float e = exp2f(y);
+  return e < FLT_MIN ? 0.0f : e;
+#endif
+}
+
 // 1 / (1 + e^-x) with the hardware's approximate 2^x, subnormal results flushed (where e^-x is that small the
 // weight is 1 either way): a few instructions, where an IEEE division takes a branch to a slow path.
-__device__ inline float sigmoid(float x) {
-  float e;
-#ifdef __CUDA_ARCH__
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.4426950408889634f));
-#else   // host C++ (emulation/simt_host.h): the exact 2^x, flushed like ex2.approx.ftz
-  e = exp2f(x * -1.4426950408889634f);
-  e = e < FLT_MIN ? 0.0f : e;
-#endif
-  return __fdividef(1.0f, 1.0f + e);
-}
+__device__ inline float sigmoid(float x) { return __fdividef(1.0f, 1.0f + exp2_ftz(x * -1.4426950408889634f)); }
+
+// A softmax's term e^(x - m), m the row's largest logit: the difference's 2^ by exp2_ftz (a term flushed to 0 is
+// below 1e-38, nothing beside the largest term, 1).
+__device__ inline float softmax_term(float x, float m) { return exp2_ftz((x - m) * 1.4426950408889634f); }
 
 // P consecutive elements of type T, loaded as wide as they allow (16 or 8 bytes; the caller keeps rows
 // 16-byte aligned): from global memory through the read-only path (__ldg), or, with SHARED, from shared memory.
