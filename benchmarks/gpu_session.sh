@@ -35,6 +35,9 @@
 #   moe-one-lane-sweep  $MOE/benchmarks/moe_token_sweep.py $MOE_SWEEP_ARGS: the router with one lane a token up to 32
 #                     experts from 4,096 tokens against the rounds kernel there, over token counts (where to place
 #                     router_launch.h's kOneLaneTokens and kOneLaneWideRowTokens)
+#   moe-grouped-lanes the grouped router with router_launch.h's kGroupedMergeLeastLanes at 8 and at 4 (8 groups of 8
+#                     experts on 4 lanes of 2 groups), every grouped case timed on both in one process
+#                     ($MOE_ROUTERS_ARGS: more options, e.g. --tokens 100000)
 #   moe-large         $MOE/benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
 #                     their stream floors; quick, between full bench.py runs)
 #   moe-sort          $MOE/benchmarks/moe_sort.py (the sorting-network kernel at each experts per thread against the packed-key
@@ -54,6 +57,19 @@ shift 3
 mkdir -p "$out"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 MOE=examples/moe_topk_sigmoid
+
+constant_trees() {  # DIR NAMES NAME:VALUE...: copies DIR/NAME of the MoE kernels, in each the router_launch.h
+  # constants NAMES (an extended regex of names) set to VALUE
+  local dir=$1 names=$2 v d; shift 2
+  for v in "$@"; do
+    d="$dir/${v%%:*}"
+    cp -r "$MOE/kernels" "$d" && rm -rf "$d/__pycache__"
+    local all; all=$(grep -cE "($names) = [0-9]+;" "$d/router_launch.h")
+    sed -i -E "s/($names) = [0-9]+;/\1 = ${v#*:};/" "$d/router_launch.h"
+    [ "$all" -gt 0 ] && [ "$(grep -cE "($names) = ${v#*:};" "$d/router_launch.h")" = "$all" ] \
+        || { echo "router_launch.h: $names not found"; return 1; }
+  done
+}
 
 report() {  # directory: the optimize run stored there, shown and exported
   python3 -m kernelpilot runs show 1 --store "$1/runs.db"
@@ -136,16 +152,13 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
           -- python3 "$MOE/benchmarks/router_worst.py" --once > "$dir/router_worst.json" || return 1
       python3 -m kernelpilot profile --import "$dir/router_worst.ncu-rep" --source ;;
     moe-one-lane-sweep)   # the tree's kernels with router_launch.h's one-lane thresholds never reached, and at 4,096
-      local v d
-      for v in rounds:2000000000 one_lane:4096; do
-        d="$dir/${v%%:*}"
-        cp -r "$MOE/kernels" "$d" && rm -rf "$d/__pycache__"
-        sed -i -E "s/(kOneLaneTokens|kOneLaneWideRowTokens) = [0-9]+;/\1 = ${v#*:};/" "$d/router_launch.h"
-        [ "$(grep -cE "kOneLane(WideRow)?Tokens = ${v#*:};" "$d/router_launch.h")" = 2 ] \
-            || { echo "router_launch.h: the one-lane thresholds were not found"; return 1; }
-      done
+      constant_trees "$dir" "kOneLaneTokens|kOneLaneWideRowTokens" rounds:2000000000 one_lane:4096 || return 1
       python3 "$MOE/benchmarks/moe_token_sweep.py" --kernels rounds="$dir/rounds" --kernels one_lane="$dir/one_lane" \
           ${MOE_SWEEP_ARGS:-} --out "$dir/moe_token_sweep.json" ;;
+    moe-grouped-lanes)   # the grouped router with kGroupedMergeLeastLanes at 8 (a group a lane or more) and at 4
+      constant_trees "$dir" kGroupedMergeLeastLanes group_lanes:8 two_groups:4 || return 1
+      python3 "$MOE/benchmarks/moe_routers.py" --router-only --variant grouped --kernels group_lanes="$dir/group_lanes" \
+          --kernels two_groups="$dir/two_groups" --rounds 3 ${MOE_ROUTERS_ARGS:-} --out "$dir/moe_routers.json" ;;
     moe-large) python3 "$MOE/benchmarks/moe_large.py" ${MOE_LARGE_ARGS:-} && cp "$MOE/results/moe_large.json" "$dir/" ;;
     moe-sort) python3 "$MOE/benchmarks/moe_sort.py" "$dir" ${MOE_SORT_ARGS:-} ;;
     moe-variants) python3 "$MOE/benchmarks/moe_variants.py" "$dir" ${MOE_VARIANTS:?moe-variants needs MOE_VARIANTS} ${MOE_VARIANTS_ARGS:-} ;;

@@ -43,9 +43,9 @@ void launch(const Args& a, cudaStream_t stream) {
 // The merge kernel (k up to 8) at (W, C). Its chunks' loads (moe::ChunkLoads), with the logits 16-byte aligned:
 // whole 16-byte vectors where the experts and groups are multiples of 8, pieces of 4 experts where they are
 // multiples of 4 (60 experts; 160 in 8 groups of 20), else element by element.
-template <int W, int C>
+template <int W, int C, int G = 1>
 void launch_merge(const Args& a, cudaStream_t stream) {
-  constexpr auto kernel = moe::topk_router_merge<T, W, C, ROUTER>;
+  constexpr auto kernel = moe::topk_router_merge<T, W, C, ROUTER, G>;
   const int per = ROUTER == moe::GROUPED ? a.experts / a.n_group : a.experts;
   const bool aligned = reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
   const int vector_rows = !aligned                                 ? moe::ELEMENTS
@@ -72,6 +72,8 @@ bool merge(const Args& a, cudaStream_t stream) {
   case W * 100 + C: return merge<W, C>(a, stream);
 #define MOE_GROUPED_MERGE_CASE(W, C) \
   case W * 100 + C: return launch_merge<W, C>(a, stream), true;
+#define MOE_GROUPS_A_LANE_CASE(W, C, G) \
+  case (G * 100 + W) * 100 + C: return launch_merge<W, C, G>(a, stream), true;
 
 // Whether the merge kernel takes a call: k 4 to 8 from kMergeTokens for more than 32 experts (or with groups); up
 // to 32 experts (one lane a token, moe::merge_shape) k 1 to 8, from kOneLaneTokens for rows of at most 32 bytes
@@ -84,6 +86,11 @@ bool merge(const Args& a, cudaStream_t stream) {
 // keep to where it was measured faster or about even (16-bit Llama 4 Scout at 8,192: 1.02). (routing_cuda.py reads
 // these constants, for the token counts its tests route.)
 constexpr int kMergeTokens = 4096;
+// The grouped router's fewest lanes a token on the merge kernel (moe::grouped_merge_shape). 8: a group to a lane or
+// more, every grouped shape as timed. 4: 8 groups of 8 experts take 4 lanes of 2 groups, where 8 lanes of one chunk
+// each spend most of their work merging the lanes' lists; not yet timed on a GPU (gpu_session.sh's step
+// moe-grouped-lanes times it against 8), so not taken.
+constexpr int kGroupedMergeLeastLanes = 8;
 constexpr int kOneLaneTokens = 8192;
 constexpr int kOneLaneWideRowTokens = 65536;
 
@@ -100,7 +107,13 @@ template <int SIZE>
 bool route_merge(const Args& a, cudaStream_t stream) {
   if (!merge_serves(a, SIZE)) return false;
   if constexpr (ROUTER == moe::GROUPED) {
-    const moe::RouterShape g = moe::grouped_merge_shape(a.experts, a.n_group);
+    const moe::RouterShape g = moe::grouped_merge_shape(a.experts, a.n_group, kGroupedMergeLeastLanes);
+    if (g.g > 1) {
+      switch ((g.g * 100 + g.w) * 100 + g.p) {
+        MOE_GROUPS_A_LANE_CASE(4, 2, 2)
+      }
+      return false;
+    }
     switch (g.w * 100 + g.p) {
       MOE_GROUPED_MERGE_CASE(4, 1) MOE_GROUPED_MERGE_CASE(4, 2) MOE_GROUPED_MERGE_CASE(4, 3)
       MOE_GROUPED_MERGE_CASE(4, 4) MOE_GROUPED_MERGE_CASE(4, 5) MOE_GROUPED_MERGE_CASE(4, 6)
@@ -126,6 +139,7 @@ bool route_merge(const Args& a, cudaStream_t stream) {
 }
 #undef MOE_MERGE_CASE
 #undef MOE_GROUPED_MERGE_CASE
+#undef MOE_GROUPS_A_LANE_CASE
 
 // Routes a call of at least one token: the merge kernel where it serves, else the rounds kernel at
 // moe::router_shape's shape.

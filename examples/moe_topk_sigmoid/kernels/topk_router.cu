@@ -26,7 +26,8 @@
 //   GROUPED  as BIASED, within the topk_group groups (of n_group, consecutive experts) whose two largest scores
 //            sum the most (lowest group among equals; keep_groups).
 // Analysis builds: nvcc -arch=sm_90 -O3 -cubin -DMOE_ROUTER=3 -DMOE_W=8 -DMOE_P=32 [-DMOE_DTYPE=__nv_bfloat16] topk_router.cu
-// (topk_router), or -DMOE_MERGE=1 -DMOE_W=4 -DMOE_C=6 (topk_router_merge, router 0 to 3, C chunks of 8 a lane).
+// (topk_router), or -DMOE_MERGE=1 -DMOE_W=4 -DMOE_C=6 (topk_router_merge, router 0 to 3, C chunks of 8 a lane;
+// -DMOE_G=2 with -DMOE_MERGE=3: 2 groups a lane).
 #if (defined(MOE_ROUTER) || defined(MOE_MERGE)) && !defined(MOE_DTYPE)
 #define MOE_DTYPE float
 #endif
@@ -584,6 +585,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
 // 12, 16, 20, 24, 32 that holds them.
 struct RouterShape {
   int w, p;
+  int g = 1;   // the grouped merge kernel: groups a lane (several where a lane holds whole groups)
 };
 
 __host__ inline RouterShape router_shape(int experts, int n_group = 1) {
@@ -624,6 +626,56 @@ __device__ inline void grouped_best_keys(KeysOf keys_of, Key (&top)[8], int lane
   if (!((kept >> (lane / L)) & 1u)) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) top[j] = 0;
+  }
+  merge_lanes<Key, 8, W>(top, below);
+}
+
+// The kept groups of a lane holding G whole groups (n_group = W * G), a bit per group of the lane (bit g: its g-th),
+// from each group's key `gk`: its place among all n_group keys (gathered by n_group shuffles), the lowest group
+// first among equals.
+template <int W, int G>
+__device__ inline unsigned keep_lane_groups(const unsigned (&gk)[G], int lane, int topk_group) {
+  int ahead[G];   // groups before each of this lane's with a key at least its own, and after it with a larger one
+#pragma unroll
+  for (int g = 0; g < G; ++g) ahead[g] = 0;
+#pragma unroll
+  for (int o = 0; o < W * G; ++o) {
+    const unsigned other = W > 1 ? __shfl_sync(0xffffffffu, gk[o % G], o / G, W) : gk[o % G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) ahead[g] += other > gk[g] || (other == gk[g] && o < lane * G + g);
+  }
+  unsigned kept = 0u;
+#pragma unroll
+  for (int g = 0; g < G; ++g) kept |= (unsigned)(ahead[g] < topk_group) << g;
+  return kept;
+}
+
+// As grouped_best_keys where each lane holds G whole groups (the lane's chunks g * C / G .. (g + 1) * C / G - 1 its
+// g-th group's): fewer lanes a token than a group a lane, so fewer merges of lanes' lists, the costliest step where
+// groups are small (8 lanes of one chunk each: 3 merges of lists a lane for one chunk's sort). A sorted list a
+// group, the group's key from its two largest, the lists of dropped groups emptied and the lane's merged, then the
+// lanes'.
+template <typename Key, int W, int C, int G, typename KeysOf, typename High, typename GroupKey>
+__device__ inline void grouped_best_keys_lanes(KeysOf keys_of, Key (&top)[8], int lane, int topk_group, High high,
+                                               GroupKey group_key) {
+  static_assert(G >= 2 && C % G == 0, "whole groups of whole chunks");
+  constexpr int CG = C / G;   // chunks a group
+  unsigned gk[G];
+  Key below = 0;
+  Key list[G][8];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    lane_best_keys<Key, 8, CG>([&](int v, Key (&keys)[8]) { keys_of(g * CG + v, keys); }, list[g], below);
+    gk[g] = group_key(high(list[g][0]), high(list[g][1]));
+  }
+  const unsigned kept = keep_lane_groups<W, G>(gk, lane, topk_group);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) top[j] = kept & 1u ? list[0][j] : Key(0);
+#pragma unroll
+  for (int g = 1; g < G; ++g) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) list[g][j] = (kept >> g) & 1u ? list[g][j] : Key(0);
+    merge_best<8>(top, list[g], below);
   }
   merge_lanes<Key, 8, W>(top, below);
 }
@@ -700,14 +752,16 @@ __device__ inline float chunk_logit(const uint4 (&raw)[CV], int j) {
 
 // Blocks per SM the merge kernel is built for: registers for C chunks of raw logits, the list, a chunk's keys and
 // the merges' partners. 16-bit logits fit 64 registers (4 blocks) up to 4 chunks a lane and 80 (3 blocks) up to 8
-// without spilling, at every shape the dispatch gives; fp32 ones fit 80 up to 2 chunks, 128 beyond.
-template <typename T, int C>
+// without spilling, at every shape the dispatch gives; fp32 ones fit 80 up to 2 chunks, 128 beyond. With G groups
+// a lane (a list a group beside the chunks), 16-bit logits fit 80 at 2 chunks, fp32 ones 128.
+template <typename T, int C, int G = 1>
 __host__ __device__ constexpr int merge_min_blocks() {
+  if constexpr (G > 1) return sizeof(T) == 2 ? 3 : 2;
   return sizeof(T) == 2 ? (C <= 4 ? 4 : 3) : C <= 2 ? 3 : 2;
 }
 
-template <typename T, int W, int C, int ROUTER>
-__global__ __launch_bounds__(256, merge_min_blocks<T, C>()) void topk_router_merge(
+template <typename T, int W, int C, int ROUTER, int G = 1>
+__global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_merge(
     const T* __restrict__ logits, const float* __restrict__ bias, float* __restrict__ weights, int* __restrict__ ids,
     int tokens, int experts, int k, int renormalize, int n_group, int topk_group, int vector_rows) {
   static_assert(W == 1 || W == 2 || W == 4 || W == 8 || W == 16, "a power of two of lanes per token, 16 at most");
@@ -721,9 +775,9 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C>()) void topk_router_mer
   const int L = ROUTER == GROUPED ? W / n_group : 1;          // lanes a group
   // The first expert of this lane's chunk v: with groups, C consecutive chunks, so that a lane's experts lie in one
   // group (W / n_group lanes a group, or one lane for a group whose experts are not a multiple of 8: its last chunk
-  // cut at the group's end); otherwise every W-th chunk, so that a token's lanes read neighbouring 16 bytes. `end`:
-  // where this lane's experts end. (Written per case: lane / L * per + lane % L * 8C for every L made the bf16
-  // builds spill.)
+  // cut at the group's end) or, with G groups a lane, in G whole groups; otherwise every W-th chunk, so that a
+  // token's lanes read neighbouring 16 bytes. `end`: where this lane's experts end. (Written per case: lane / L *
+  // per + lane % L * 8C for every L made the bf16 builds spill.)
   const int first = ROUTER == GROUPED ? (L == 1 ? lane * per : lane * C * 8) : lane * 8;
   const auto start = [first](int v) { return first + v * (ROUTER == GROUPED ? 8 : 8 * W); };
   const int end = ROUTER == GROUPED && L == 1 ? first + per : experts;
@@ -785,9 +839,13 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C>()) void topk_router_mer
     if (!exact) {
       unsigned top[8], below;
       if constexpr (ROUTER == GROUPED) {   // the group's key: its two largest scores' quantized bits summed
-        grouped_best_keys<unsigned, W, C>(keys_of, top, lane, per, L, n_group, topk_group, [](unsigned key) {
-          return key;
-        }, [](unsigned a, unsigned b) { return (a >> 9) + (b >> 9); });
+        const auto high = [](unsigned key) { return key; };
+        const auto group_key = [](unsigned a, unsigned b) { return (a >> 9) + (b >> 9); };
+        if constexpr (G > 1) {
+          grouped_best_keys_lanes<unsigned, W, C, G>(keys_of, top, lane, topk_group, high, group_key);
+        } else {
+          grouped_best_keys<unsigned, W, C>(keys_of, top, lane, per, L, n_group, topk_group, high, group_key);
+        }
       } else {
         best_keys<unsigned, 8, W, C, FP32>(keys_of, top, below);
       }
@@ -816,11 +874,17 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C>()) void topk_router_mer
           }
         };
         if constexpr (ROUTER == GROUPED) {   // the group's key: the float sum of its two largest scores
-          grouped_best_keys<unsigned long long, W, C>(exact_keys_of, top, lane, per, L, n_group, topk_group,
-                                                      [](unsigned long long key) { return (unsigned)(key >> 32); },
-                                                      [](unsigned a, unsigned b) {
-                                                        return order_key(from_order_key(a) + from_order_key(b));
-                                                      });
+          const auto high = [](unsigned long long key) { return (unsigned)(key >> 32); };
+          const auto group_key = [](unsigned a, unsigned b) {
+            return order_key(from_order_key(a) + from_order_key(b));
+          };
+          if constexpr (G > 1) {
+            grouped_best_keys_lanes<unsigned long long, W, C, G>(exact_keys_of, top, lane, topk_group, high,
+                                                                 group_key);
+          } else {
+            grouped_best_keys<unsigned long long, W, C>(exact_keys_of, top, lane, per, L, n_group, topk_group, high,
+                                                        group_key);
+          }
         } else {
           best_keys<unsigned long long, 8, W, C>(exact_keys_of, top);
         }
@@ -883,10 +947,16 @@ __host__ inline RouterShape merge_shape(int experts, int size, int router) {
 // The grouped router on the merge kernel: W = n_group * L lanes (4 to 16), each lane C chunks of one group (C at
 // most 6: a biased score's registers). Groups of a multiple of 8 experts: C = experts a group / 8L, L the fewest
 // lanes a group that allow it; groups of 4n experts: one lane a group, C = its experts / 8 rounded up, the last
-// chunk cut at the group's end. {0, 0} where none serves: other groups, whose chunks would read the shift table's
-// 16-byte vectors off their alignment.
-__host__ inline RouterShape grouped_merge_shape(int experts, int n_group) {
+// chunk cut at the group's end. With least_lanes 4 (router_launch.h's kGroupedMergeLeastLanes), groups of a
+// multiple of 8 experts take G = n_group / 4 whole groups a lane on 4 lanes (grouped_best_keys_lanes) where that is
+// at most 2 chunks a lane: 8 groups of 8. (Builds of more chunks a lane spilled: DeepSeek-V3's 8 groups of 32 on 4
+// lanes, 8 chunks a lane, even at 128 registers.) {0, 0} where none serves: other groups, whose chunks would read
+// the shift table's 16-byte vectors off their alignment.
+__host__ inline RouterShape grouped_merge_shape(int experts, int n_group, int least_lanes) {
   const int per = experts / n_group;
+  if (per % 8 == 0 && least_lanes <= 4 && n_group >= 8 && n_group % 4 == 0 && n_group / 4 * per / 8 <= 2) {
+    return {4, n_group / 4 * per / 8, n_group / 4};   // 8 groups of 8: 4 lanes of 2 groups, a chunk each
+  }
   if (per % 8 != 0) {
     return per % 4 == 0 && n_group >= 4 && n_group <= 16 && (n_group & (n_group - 1)) == 0 && (per + 7) / 8 <= 6
                ? RouterShape{n_group, (per + 7) / 8}
@@ -902,10 +972,12 @@ __host__ inline RouterShape grouped_merge_shape(int experts, int n_group) {
 
 }  // namespace moe
 
-#ifdef MOE_MERGE   // one instantiation of the merge kernel (-D MOE_MERGE=router, MOE_W, MOE_C, MOE_DTYPE)
-template __global__ void moe::topk_router_merge<MOE_DTYPE, MOE_W, MOE_C, MOE_MERGE>(const MOE_DTYPE*, const float*,
-                                                                                  float*, int*, int, int, int, int,
-                                                                                  int, int, int);
+#ifdef MOE_MERGE   // one instantiation of the merge kernel (-D MOE_MERGE=router, MOE_W, MOE_C, MOE_DTYPE[, MOE_G])
+#ifndef MOE_G
+#define MOE_G 1
+#endif
+template __global__ void moe::topk_router_merge<MOE_DTYPE, MOE_W, MOE_C, MOE_MERGE, MOE_G>(
+    const MOE_DTYPE*, const float*, float*, int*, int, int, int, int, int, int, int);
 #endif
 #ifdef MOE_ROUTER   // one instantiation for `kpilot isa analyze` (-D MOE_ROUTER, MOE_W, MOE_P, MOE_DTYPE)
 template __global__ void moe::topk_router<MOE_DTYPE, MOE_W, MOE_P, MOE_ROUTER>(const MOE_DTYPE*, const float*, float*,

@@ -264,23 +264,25 @@ def test_cuda_router_compiles_for_sm_90_with_shuffles_and_no_spills(router, w, p
     assert not any(op.startswith(("LDL", "STL")) for op in ops)
 
 
-@pytest.mark.parametrize("router, w, c, dtype", [(0, 4, 8, "__nv_bfloat16"), (1, 8, 6, "__half"),
-                                                 (2, 4, 4, "float"), (1, 4, 3, "float"), (2, 8, 6, "__half"),
-                                                 (1, 16, 4, "__nv_bfloat16"), (3, 8, 4, "__nv_bfloat16"),
-                                                 (3, 8, 6, "float"), (2, 1, 1, "__nv_bfloat16"), (0, 1, 2, "float"),
-                                                 (0, 1, 4, "__half")])
-def test_cuda_merge_router_compiles_for_sm_90_with_networks_and_no_spills(router, w, c, dtype):
+@pytest.mark.parametrize("router, w, c, dtype, g", [
+    (0, 4, 8, "__nv_bfloat16", 1), (1, 8, 6, "__half", 1), (2, 4, 4, "float", 1), (1, 4, 3, "float", 1),
+    (2, 8, 6, "__half", 1), (1, 16, 4, "__nv_bfloat16", 1), (3, 8, 4, "__nv_bfloat16", 1), (3, 8, 6, "float", 1),
+    (2, 1, 1, "__nv_bfloat16", 1), (0, 1, 2, "float", 1), (0, 1, 4, "__half", 1), (3, 4, 2, "__nv_bfloat16", 2),
+    (3, 4, 2, "float", 2)])
+def test_cuda_merge_router_compiles_for_sm_90_with_networks_and_no_spills(router, w, c, dtype, g):
     """The merge kernel of topk_router.cu (sorting networks, k up to 8) compiled for sm_90 at shapes routing_cuda
-    launches: its chunks load as 16-byte vectors, its lanes merge by shuffles (one lane a token, up to 32 experts:
-    none at all), the selection is integer min/max, and nothing spills or goes to local memory (the best 8 are
-    picked by a lane's place through selects, not an index)."""
+    launches (and the grouped one of 2 groups a lane that kGroupedMergeLeastLanes 4 gives): its chunks load as 16-byte
+    vectors, its lanes merge by shuffles (one lane a token, up to 32 experts: none at all), the selection is integer
+    min/max, and nothing spills or goes to local memory (the best 8 are picked by a lane's place through selects,
+    not an index)."""
     from kpilot_testing import require_tool
 
     require_tool("nvcc")
     from kernelpilot.isa import analyze
 
     (rep,) = analyze(str(MOE / "kernels" / "topk_router.cu"), arch="sm_90",
-                     defines={"MOE_MERGE": str(router), "MOE_W": str(w), "MOE_C": str(c), "MOE_DTYPE": dtype})
+                     defines={"MOE_MERGE": str(router), "MOE_W": str(w), "MOE_C": str(c), "MOE_DTYPE": dtype,
+                              "MOE_G": str(g)})
     ops = rep.opcodes
     assert any(op.startswith("LDG") and ".128" in op for op in ops)
     assert (sum(n for op, n in ops.items() if op.startswith("SHFL")) > 0) == (w > 1)
