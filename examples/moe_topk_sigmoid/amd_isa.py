@@ -211,7 +211,8 @@ def row(name: str, what: str, report: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--every-shape", action="store_true", help="the routers' Triton kernels and the HIP kernel at every shape they serve instead")
+    ap.add_argument("--every-shape", action="store_true",
+                    help="the routers' Triton kernels and the HIP kernel at every shape they serve instead")
     if ap.parse_args().every_shape:
         sys.exit(1 if check_every_shape()["failed"] else 0)
     OUT.mkdir(parents=True, exist_ok=True)

@@ -248,8 +248,6 @@ def test_cuda_router_compiles_for_sm_90_with_shuffles_and_no_spills(router, w, p
     """Every router of topk_router.cu compiled for sm_90 (no GPU needed): a token's lanes reduce by shuffles
     within their segment; rows whose lane share fills 16-byte vectors load them whole; nothing spills or goes to
     local memory (the slots are never indexed by a value the compiler cannot see)."""
-    from kpilot_testing import require_tool
-
     require_tool("nvcc")
     from kernelpilot.isa import analyze
 
@@ -275,8 +273,6 @@ def test_cuda_merge_router_compiles_for_sm_90_with_networks_and_no_spills(router
     vectors, its lanes merge by shuffles (one lane a token, up to 32 experts: none at all), the selection is integer
     min/max, and nothing spills or goes to local memory (the best 8 are picked by a lane's place through selects,
     not an index)."""
-    from kpilot_testing import require_tool
-
     require_tool("nvcc")
     from kernelpilot.isa import analyze
 
