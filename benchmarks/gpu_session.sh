@@ -38,6 +38,8 @@
 #   moe-grouped-lanes the grouped router with router_launch.h's kGroupedMergeLeastLanes at 8 and at 4 (8 groups of 8
 #                     experts on 4 lanes of 2 groups), every grouped case timed on both in one process
 #                     ($MOE_ROUTERS_ARGS: more options, e.g. --tokens 100000)
+#   compile-probe     benchmarks/compile_probe.py on the MoE plain and softmax problems (COMPILE_PROBE_DTYPE, default
+#                     bfloat16): torch.compile of each reference over its cases outside the box, each failure's cause
 #   moe-large         $MOE/benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
 #                     their stream floors; quick, between full bench.py runs)
 #   moe-sort          $MOE/benchmarks/moe_sort.py (the sorting-network kernel at each experts per thread against the packed-key
@@ -159,6 +161,13 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
       constant_trees "$dir" kGroupedMergeLeastLanes group_lanes:8 two_groups:4 || return 1
       python3 "$MOE/benchmarks/moe_routers.py" --router-only --variant grouped --kernels group_lanes="$dir/group_lanes" \
           --kernels two_groups="$dir/two_groups" --rounds 3 ${MOE_ROUTERS_ARGS:-} --out "$dir/moe_routers.json" ;;
+    compile-probe)   # torch.compile of two MoE references over their cases, outside the box (compile_probe.py)
+      local rc=0 p
+      for p in plain softmax; do
+        python3 benchmarks/compile_probe.py "$MOE/$p" --dtype "${COMPILE_PROBE_DTYPE:-bfloat16}" || rc=1
+        cp benchmarks/results/compile_probe.json "$dir/compile_probe_$p.json" || rc=1
+      done
+      return $rc ;;
     moe-large) python3 "$MOE/benchmarks/moe_large.py" ${MOE_LARGE_ARGS:-} && cp "$MOE/results/moe_large.json" "$dir/" ;;
     moe-sort) python3 "$MOE/benchmarks/moe_sort.py" "$dir" ${MOE_SORT_ARGS:-} ;;
     moe-variants) python3 "$MOE/benchmarks/moe_variants.py" "$dir" ${MOE_VARIANTS:?moe-variants needs MOE_VARIANTS} ${MOE_VARIANTS_ARGS:-} ;;
@@ -189,7 +198,7 @@ lane() {  # gpu index, steps
     mkdir -p "$dir"
     if [ "$left" -lt 20 ]; then echo "not started: deadline" > "$dir/exit.txt"; continue; fi
     local t0=$(date +%s)
-    CUDA_VISIBLE_DEVICES=$gpu timeout -k 10 "$left" bash -c "$(declare -f step report); MOE=$MOE; step $name $dir" \
+    CUDA_VISIBLE_DEVICES=$gpu timeout -k 10 "$left" bash -c "$(declare -f step report constant_trees); MOE=$MOE; step $name $dir" \
         > "$dir/log.txt" 2>&1
     local rc=$?
     echo "exit $rc after $(( $(date +%s) - t0 )) s on GPU $gpu$([ $rc = 124 ] && echo ' (cut off at the deadline)')" > "$dir/exit.txt"

@@ -21,6 +21,7 @@ import shlex
 
 __all__ = [
     "error_json",
+    "shorten",
     "KernelpilotError",
     "UsageError",
     "UnknownArchError",
@@ -50,6 +51,17 @@ class KernelpilotError(Exception):
     def details(self) -> str | None:
         """Longer text to print after the one-line message (compiler diagnostics), or None."""
         return None
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` in at most about ``limit`` characters: its start and its end, with how much was left out between.
+    An error's end matters as much as its start: an exception raised in a subprocess (torch.compile's compile
+    workers) carries the subprocess's traceback in its message, and the cause is that traceback's last line."""
+    if len(text) <= limit:
+        return text
+    head = limit // 2
+    tail = limit - head
+    return f"{text[:head]}\n... ({len(text) - limit} characters left out) ...\n{text[-tail:]}"
 
 
 def error_json(e: KernelpilotError) -> dict:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from kernelpilot.errors import KernelpilotError, UsageError
+from kernelpilot.errors import KernelpilotError, UsageError, shorten
 from kernelpilot.evaluate.guards import scan_source
 from kernelpilot.evaluate.isolation import Confinement, WorkerPool, WorkerProcess, hide_own_memory, run_job
 from kernelpilot.evaluate.jobs import BenchJob, CheckJob, Job, Verdict, VerifyJob, WorkerResult
@@ -497,7 +497,7 @@ def _add_baseline(session: _Session, prob: Problem, device: str, names: list[str
         e = timed.get(bc.case)
         if bc.timing and not (e and e.timing):     # said, not dropped: the case has no speedup over this baseline
             why = (e.error if e else "") or "no timing came back"
-            result.notes.append(f"baseline {label} could not be timed on case {bc.case}: {why}"[:600])
+            result.notes.append(shorten(f"baseline {label} could not be timed on case {bc.case}: {why}", 1200))
         if not e or not e.timing or not bc.timing:
             continue
         graph, own = e.graph_timing, bc.graph_timing

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from kernelpilot.errors import KernelpilotError
+from kernelpilot.errors import KernelpilotError, shorten
 from kernelpilot.evaluate.jobs import Job
 
 __all__ = ["Worker", "ProblemError"]
@@ -148,7 +148,7 @@ def _cuda_broken(exc: BaseException) -> bool:
 def _err(exc: BaseException) -> str:
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
     tail = "".join(tb[-3:]).strip()
-    return f"{type(exc).__name__}: {exc}"[:2000] + ("\n" + tail[-1500:] if tail else "")
+    return shorten(f"{type(exc).__name__}: {exc}", 2000) + ("\n" + tail[-1500:] if tail else "")
 
 
 # Host memory for inputs made ahead (check's plan, a bench batch) when running on the CPU.
