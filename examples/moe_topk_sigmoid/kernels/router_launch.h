@@ -86,11 +86,12 @@ bool merge(const Args& a, cudaStream_t stream) {
 // keep to where it was measured faster or about even (16-bit Llama 4 Scout at 8,192: 1.02). (routing_cuda.py reads
 // these constants, for the token counts its tests route.)
 constexpr int kMergeTokens = 4096;
-// The grouped router's fewest lanes a token on the merge kernel (moe::grouped_merge_shape). 8: a group to a lane or
-// more, every grouped shape as timed. 4: 8 groups of 8 experts take 4 lanes of 2 groups, where 8 lanes of one chunk
-// each spend most of their work merging the lanes' lists; not yet timed on a GPU (gpu_session.sh's step
-// moe-grouped-lanes times it against 8), so not taken.
-constexpr int kGroupedMergeLeastLanes = 8;
+// The grouped router's fewest lanes a token on the merge kernel (moe::grouped_merge_shape). 4: 8 groups of 8 experts
+// take 4 lanes of 2 groups, where 8 lanes of one chunk each spend most of their work merging the lanes' lists; the
+// other grouped shapes keep a group to a lane or more, as at 8. Timed against 8 on every grouped router case of 8,192
+// and 100,000 tokens (gpu_session.sh's step moe-grouped-lanes, results/moe_routers_grouped_lanes_h100.json): the
+// 64-expert groups 0.72 (bf16) and 0.81 (fp32) of the time, the other shapes unchanged.
+constexpr int kGroupedMergeLeastLanes = 4;
 constexpr int kOneLaneTokens = 8192;
 constexpr int kOneLaneWideRowTokens = 65536;
 

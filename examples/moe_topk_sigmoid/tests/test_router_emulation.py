@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import types
-from pathlib import Path
 
 import pytest
 from kpilot_testing import MOE, in_ci, require_module
@@ -165,16 +164,14 @@ def test_emulated_grouped_router_on_lanes_of_two_groups(emulation, tmp_path):
     """router_launch.h's kGroupedMergeLeastLanes at 4 (8 groups of 8 experts on 4 lanes of 2 groups each,
     grouped_best_keys_lanes): the 64-expert grouped selection routes right at the merge kernel's token count in every
     dtype, with quantized and (a bias spanning more than 1) exact keys, ties common; with the lanes' group vote
-    keeping one group too many, exactly those cases fail, so it is that shape the variant reaches."""
-    least = ("constexpr int kGroupedMergeLeastLanes = 8;", "constexpr int kGroupedMergeLeastLanes = 4;")
+    keeping one group too many, exactly those cases fail, so it is that shape the tree's kernels reach."""
     vote = ("kept |= (unsigned)(ahead[g] < topk_group) << g;", "kept |= (unsigned)(ahead[g] <= topk_group) << g;")
-    trees = moe_variants.kernel_trees([_variant(tmp_path / "lanes", "router_launch.h", least),
-                                       _variant(_variant(tmp_path / "vote", "router_launch.h", least),
-                                                "topk_router.cu", vote)], tmp_path / "trees")
+    (voted,) = moe_variants.kernel_trees([_variant(tmp_path / "vote", "topk_router.cu", vote)],
+                                         tmp_path / "trees").values()
+    trees = {"tree": MOE / "kernels", "vote": voted}
     (tokens,) = routing_cuda.merge_token_counts("grouped", 64, 6)
     extra = {"n_group": 8, "topk_group": 4}
     g = torch.Generator().manual_seed(2)
-    trees = {Path(folder).name: tree for folder, tree in trees.items()}
     for name, tree in trees.items():
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
             x = _logits(tokens, 64, dtype, g)
@@ -182,8 +179,8 @@ def test_emulated_grouped_router_on_lanes_of_two_groups(emulation, tmp_path):
                 bias = torch.randn(64, generator=g) * spread
                 ok, msg = ref.check_router(
                     lambda *a, **kw: emulation.route(*a, **kw, kernels=tree), "grouped", x, bias, 6, extra)
-                assert ok == (name == "lanes"), (name, dtype, spread, msg)
-    failed = moe_emulation_check.router_failures(trees["vote"], ["bfloat16"], [tokens])
+                assert ok == (name == "tree"), (name, dtype, spread, msg)
+    failed = moe_emulation_check.router_failures(voted, ["bfloat16"], [tokens])
     assert failed and all(ln.startswith("grouped experts=64 ") for ln in failed), failed[:5]
 
 
