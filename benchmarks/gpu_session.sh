@@ -40,6 +40,12 @@
 #                     ($MOE_ROUTERS_ARGS: more options, e.g. --tokens 100000)
 #   compile-probe     benchmarks/compile_probe.py on the MoE plain and softmax problems (COMPILE_PROBE_DTYPE, default
 #                     bfloat16): torch.compile of each reference over its cases outside the box, each failure's cause
+#   moe-merge-shifts  the biased and grouped routers with topk_router.cu's kMergeShiftLanes at 0 (the merge kernel's
+#                     shift table by expert) and at 1 (each lane's chunks side by side), timed in one process
+#                     on 8,192 to 100,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
+#   moe-row-prefetch  the biased and grouped routers with topk_router.cu's kRowPrefetch at 0 and at 1 (each thread
+#                     fetching its first token's row before the block makes the bias's shift table), timed in one
+#                     process on 1 to 3,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
 #   moe-large         $MOE/benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
 #                     their stream floors; quick, between full bench.py runs)
 #   moe-sort          $MOE/benchmarks/moe_sort.py (the sorting-network kernel at each experts per thread against the packed-key
@@ -60,16 +66,17 @@ mkdir -p "$out"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 MOE=examples/moe_topk_sigmoid
 
-constant_trees() {  # DIR NAMES NAME:VALUE...: copies DIR/NAME of the MoE kernels, in each the router_launch.h
-  # constants NAMES (an extended regex of names) set to VALUE
-  local dir=$1 names=$2 v d; shift 2
+constant_trees() {  # DIR NAMES NAME:VALUE...: copies DIR/NAME of the MoE kernels, in each the constants NAMES (an
+  # extended regex of names; router_launch.h's and topk_router.cu's `constexpr int`s) set to VALUE
+  local dir=$1 names=$2 v d all; shift 2
   for v in "$@"; do
     d="$dir/${v%%:*}"
     cp -r "$MOE/kernels" "$d" && rm -rf "$d/__pycache__"
-    local all; all=$(grep -cE "($names) = [0-9]+;" "$d/router_launch.h")
-    sed -i -E "s/($names) = [0-9]+;/\1 = ${v#*:};/" "$d/router_launch.h"
-    [ "$all" -gt 0 ] && [ "$(grep -cE "($names) = ${v#*:};" "$d/router_launch.h")" = "$all" ] \
-        || { echo "router_launch.h: $names not found"; return 1; }
+    local files=("$d/router_launch.h" "$d/topk_router.cu")
+    all=$(cat "${files[@]}" | grep -cE "($names) = [0-9]+;")
+    sed -i -E "s/($names) = [0-9]+;/\1 = ${v#*:};/" "${files[@]}"
+    [ "$all" -gt 0 ] && [ "$(cat "${files[@]}" | grep -cE "($names) = ${v#*:};")" = "$all" ] \
+        || { echo "router_launch.h, topk_router.cu: $names not found"; return 1; }
   done
 }
 
@@ -168,6 +175,16 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
         cp benchmarks/results/compile_probe.json "$dir/compile_probe_$p.json" || rc=1
       done
       return $rc ;;
+    moe-merge-shifts)   # the merge kernel's shift table by expert (kMergeShiftLanes 0) and side by side (1)
+      constant_trees "$dir" kMergeShiftLanes by_expert:0 side_by_side:1 || return 1
+      python3 "$MOE/benchmarks/moe_routers.py" --router-only --variant biased --variant grouped \
+          --kernels by_expert="$dir/by_expert" --kernels side_by_side="$dir/side_by_side" --rounds 3 \
+          ${MOE_ROUTERS_ARGS:---tokens 8192 --tokens 65536 --tokens 100000} --out "$dir/moe_routers.json" ;;
+    moe-row-prefetch)   # the rounds kernel with a bias, its first row fetched before the shift table (kRowPrefetch 1) or not
+      constant_trees "$dir" kRowPrefetch no_prefetch:0 prefetch:1 || return 1
+      python3 "$MOE/benchmarks/moe_routers.py" --router-only --variant biased --variant grouped \
+          --kernels no_prefetch="$dir/no_prefetch" --kernels prefetch="$dir/prefetch" --rounds 5 \
+          ${MOE_ROUTERS_ARGS:---tokens 1 --tokens 16 --tokens 100 --tokens 128 --tokens 3000} --out "$dir/moe_routers.json" ;;
     moe-large) python3 "$MOE/benchmarks/moe_large.py" ${MOE_LARGE_ARGS:-} && cp "$MOE/results/moe_large.json" "$dir/" ;;
     moe-sort) python3 "$MOE/benchmarks/moe_sort.py" "$dir" ${MOE_SORT_ARGS:-} ;;
     moe-variants) python3 "$MOE/benchmarks/moe_variants.py" "$dir" ${MOE_VARIANTS:?moe-variants needs MOE_VARIANTS} ${MOE_VARIANTS_ARGS:-} ;;

@@ -156,6 +156,27 @@ __device__ inline void select_rounds(const unsigned (&key)[P], unsigned (&h)[N],
   }
 }
 
+// For each of a lane's G group keys (its groups `mine` .. `mine` + G - 1), how many of the n_group groups rank ahead
+// of it: a group before it with a key at least its own, or after it with a larger one (the lowest group first
+// among equals). Group o's key is gk[o % G] of lane o / G * stride, gathered by one shuffle a group (independent,
+// one step deep); N (W * G, a constant) bounds the groups, n_group at most N.
+template <int W, int G, int N>
+__device__ inline void groups_ahead(const unsigned (&gk)[G], int n_group, int stride, int mine, int (&ahead)[G]) {
+#pragma unroll
+  for (int g = 0; g < G; ++g) ahead[g] = 0;
+#pragma unroll
+  for (int o = 0; o < N; ++o) {
+    if (o < n_group) {   // uniform
+      const unsigned other = W > 1 ? __shfl_sync(0xffffffffu, gk[o % G], o / G * stride, W) : gk[o % G];
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const unsigned own = gk[g];
+        ahead[g] += other > own || (other == own && o < mine + g);
+      }
+    }
+  }
+}
+
 // The groups kept by DeepSeek-V3's rule (a bit per group): the topk_group groups of largest group key (the sum of
 // their two largest scores, as group_key makes it), the lowest group among equals. Where each group is L whole
 // lanes, a lane's two largest keys (k1 >= k2) are merged over its group's lanes, and the bit returned is its own
@@ -184,15 +205,10 @@ __device__ inline unsigned keep_groups(const unsigned (&key)[P], unsigned k1, un
     stride = 1;
   }
   const int mine = lane / stride;
-  int ahead = 0;    // groups before this lane's with a key at least its own, and after it with a larger one
-#pragma unroll
-  for (int o = 0; o < W; ++o) {
-    if (o < n_group) {   // uniform
-      const unsigned other = __shfl_sync(0xffffffffu, gk, o * stride, W);
-      ahead += other > gk || (other == gk && o < mine);
-    }
-  }
-  const bool kept = ahead < topk_group;
+  const unsigned own[1] = {gk};
+  int ahead[1];
+  groups_ahead<W, 1, W>(own, n_group, stride, mine, ahead);
+  const bool kept = ahead[0] < topk_group;
   if (L > 0) return (unsigned)kept << mine;
   const unsigned votes = __ballot_sync(0xffffffffu, kept && lane < n_group) >> ((threadIdx.x % 32) - lane);
   return votes & (n_group < 32 ? (1u << n_group) - 1u : 0xffffffffu);
@@ -421,6 +437,20 @@ __device__ inline void write_weights(const T* __restrict__ row, const unsigned (
   }
 }
 
+// Starts bringing the line that holds `p` into L1 (a prefetch: nothing waits on it), so that a load of it issued
+// after other work waits less. No-op in the CPU emulation.
+__device__ inline void prefetch_l1(const void* p) {
+#ifdef __CUDA_ARCH__
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+#endif
+}
+
+// With a bias, the rounds kernel makes the block's shift table (a read of the bias from memory, then a reduction
+// and a barrier) before it reads its first tokens' rows, so that a launch of few tokens waits on two reads of memory
+// one after the other. With kRowPrefetch 1 each thread starts fetching its first token's part of the row before,
+// so that the two overlap. Off (0) until timed: gpu_session.sh's step moe-row-prefetch times 1 against 0.
+inline constexpr int kRowPrefetch = 0;
+
 // Blocks of 256 threads per SM each build is made for: 3 (80 registers) where that does not spill, else what
 // the registers allow (more than 16 experts per lane; at 16, the fp32 softmax's sums, the grouped selection with
 // fewer than 16 lanes, and fp32 logits on 4 lanes, whose rounds' slots take 4 registers).
@@ -454,6 +484,14 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
   const int per = ROUTER == GROUPED ? experts / n_group : 1;
   const int L = ROUTER == GROUPED && W * P == experts && per % P == 0 ? per / P : 0;   // lanes per group, if whole
 
+  if constexpr (BIAS && kRowPrefetch != 0) {   // the first token's row, fetched while the shift table is made
+    const int token0 = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * (32 / W) + (threadIdx.x % 32) / W;
+    if (token0 < tokens && first < experts) {
+      const T* row0 = logits + (size_t)token0 * experts;
+      prefetch_l1(row0 + first);
+      prefetch_l1(row0 + min(first + P, experts) - 1);
+    }
+  }
   __shared__ __align__(16) float shift[BIAS ? 512 : 4];
   float scale = 0.0f;
   bool quantized = true;
@@ -635,15 +673,8 @@ __device__ inline void grouped_best_keys(KeysOf keys_of, Key (&top)[8], int lane
 // first among equals.
 template <int W, int G>
 __device__ inline unsigned keep_lane_groups(const unsigned (&gk)[G], int lane, int topk_group) {
-  int ahead[G];   // groups before each of this lane's with a key at least its own, and after it with a larger one
-#pragma unroll
-  for (int g = 0; g < G; ++g) ahead[g] = 0;
-#pragma unroll
-  for (int o = 0; o < W * G; ++o) {
-    const unsigned other = W > 1 ? __shfl_sync(0xffffffffu, gk[o % G], o / G, W) : gk[o % G];
-#pragma unroll
-    for (int g = 0; g < G; ++g) ahead[g] += other > gk[g] || (other == gk[g] && o < lane * G + g);
-  }
+  int ahead[G];
+  groups_ahead<W, G, W * G>(gk, W * G, 1, lane * G, ahead);
   unsigned kept = 0u;
 #pragma unroll
   for (int g = 0; g < G; ++g) kept |= (unsigned)(ahead[g] < topk_group) << g;
@@ -750,6 +781,40 @@ __device__ inline float chunk_logit(const uint4 (&raw)[CV], int j) {
   }
 }
 
+// The merge kernel's shift table (make_shifts), by expert (kMergeShiftLanes 0), or with kMergeShiftLanes 1 vector
+// h of lane l's chunk v (the lane's experts 8v + 4h .. 8v + 4h + 3, counted from its first) at ((2v + h) * W + l) * 4,
+// every lane's side by side as shift_slot lays out the rounds kernel's. By expert, a token's lanes read 16 bytes
+// 32 bytes apart (chunks of neighbouring experts: two wavefronts a quarter warp) or a lane's span apart (with groups:
+// 8 lanes 32 experts apart on the same banks, eight); side by side, adjacent 16 bytes (one). Off (0) until timed:
+// gpu_session.sh's step moe-merge-shifts times 1 against 0.
+inline constexpr int kMergeShiftLanes = 0;
+
+// Where expert e's shift goes: lanes holding chunk c of the row at lane c % W (no groups) or `span` consecutive
+// experts each (with groups: lane e / span).
+template <int W, int ROUTER>
+__device__ inline int merge_shift_slot(int e, int span) {
+  if constexpr (kMergeShiftLanes == 0) return e;
+  int l, j;
+  if constexpr (ROUTER == GROUPED) {
+    l = e / span;
+    j = e - l * span;
+  } else {
+    l = (e / 8) % W;
+    j = e / (8 * W) * 8 + e % 8;
+  }
+  return ((j / 4) * W + l) * 4 + j % 4;
+}
+
+// Lane `lane`'s chunk v (its first expert e0) of shifts, as merge_shift_slot lays them out.
+template <int W>
+__device__ inline void merge_shifts(const float* shift, int e0, int v, int lane, float (&c)[8]) {
+  const float* at0 = kMergeShiftLanes ? shift + (2 * v * W + lane) * 4 : shift + e0;
+  const float* at1 = kMergeShiftLanes ? shift + ((2 * v + 1) * W + lane) * 4 : shift + e0 + 4;
+  const float4 a = *reinterpret_cast<const float4*>(at0);
+  const float4 b = *reinterpret_cast<const float4*>(at1);
+  c[0] = a.x; c[1] = a.y; c[2] = a.z; c[3] = a.w; c[4] = b.x; c[5] = b.y; c[6] = b.z; c[7] = b.w;
+}
+
 // Blocks per SM the merge kernel is built for: registers for C chunks of raw logits, the list, a chunk's keys and
 // the merges' partners. 16-bit logits fit 64 registers (4 blocks) up to 4 chunks a lane and 80 (3 blocks) up to 8
 // without spilling, at every shape the dispatch gives; fp32 ones fit 80 up to 2 chunks, 128 beyond. With G groups
@@ -782,10 +847,15 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
   const auto start = [first](int v) { return first + v * (ROUTER == GROUPED ? 8 : 8 * W); };
   const int end = ROUTER == GROUPED && L == 1 ? first + per : experts;
 
-  __shared__ __align__(16) float shift[BIAS ? 512 : 4];
+  // Side by side (kMergeShiftLanes), the slots run to 8 * C * W: up to 8 W - 1 past the experts, where lanes' last
+  // chunks are cut at the row's end or their group's.
+  __shared__ __align__(16) float shift[BIAS ? (kMergeShiftLanes ? 640 : 512) : 4];
   float scale = 0.0f;
   bool quantized = true;
-  if constexpr (BIAS) quantized = make_shifts(bias, experts, shift, scale, [](int e) { return e; });
+  const int span = ROUTER == GROUPED && L == 1 ? per : 8 * C;   // with groups, the experts a lane holds
+  if constexpr (BIAS) {
+    quantized = make_shifts(bias, experts, shift, scale, [span](int e) { return merge_shift_slot<W, ROUTER>(e, span); });
+  }
 
   const int warps = gridDim.x * (blockDim.x / 32);
   for (int base = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * (32 / W); base < tokens;
@@ -805,11 +875,7 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
         for (int p = 0; p < 4; ++p) half_keys(chunk_word<CV>(raw[v], p), e0 + 2 * p, keys[2 * p], keys[2 * p + 1]);
       } else {
         float c[8];
-        if constexpr (BIAS) {
-          const float4 a = *reinterpret_cast<const float4*>(shift + e0);
-          const float4 b = *reinterpret_cast<const float4*>(shift + e0 + 4);
-          c[0] = a.x; c[1] = a.y; c[2] = a.z; c[3] = a.w; c[4] = b.x; c[5] = b.y; c[6] = b.z; c[7] = b.w;
-        }
+        if constexpr (BIAS) merge_shifts<W>(shift, e0, v, lane, c);
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           const float x = chunk_logit<T, CV>(raw[v], j);

@@ -184,6 +184,37 @@ def test_emulated_grouped_router_on_lanes_of_two_groups(emulation, tmp_path):
     assert failed and all(ln.startswith("grouped experts=64 ") for ln in failed), failed[:5]
 
 
+# The merge kernel's biased shapes (Kimi K2, GLM-4.5; 64 experts, which it takes in fp32 too) and grouped ones
+# (DeepSeek-V3; 160 experts in groups of 20, one lane a group, its last chunk cut; 64 in groups of 8, two groups a
+# lane), each with the logit types that reach it there.
+_SHIFT_SHAPES = [("biased", 384, 8, {}, ("bfloat16",)), ("biased", 160, 8, {}, ("bfloat16",)),
+                 ("biased", 64, 8, {}, ("bfloat16", "float32")),
+                 ("grouped", 256, 8, {"n_group": 8, "topk_group": 4}, ("bfloat16", "float32")),
+                 ("grouped", 160, 6, {"n_group": 8, "topk_group": 3}, ("bfloat16",)),
+                 ("grouped", 64, 6, {"n_group": 8, "topk_group": 4}, ("bfloat16",))]
+
+
+def test_emulated_merge_kernel_with_its_shifts_side_by_side(emulation, tmp_path):
+    """topk_router.cu's kMergeShiftLanes at 1 (the merge kernel's shift table with each lane's chunks side by side,
+    merge_shift_slot): the biased and grouped selections route right at the merge kernel's token count; with a lane
+    reading its neighbour's shifts, every one of those shapes fails, so it is that table the variant reads."""
+    side = ("constexpr int kMergeShiftLanes = 0;", "constexpr int kMergeShiftLanes = 1;")
+    wrong = ("shift + (2 * v * W + lane) * 4", "shift + (2 * v * W + (lane ^ 1)) * 4")
+    trees = moe_variants.kernel_trees([_variant(tmp_path / "side", "topk_router.cu", side),
+                                       _variant(tmp_path / "wrong", "topk_router.cu", side, wrong)], tmp_path / "trees")
+    side_tree, wrong_tree = trees.values()
+    g = torch.Generator().manual_seed(3)
+    for router, experts, k, extra, dtypes in _SHIFT_SHAPES:
+        (tokens,) = routing_cuda.merge_token_counts(router, experts, k)
+        for dtype in dtypes:
+            x = _logits(tokens, experts, getattr(torch, dtype), g)
+            bias = torch.randn(experts, generator=g) * 0.1
+            for tree, right in ((side_tree, True), (wrong_tree, False)):
+                ok, msg = ref.check_router(
+                    lambda *a, **kw: emulation.route(*a, **kw, kernels=tree), router, x, bias, k, extra)
+                assert ok == right, (router, experts, k, dtype, right, msg)
+
+
 def test_emulation_fails_misaligned_and_out_of_bounds_accesses(emulation, tmp_path):
     """A variant with two planted bugs a GPU would show as faults, not as wrong outputs: the grouped router takes
     groups of 15 experts (120 in 8) on the merge kernel, whose chunks then read the shift table's 16-byte vectors
