@@ -60,8 +60,9 @@ def main() -> None:
         row["seconds"] = round(time.perf_counter() - t0, 2)
         print(row["case"], "ok" if row["ok"] else "FAILED: " + row["error"][-400:], flush=True)
         rows.append(row)
-    out = write_results("compile_probe", {"problem": str(args.problem), "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
-                                          "torch": torch.__version__, "environment": environment(), "cases": rows,
+    device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    out = write_results("compile_probe", {"problem": str(args.problem), "device": device, "torch": torch.__version__,
+                                          "environment": environment(), "cases": rows,
                                           "failed": sum(not r["ok"] for r in rows)})
     print(out)
 

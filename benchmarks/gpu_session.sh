@@ -80,6 +80,14 @@ constant_trees() {  # DIR NAMES NAME:VALUE...: copies DIR/NAME of the MoE kernel
   done
 }
 
+routers_ab() {  # DIR NAMES ROUNDS "OPTIONS" A:VALUE B:VALUE: constant_trees' two trees (A and B), every router case
+  # of moe_routers.py's OPTIONS timed on both in one process over ROUNDS rounds, into DIR/moe_routers.json
+  local dir=$1 names=$2 rounds=$3 options=$4 a=${5%%:*} b=${6%%:*}
+  constant_trees "$dir" "$names" "$5" "$6" || return 1
+  python3 "$MOE/benchmarks/moe_routers.py" --router-only --kernels "$a=$dir/$a" --kernels "$b=$dir/$b" \
+      --rounds "$rounds" $options --out "$dir/moe_routers.json"
+}
+
 report() {  # directory: the optimize run stored there, shown and exported
   python3 -m kernelpilot runs show 1 --store "$1/runs.db"
   python3 -m kernelpilot runs export 1 --store "$1/runs.db" --out "$1/report"
@@ -165,9 +173,8 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
       python3 "$MOE/benchmarks/moe_token_sweep.py" --kernels rounds="$dir/rounds" --kernels one_lane="$dir/one_lane" \
           ${MOE_SWEEP_ARGS:-} --out "$dir/moe_token_sweep.json" ;;
     moe-grouped-lanes)   # the grouped router with kGroupedMergeLeastLanes at 8 (a group a lane or more) and at 4
-      constant_trees "$dir" kGroupedMergeLeastLanes group_lanes:8 two_groups:4 || return 1
-      python3 "$MOE/benchmarks/moe_routers.py" --router-only --variant grouped --kernels group_lanes="$dir/group_lanes" \
-          --kernels two_groups="$dir/two_groups" --rounds 3 ${MOE_ROUTERS_ARGS:-} --out "$dir/moe_routers.json" ;;
+      routers_ab "$dir" kGroupedMergeLeastLanes 3 "--variant grouped ${MOE_ROUTERS_ARGS:-}" \
+          group_lanes:8 two_groups:4 ;;
     compile-probe)   # torch.compile of two MoE references over their cases, outside the box (compile_probe.py)
       local rc=0 p
       for p in plain softmax; do
@@ -176,15 +183,13 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
       done
       return $rc ;;
     moe-merge-shifts)   # the merge kernel's shift table by expert (kMergeShiftLanes 0) and side by side (1)
-      constant_trees "$dir" kMergeShiftLanes by_expert:0 side_by_side:1 || return 1
-      python3 "$MOE/benchmarks/moe_routers.py" --router-only --variant biased --variant grouped \
-          --kernels by_expert="$dir/by_expert" --kernels side_by_side="$dir/side_by_side" --rounds 3 \
-          ${MOE_ROUTERS_ARGS:---tokens 8192 --tokens 65536 --tokens 100000} --out "$dir/moe_routers.json" ;;
-    moe-row-prefetch)   # the rounds kernel with a bias, its first row fetched before the shift table (kRowPrefetch 1) or not
-      constant_trees "$dir" kRowPrefetch no_prefetch:0 prefetch:1 || return 1
-      python3 "$MOE/benchmarks/moe_routers.py" --router-only --variant biased --variant grouped \
-          --kernels no_prefetch="$dir/no_prefetch" --kernels prefetch="$dir/prefetch" --rounds 5 \
-          ${MOE_ROUTERS_ARGS:---tokens 1 --tokens 16 --tokens 100 --tokens 128 --tokens 3000} --out "$dir/moe_routers.json" ;;
+      routers_ab "$dir" kMergeShiftLanes 3 \
+          "--variant biased --variant grouped ${MOE_ROUTERS_ARGS:---tokens 8192 --tokens 65536 --tokens 100000}" \
+          by_expert:0 side_by_side:1 ;;
+    moe-row-prefetch)   # the rounds kernel with a bias fetching its first row before the shift table (1) or not
+      routers_ab "$dir" kRowPrefetch 5 "--variant biased --variant grouped \
+          ${MOE_ROUTERS_ARGS:---tokens 1 --tokens 16 --tokens 100 --tokens 128 --tokens 3000}" \
+          no_prefetch:0 prefetch:1 ;;
     moe-large) python3 "$MOE/benchmarks/moe_large.py" ${MOE_LARGE_ARGS:-} && cp "$MOE/results/moe_large.json" "$dir/" ;;
     moe-sort) python3 "$MOE/benchmarks/moe_sort.py" "$dir" ${MOE_SORT_ARGS:-} ;;
     moe-variants) python3 "$MOE/benchmarks/moe_variants.py" "$dir" ${MOE_VARIANTS:?moe-variants needs MOE_VARIANTS} ${MOE_VARIANTS_ARGS:-} ;;
@@ -215,7 +220,7 @@ lane() {  # gpu index, steps
     mkdir -p "$dir"
     if [ "$left" -lt 20 ]; then echo "not started: deadline" > "$dir/exit.txt"; continue; fi
     local t0=$(date +%s)
-    CUDA_VISIBLE_DEVICES=$gpu timeout -k 10 "$left" bash -c "$(declare -f step report constant_trees); MOE=$MOE; step $name $dir" \
+    CUDA_VISIBLE_DEVICES=$gpu timeout -k 10 "$left" bash -c "$(declare -f step report constant_trees routers_ab); MOE=$MOE; step $name $dir" \
         > "$dir/log.txt" 2>&1
     local rc=$?
     echo "exit $rc after $(( $(date +%s) - t0 )) s on GPU $gpu$([ $rc = 124 ] && echo ' (cut off at the deadline)')" > "$dir/exit.txt"

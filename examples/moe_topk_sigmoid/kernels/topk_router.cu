@@ -854,7 +854,8 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
   bool quantized = true;
   const int span = ROUTER == GROUPED && L == 1 ? per : 8 * C;   // with groups, the experts a lane holds
   if constexpr (BIAS) {
-    quantized = make_shifts(bias, experts, shift, scale, [span](int e) { return merge_shift_slot<W, ROUTER>(e, span); });
+    quantized = make_shifts(bias, experts, shift, scale,
+                            [span](int e) { return merge_shift_slot<W, ROUTER>(e, span); });
   }
 
   const int warps = gridDim.x * (blockDim.x / 32);
@@ -889,6 +890,17 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
       }
     };
 
+    // The grouped selection into `top` (8 keys of any type), from the keys keys_of makes, their 32 bits a group key
+    // sums (high) and how two of them make it (group_key): grouped_best_keys_lanes where a lane holds G whole groups.
+    const auto grouped_top = [&](auto keys_of_v, auto& top, auto high, auto group_key) {
+      using Key = std::remove_reference_t<decltype(top[0])>;
+      if constexpr (G > 1) {
+        grouped_best_keys_lanes<Key, W, C, G>(keys_of_v, top, lane, topk_group, high, group_key);
+      } else {
+        grouped_best_keys<Key, W, C>(keys_of_v, top, lane, per, L, n_group, topk_group, high, group_key);
+      }
+    };
+
     unsigned slot[R];
 #pragma unroll
     for (int q = 0; q < R; ++q) slot[q] = 0u;
@@ -905,13 +917,8 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
     if (!exact) {
       unsigned top[8], below;
       if constexpr (ROUTER == GROUPED) {   // the group's key: its two largest scores' quantized bits summed
-        const auto high = [](unsigned key) { return key; };
-        const auto group_key = [](unsigned a, unsigned b) { return (a >> 9) + (b >> 9); };
-        if constexpr (G > 1) {
-          grouped_best_keys_lanes<unsigned, W, C, G>(keys_of, top, lane, topk_group, high, group_key);
-        } else {
-          grouped_best_keys<unsigned, W, C>(keys_of, top, lane, per, L, n_group, topk_group, high, group_key);
-        }
+        grouped_top(keys_of, top, [](unsigned key) { return key; },
+                    [](unsigned a, unsigned b) { return (a >> 9) + (b >> 9); });
       } else {
         best_keys<unsigned, 8, W, C, FP32>(keys_of, top, below);
       }
@@ -940,17 +947,8 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
           }
         };
         if constexpr (ROUTER == GROUPED) {   // the group's key: the float sum of its two largest scores
-          const auto high = [](unsigned long long key) { return (unsigned)(key >> 32); };
-          const auto group_key = [](unsigned a, unsigned b) {
-            return order_key(from_order_key(a) + from_order_key(b));
-          };
-          if constexpr (G > 1) {
-            grouped_best_keys_lanes<unsigned long long, W, C, G>(exact_keys_of, top, lane, topk_group, high,
-                                                                 group_key);
-          } else {
-            grouped_best_keys<unsigned long long, W, C>(exact_keys_of, top, lane, per, L, n_group, topk_group, high,
-                                                        group_key);
-          }
+          grouped_top(exact_keys_of, top, [](unsigned long long key) { return (unsigned)(key >> 32); },
+                      [](unsigned a, unsigned b) { return order_key(from_order_key(a) + from_order_key(b)); });
         } else {
           best_keys<unsigned long long, 8, W, C>(exact_keys_of, top);
         }
