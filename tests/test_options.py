@@ -161,13 +161,47 @@ def _kp(*args, cwd=None):
                           env=ENV, timeout=600, cwd=cwd)
 
 
-def test_no_sandbox_reaches_the_evaluation(tmp_path):
+@dataclass(frozen=True, kw_only=True)
+class Switches(Options):
+    on: bool = param("On unless turned off.", True)
+    off: bool = param("Off unless turned on.", False)
+    auto: bool | None = param("Decided later where not given.")
+
+
+@pytest.mark.parametrize("cls,operation", [(Switches, None), *((REGISTRY[t].options, t) for t in sorted(COMMANDS))])
+def test_an_option_not_given_keeps_the_class_default(cls, operation):
+    """What click passes for a flag that was not given leaves the class's default in place: an on/off pair
+    (``--sandbox/--no-sandbox``) must not arrive as False."""
+    import click
+
+    from kernelpilot.cli.spec import click_params, options_from_cli
+
+    optional = [c for c in click_params(cls, operation) if isinstance(c, click.Option) and not c.required]
+    given = click.Command("probe", params=optional).make_context("probe", []).params   # an empty command line
+    declared = {p.name: p for p in offered(cls, "cli", operation)}
+    for name, value in given.items():              # None and () leave the class's default to options_from_cli
+        assert value in (None, ()) or value == declared[name].default, (name, value)
+    if cls is Switches:
+        assert set(given) == {"on", "off", "auto"}
+        opts = options_from_cli(cls, operation, given)
+        assert (opts.on, opts.off, opts.auto) == (True, False, None)
+
+
+def test_the_sandbox_is_on_unless_turned_off(tmp_path):
     require_module("triton")
+    from kernelpilot.evaluate.landlock import abi_version
+
     row = EXAMPLES / "problems" / "row_softmax"
-    r = _kp("check", row, "-c", row / "candidates" / "triton_softmax.py", "--device", "cpu", "--seeds", "1",
-            "--case", "rows=64,cols=128,dtype=float32", "--no-sandbox", "--json")
-    d = json.loads(r.stdout)
-    assert r.returncode == 0 and any("sandbox" in n and "turned off" in n for n in d["notes"]), d["notes"]
+    args = ("check", row, "-c", row / "candidates" / "triton_softmax.py", "--device", "cpu", "--seeds", "1",
+            "--case", "rows=64,cols=128,dtype=float32", "--json")
+    off = _kp(*args, "--no-sandbox")
+    d = json.loads(off.stdout)
+    assert off.returncode == 0 and any("sandbox" in n and "turned off" in n for n in d["notes"]), d["notes"]
+    default = _kp(*args)
+    d = json.loads(default.stdout)
+    assert default.returncode == 0 and not any("turned off" in n for n in d["notes"]), d["notes"]
+    if abi_version() > 0 or os.environ.get("CI") == "true":    # CI's machines have Landlock: it must be used
+        assert not any("not sandboxed" in n for n in d["notes"]), d["notes"]
 
 
 def test_quiet_prints_nothing_and_json_progress_goes_to_stderr(tmp_path):

@@ -52,6 +52,7 @@ def click_params(cls: type, operation: str | None = None) -> list[click.Paramete
         if p.py is bool:
             if p.default is True or p.optional:
                 decls = [f"{_flag(p)}/--no-{_flag(p)[2:]}"] + ([p.short] if p.short else [])
+                kw["default"] = None     # click's own default for an on/off pair is False, which would win
             else:
                 kw["is_flag"] = True
                 kw["default"] = False
