@@ -50,6 +50,9 @@
 #   moe-row-prefetch  the biased and grouped routers with topk_router.cu's kRowPrefetch at 0 and at 1 (each thread
 #                     fetching its first token's row before the block makes the bias's shift table), timed in one
 #                     process on 1 to 3,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
+#   moe-next-row      the biased and grouped routers with topk_router.cu's kMergeNextRow at 0, 1 and 2 (the merge kernel's
+#                     lanes prefetching their next tokens' rows into L2, or L1, as they start on the current ones),
+#                     timed in one process on 65,536 and 100,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
 #   moe-large         $MOE/benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
 #                     their stream floors; quick, between full bench.py runs)
 #   moe-sort          $MOE/benchmarks/moe_sort.py (the sorting-network kernel at each experts per thread against the packed-key
@@ -84,12 +87,13 @@ constant_trees() {  # DIR NAMES NAME:VALUE...: copies DIR/NAME of the MoE kernel
   done
 }
 
-routers_ab() {  # DIR NAMES ROUNDS "OPTIONS" A:VALUE B:VALUE: constant_trees' two trees (A and B), every router case
-  # of moe_routers.py's OPTIONS timed on both in one process over ROUNDS rounds, into DIR/moe_routers.json
-  local dir=$1 names=$2 rounds=$3 options=$4 a=${5%%:*} b=${6%%:*}
-  constant_trees "$dir" "$names" "$5" "$6" || return 1
-  python3 "$MOE/benchmarks/moe_routers.py" --router-only --kernels "$a=$dir/$a" --kernels "$b=$dir/$b" \
-      --rounds "$rounds" $options --out "$dir/moe_routers.json"
+routers_ab() {  # DIR NAMES ROUNDS "OPTIONS" A:VALUE B:VALUE [C:VALUE...]: constant_trees' trees (A, B, ...), every
+  # router case of moe_routers.py's OPTIONS timed on each in one process over ROUNDS rounds, into DIR/moe_routers.json
+  local dir=$1 names=$2 rounds=$3 options=$4 v kernels=(); shift 4
+  constant_trees "$dir" "$names" "$@" || return 1
+  for v in "$@"; do kernels+=(--kernels "${v%%:*}=$dir/${v%%:*}"); done
+  python3 "$MOE/benchmarks/moe_routers.py" --router-only "${kernels[@]}" --rounds "$rounds" $options \
+      --out "$dir/moe_routers.json"
 }
 
 report() {  # directory: the optimize run stored there, shown and exported
@@ -206,6 +210,10 @@ print(' '.join(['--case=' + c.name for c in l('$MOE/plain').cases if c.params.ge
       routers_ab "$dir" kRowPrefetch 5 "--variant biased --variant grouped \
           ${MOE_ROUTERS_ARGS:---tokens 1 --tokens 16 --tokens 100 --tokens 128 --tokens 3000}" \
           no_prefetch:0 prefetch:1 ;;
+    moe-next-row)   # the merge kernel's lanes prefetching their next tokens' rows: not (0), into L2 (1), into L1 (2)
+      routers_ab "$dir" kMergeNextRow 3 \
+          "--variant biased --variant grouped ${MOE_ROUTERS_ARGS:---tokens 65536 --tokens 100000}" \
+          no_prefetch:0 next_row_l2:1 next_row_l1:2 ;;
     moe-large) python3 "$MOE/benchmarks/moe_large.py" ${MOE_LARGE_ARGS:-} && cp "$MOE/results/moe_large.json" "$dir/" ;;
     moe-sort) python3 "$MOE/benchmarks/moe_sort.py" "$dir" ${MOE_SORT_ARGS:-} ;;
     moe-variants) python3 "$MOE/benchmarks/moe_variants.py" "$dir" ${MOE_VARIANTS:?moe-variants needs MOE_VARIANTS} ${MOE_VARIANTS_ARGS:-} ;;
