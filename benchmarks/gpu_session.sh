@@ -195,6 +195,8 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
       cases=$(python3 -c "from kernelpilot.evaluate.problem import load_problem as l
 print(' '.join(['--case=' + c.name for c in l('$MOE/plain').cases if c.params.get('dtype') == 'bfloat16'][:14]))")
       for q in 1 0; do
+        TORCHINDUCTOR_QUIESCE_ASYNC_COMPILE_POOL=$q python3 -c "import torch, torch._inductor.config as c
+print('torch', torch.__version__, 'quiesce_async_compile_pool', getattr(c, 'quiesce_async_compile_pool', 'absent'))"
         TORCHINDUCTOR_QUIESCE_ASYNC_COMPILE_POOL=$q python3 -m kernelpilot bench "$MOE/plain" \
             -c "$MOE/reference.py" --baseline compile --graphs --budget 0.3 $cases --json \
             > "$dir/bench_quiesce_$q.json" || rc=1
