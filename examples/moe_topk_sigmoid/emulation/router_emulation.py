@@ -103,6 +103,8 @@ def _library(kernels: Path):
         lib.kp_topk_sigmoid.restype = ctypes.c_int
         lib.kp_topk_sigmoid.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                         ctypes.c_void_p, *[ctypes.c_int] * 4, ctypes.c_char_p, ctypes.c_int]
+        lib.kp_merge_serves.restype = ctypes.c_int
+        lib.kp_merge_serves.argtypes = [ctypes.c_int] * 5
         _libraries[kernels] = lib
     return _libraries[kernels]
 
@@ -117,6 +119,16 @@ def route(router: str, logits: torch.Tensor, bias, k: int, renormalize: bool = F
         raise ValueError(why)
     return _call(kernels, "kp_route", routing_cuda.ROUTERS[router], logits, bias, k, int(bool(renormalize)),
                  int(n_group), int(topk_group))
+
+
+def merge_serves(router: str, dtype: torch.dtype, tokens: int, experts: int, k: int,
+                 kernels: Path = KERNELS) -> bool:
+    """Whether router_launch.h's merge_serves (of the folder ``kernels``) gives such a call to the merge kernel:
+    the rule itself, compiled, for what routing_cuda.merge_token_counts says of it."""
+    served = _library(Path(kernels)).kp_merge_serves(DTYPES[dtype], routing_cuda.ROUTERS[router], tokens, experts, k)
+    if served < 0:
+        raise EmulationError(f"no router {router!r} in {dtype}")
+    return bool(served)
 
 
 def _call(kernels: Path, entry: str, selector: int, logits: torch.Tensor, bias, k: int, *extra: int):

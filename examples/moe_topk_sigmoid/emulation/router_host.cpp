@@ -183,6 +183,22 @@ extern "C" int kp_route(int dtype, int router, const void* x, const float* bias,
   });
 }
 
+#define SERVES(INDEX, NS) \
+  case INDEX:              \
+    return NS::merge_serves(NS::Args{nullptr, nullptr, nullptr, nullptr, tokens, experts, k, 0, 1, 1}, sizeof(NS::T));
+
+// Whether router_launch.h's merge_serves gives a call of `tokens` rows of `experts` logits (dtype and router as
+// kp_route's) at k to the merge kernel: 1 or 0; -1 for an unknown dtype or router.
+extern "C" int kp_merge_serves(int dtype, int router, int tokens, int experts, int k) {
+  if (dtype < 0 || dtype > 2 || router < 0 || router > 3) return -1;
+  switch (dtype * 4 + router) {
+    SERVES(0, f32_plain) SERVES(1, f32_biased) SERVES(2, f32_softmax) SERVES(3, f32_grouped)
+    SERVES(4, f16_plain) SERVES(5, f16_biased) SERVES(6, f16_softmax) SERVES(7, f16_grouped)
+    SERVES(8, bf16_plain) SERVES(9, bf16_biased) SERVES(10, bf16_softmax) SERVES(11, bf16_grouped)
+  }
+  return -1;
+}
+
 #define SIGMOID(INDEX, NS)                                                                                        \
   case INDEX:                                                                                                     \
     return NS::dispatch_sigmoid(algo, blocks_per_sm, experts, k, bias != nullptr,                                 \

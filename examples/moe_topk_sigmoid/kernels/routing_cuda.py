@@ -178,12 +178,20 @@ def _launch_constant(name: str, kernels: Path) -> int:
 def merge_token_counts(router: str, experts: int, k: int, kernels: Path = HERE) -> tuple[int, ...]:
     """Token counts, each just above a threshold of router_launch.h's merge_serves (that of the folder `kernels`),
     at which the merge kernel takes a call of (router, experts, k) in some logit type: what the tests route to reach
-    it; () where it never does."""
+    it; () where it never does. The rule is restated here from the header's; test_router_emulation.py checks every
+    path shape's counts against merge_serves itself, compiled."""
     if k > 8:
         return ()
     if router == "grouped" or experts > 32:
         return (_launch_constant("kMergeTokens", kernels) + 3,) if k >= 4 else ()
-    return tuple(_launch_constant(name, kernels) + 3 for name in ("kOneLaneTokens", "kOneLaneWideRowTokens"))
+    # One lane a token: a row of at most 32 bytes from kOneLaneTokens, a wider one from kOneLaneWideRowTokens, the
+    # logits taking 2 (16-bit) or 4 (fp32) bytes an expert.
+    counts = []
+    if experts * 2 <= 32:
+        counts.append(_launch_constant("kOneLaneTokens", kernels) + 3)
+    if experts * 4 > 32:
+        counts.append(_launch_constant("kOneLaneWideRowTokens", kernels) + 3)
+    return tuple(counts)
 
 
 def supported(logits: torch.Tensor, k: int, n_group: int = 1) -> bool:

@@ -55,6 +55,27 @@ def test_emulated_router_matches_the_references_on_every_shape(emulation, dtype,
     assert not failed, failed[:5]
 
 
+def test_merge_token_counts_reach_the_merge_kernel_as_router_launch_h_rules(emulation):
+    """routing_cuda.merge_token_counts (what the tests route to reach the merge kernel) against merge_serves
+    itself, compiled: for every path shape, each count is taken by the merge kernel in some dtype; in each dtype
+    the first count it takes lies just above the threshold (4 tokens fewer it is not taken); and a dtype whose
+    calls it takes at some token count is reached by one of the counts."""
+    checked = 0
+    for router, experts, k, _ in routing_cuda.path_shapes():
+        counts = routing_cuda.merge_token_counts(router, experts, k)
+        reached = set()
+        for d in (torch.float32, torch.float16, torch.bfloat16):
+            taken = [t for t in counts if em.merge_serves(router, d, t, experts, k)]
+            reached.update(taken)
+            if taken:
+                assert not em.merge_serves(router, d, taken[0] - 4, experts, k), (router, experts, k, d, taken[0])
+                checked += 1
+            else:
+                assert not em.merge_serves(router, d, 1 << 20, experts, k), (router, experts, k, d, "not reached")
+        assert reached == set(counts), (router, experts, k, counts, reached)
+    assert checked > 20
+
+
 def _hard_rows(x, g, with_bias):
     """Rows every fifth token of a kind the kernels take a slower path for, beside ordinary ones in their warp:
     all negative, shifted down, +0 and -0 with fewer than k positive logits, and (with a bias) far below zero or
