@@ -90,6 +90,9 @@ def remote_options(operation: str, opts: Any, bundle: Bundle) -> dict[str, Any]:
     args = {k: v for k, v in to_json(opts).items() if k in offered_names and v not in (None, [], {}, ())}
     args.pop("target", None)
     args.pop("out", None)                  # a profile's report stays with the job there
+    if getattr(opts, "sandbox", True) is False:     # not a tool's option: a target always boxes its candidates
+        raise UsageError("--no-sandbox: a target, and so every eval-batch worker, runs each candidate in its box; "
+                         "run without it (check, bench and eval take it without --target).")
     for local_only in ("keep", "writable", "report", "details", "command"):
         if local_only in args:
             raise UsageError(f"{local_only}: names a folder or a program of this machine, which a target cannot "
