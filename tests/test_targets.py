@@ -73,7 +73,8 @@ def test_the_local_target_runs_a_job_through_a_serve_process():
         channel.close()
     with pytest.raises(KernelpilotError, match="cannot reach"):
         remote_options("check", opts.replace(keep=Path("/tmp/x")), bundle)
-    with pytest.raises(KernelpilotError, match="no-sandbox: a target, and so every eval-batch worker, runs each candidate in its box"):
+    with pytest.raises(KernelpilotError,
+                       match="no-sandbox: a target, and so every eval-batch worker, runs each candidate in its box"):
         remote_options("check", opts.replace(sandbox=False), bundle)
 
 

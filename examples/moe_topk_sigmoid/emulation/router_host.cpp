@@ -149,6 +149,15 @@ void on_device(int dtype, const void* x, const float* bias, float* w, int* ids, 
   d.copy_out(w, ids);
 }
 
+// Every router namespace above, by its index in the entry points' switches: dtype * 4 + router (dtype 0 float32,
+// 1 float16, 2 bfloat16; router a moe::Router).
+#define FOR_EACH_ROUTER(CASE)                                                                           \
+  CASE(0, f32_plain) CASE(1, f32_biased) CASE(2, f32_softmax) CASE(3, f32_grouped) CASE(4, f16_plain)   \
+  CASE(5, f16_biased) CASE(6, f16_softmax) CASE(7, f16_grouped) CASE(8, bf16_plain) CASE(9, bf16_biased) \
+  CASE(10, bf16_softmax) CASE(11, bf16_grouped)
+
+inline bool known_router(int dtype, int router) { return dtype >= 0 && dtype <= 2 && router >= 0 && router <= 3; }
+
 #define ROUTE(INDEX, NS)                                                                                         \
   case INDEX:                                                                                                    \
     return NS::dispatch(NS::Args{static_cast<const NS::T*>(d.x()), d.bias(), d.w(), d.ids(), tokens, experts, k, \
@@ -162,22 +171,9 @@ extern "C" int kp_route(int dtype, int router, const void* x, const float* bias,
                         int error_size) {
   return reported(error, error_size, [&] {
     if (tokens <= 0) return 0;
-    if (dtype < 0 || dtype > 2 || router < 0 || router > 3) throw std::runtime_error("unknown dtype or router");
+    if (!known_router(dtype, router)) throw std::runtime_error("unknown dtype or router");
     on_device(dtype, x, bias, w, ids, tokens, experts, k, [&](const DeviceCall& d) {
-      switch (dtype * 4 + router) {
-        ROUTE(0, f32_plain)
-        ROUTE(1, f32_biased)
-        ROUTE(2, f32_softmax)
-        ROUTE(3, f32_grouped)
-        ROUTE(4, f16_plain)
-        ROUTE(5, f16_biased)
-        ROUTE(6, f16_softmax)
-        ROUTE(7, f16_grouped)
-        ROUTE(8, bf16_plain)
-        ROUTE(9, bf16_biased)
-        ROUTE(10, bf16_softmax)
-        ROUTE(11, bf16_grouped)
-      }
+      switch (dtype * 4 + router) { FOR_EACH_ROUTER(ROUTE) }
     });
     return 0;
   });
@@ -190,12 +186,8 @@ extern "C" int kp_route(int dtype, int router, const void* x, const float* bias,
 // Whether router_launch.h's merge_serves gives a call of `tokens` rows of `experts` logits (dtype and router as
 // kp_route's) at k to the merge kernel: 1 or 0; -1 for an unknown dtype or router.
 extern "C" int kp_merge_serves(int dtype, int router, int tokens, int experts, int k) {
-  if (dtype < 0 || dtype > 2 || router < 0 || router > 3) return -1;
-  switch (dtype * 4 + router) {
-    SERVES(0, f32_plain) SERVES(1, f32_biased) SERVES(2, f32_softmax) SERVES(3, f32_grouped)
-    SERVES(4, f16_plain) SERVES(5, f16_biased) SERVES(6, f16_softmax) SERVES(7, f16_grouped)
-    SERVES(8, bf16_plain) SERVES(9, bf16_biased) SERVES(10, bf16_softmax) SERVES(11, bf16_grouped)
-  }
+  if (!known_router(dtype, router)) return -1;
+  switch (dtype * 4 + router) { FOR_EACH_ROUTER(SERVES) }
   return -1;
 }
 
