@@ -522,6 +522,26 @@ def test_compile_baseline_never_falls_back_to_eager_silently():
     assert dynamo.recompile_limit >= 256 and dynamo.fail_on_recompile_limit_hit is True
 
 
+@pytest.mark.gpu
+def test_compile_baseline_is_timed_on_every_case_in_the_box(tmp_path):
+    """torch.compile as a baseline over cases whose rows, columns and dtype change, in the box, with CUDA graphs:
+    every case recompiles or runs the dynamic graph, and each gets a baseline time (a baseline that cannot compile
+    a case leaves a note saying so instead)."""
+    from kernelpilot.evaluate.runner import EvalOptions, bench
+
+    shapes = [(rows, cols, dtype) for dtype in ("float32", "float16") for cols in (128, 384, 1000)
+              for rows in (64, 96, 1000)]
+    cases = "".join(f'\n[[cases]]\nrows = {r}\ncols = {c}\ndtype = "{d}"\n' for r, c, d in shapes)
+    toml = (PROBLEMS / "row_softmax" / "problem.toml").read_text()
+    _write(tmp_path / "p" / "problem.toml", toml[:toml.index("[[cases]]")] + cases)
+    _write(tmp_path / "p" / "reference.py", (PROBLEMS / "row_softmax" / "reference.py").read_text())
+
+    res = bench(tmp_path / "p", tmp_path / "p" / "reference.py",
+                EvalOptions(baselines=("compile",), graphs=True, budget=0.05))
+    assert res.error is None and len(res.bench) == len(shapes), (res.error, res.notes)
+    assert not [n for n in res.notes if "could not be timed" in n], res.notes
+    assert all("compile" in b.baselines and b.baselines["compile"].graph_timing is not None for b in res.bench), res.notes
+
 def test_gpumode_output_buffer_among_the_inputs_through_the_harness():
     """GPU MODE's problems return their output buffer among the data, made with torch.empty and never written: the
     candidate's and the reference's processes must still agree on the inputs (their bytes are filled while
