@@ -59,10 +59,12 @@ class Run:
     timeout: float = 180.0
     device: str = "cpu"
     timing: dict[str, Any] = field(default_factory=lambda: dict(TINY_TIMING), hash=False)
+    graphs: bool = False
 
     def __call__(self) -> tuple[EvalResult, float]:
         opts = EvalOptions(device=self.device, seeds=self.seeds, timeout=self.timeout,
-                           cases=list(self.cases) if self.cases else None, timing=dict(self.timing))
+                           cases=list(self.cases) if self.cases else None, timing=dict(self.timing),
+                           graphs=self.graphs)
         fn = {"check": check, "bench": bench, "eval": evaluate}[self.mode]
         t0 = time.perf_counter()
         try:
@@ -106,6 +108,8 @@ RUNS: dict[str, Run] = {
     "row/hang": row("hang", timeout=12.0),
     "row/import_error": row("import_error"),
     "row/wrong_shape": row("wrong_shape"),
+    "row/skipped_flush": row("skipped_flush"),
+    "row/replay_elsewhere": row("replay_elsewhere"),
     # KernelBench-form cheats (19_ReLU)
     "kb/library_fallback": kb("library_fallback"),
     "kb/input_mutation": kb("input_mutation"),
@@ -146,6 +150,9 @@ RUNS: dict[str, Run] = {
     "gpu/eval/row/forged_samples": row("forged_samples", "eval", device="cuda"),
     "gpu/eval/row/precomputed_batch": row("precomputed_batch", "eval", device="cuda"),
     "gpu/eval/row/side_stream_late": row("side_stream_late", "eval", device="cuda", timing=LONG_TIMING),
+    "gpu/bench/row/skipped_flush": row("skipped_flush", "bench", device="cuda", cases=(HALF,)),
+    "gpu/bench/row/shrunk_flush": row("shrunk_flush", "bench", device="cuda", cases=(HALF,)),
+    "gpu/bench/row/replay_elsewhere": row("replay_elsewhere", "bench", device="cuda", graphs=True),
 }
 
 # Started first: the runs that take longest.
@@ -284,6 +291,31 @@ def test_patched_cuda_event_timer_is_rejected(outcome, key):
     f = flag(res, "patched-timer")
     assert f.level == "error" and f.evidence["functions"] == ["torch.cuda.Event.elapsed_time"]
     assert not res.passed
+
+
+@pytest.mark.parametrize("key,replaced", [
+    ("row/skipped_flush", "torch.amax"), ("row/replay_elsewhere", "torch.cuda.CUDAGraph.replay"),
+    pytest.param("gpu/bench/row/skipped_flush", "torch.amax", marks=pytest.mark.gpu),
+    pytest.param("gpu/bench/row/replay_elsewhere", "torch.cuda.CUDAGraph.replay", marks=pytest.mark.gpu),
+])
+def test_replaced_flush_or_replay_is_rejected(outcome, key, replaced):
+    # the flush and the graph's replay call the functions held from before the import; the replacement is said
+    res = outcome(key)
+    f = flag(res, "patched-timer")
+    assert f.level == "error" and f.evidence["functions"] == [replaced], f.evidence
+    assert res.rejected and not res.passed
+    if "/bench/" in key:
+        assert res.bench and all(b.timing for b in res.bench), [b.error for b in res.bench]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("key", ["gpu/bench/row/shrunk_flush"])
+def test_a_shrunk_flush_buffer_stops_the_case(outcome, key):
+    # nothing replaced: the buffer re-strided in place is found by the check before each flush
+    res = outcome(key)
+    f = flag(res, "harness-tampered")
+    assert f.level == "error" and "L2 flush buffer was changed" in f.message
+    assert res.rejected and not any(b.timing for b in res.bench)
 
 
 @pytest.mark.parametrize("key", ["row/shape_specialised"])

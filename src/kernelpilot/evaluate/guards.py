@@ -143,6 +143,13 @@ class TimerSnapshot:
         ("time", "perf_counter"), ("time", "perf_counter_ns"), ("time", "time"), ("time", "monotonic"),
         ("torch", "allclose"), ("torch.Tensor", "to"), ("torch.Tensor", "cpu"), ("torch.Tensor", "clone"),
         ("torch.Tensor", "copy_"), ("torch", "equal"), ("os", "urandom"),
+        # What runs between a sample's inputs and its end event: the L2 flush (and the buffer's layout, checked
+        # before each flush), the spin that leads the start event, and a captured graph's replay. Replaced, each
+        # would let candidate code skip the flush or run its work before the start event or off the timed stream.
+        ("torch", "amax"), ("torch._C._VariableFunctions", "amax"), ("torch.Tensor", "zero_"),
+        ("torch._C.TensorBase", "zero_"), ("torch._C.TensorBase", "data_ptr"), ("torch._C.TensorBase", "size"),
+        ("torch._C.TensorBase", "stride"), ("torch._C.TensorBase", "storage_offset"), ("torch.cuda", "_sleep"),
+        ("torch.cuda.CUDAGraph", "replay"),
     )
 
     def __init__(self) -> None:

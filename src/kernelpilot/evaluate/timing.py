@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable
 
 __all__ = ["TimingOptions", "Timing", "summarize", "measure", "gpu_sampler", "graph_sampler", "cpu_sampler",
-           "keep_busy", "l2_flush_buffer", "l2_flusher"]
+           "keep_busy", "l2_flush_buffer", "l2_flusher", "TimingTampered"]
 
 
 @dataclass(frozen=True)
@@ -132,17 +132,17 @@ def measure(sample: Callable[[int], float], method: str, opts: TimingOptions, *,
     return t
 
 
-def keep_busy(device: str, seconds: float) -> None:
+def keep_busy(device: str, seconds: float, clock: dict[str, Any] | None = None) -> None:
     """Keep the GPU busy for about ``seconds`` (at most 50 ms) with a spin kernel and wait for it: after the
     host made a call's inputs for that long with the GPU idle, its clocks have dropped, and the next timed
     kernels would run slow."""
     import torch
 
-    spin = getattr(torch.cuda, "_sleep", None)
+    spin = _clocked(clock, "torch.cuda._sleep", getattr(torch.cuda, "_sleep", None))
     if spin is None or not device.startswith("cuda") or seconds <= 0:
         return
     spin(int(min(seconds, 0.05) * 1e6 * _SPIN_CYCLES_PER_US))
-    torch.cuda.synchronize()
+    _clocked(clock, "torch.cuda.synchronize", torch.cuda.synchronize)()
 
 
 def l2_flush_buffer(device: str = "cuda"):
@@ -155,20 +155,44 @@ def l2_flush_buffer(device: str = "cuda"):
     return torch.zeros(size // 4, dtype=torch.int32, device=device)
 
 
-def l2_flusher(device: str = "cuda", mode: str = "read") -> Callable[[], None]:
+class TimingTampered(RuntimeError):
+    """Something the timing relies on was changed while it ran (by the code it times)."""
+
+
+def l2_flusher(device: str = "cuda", mode: str = "read", clock: dict[str, Any] | None = None) -> Callable[[], None]:
     """A function that empties the L2 of useful data before a timed call.
 
     ``read`` (default) reads the buffer: lines the last call left dirty are written back now, outside the
     timer, and the cache ends up holding clean lines that cost nothing to evict (Nsight Compute's flush
     leaves it clean too). ``write`` zeroes the buffer, as many harnesses do: the cache is left full of dirty
-    lines that the timed kernel then pays to write back."""
+    lines that the timed kernel then pays to write back.
+
+    The flush calls torch's own C functions as ``clock`` holds them (taken before the candidate was imported,
+    and immutable where torch defines them), and before each pass it checks that the buffer still has the
+    memory and layout it was made with: code under test that found the buffer (through the garbage collector)
+    and shrank it, re-strided it or freed its storage would otherwise make the flush a no-op and time its
+    calls from a warm L2. A changed buffer raises ``TimingTampered``."""
     import torch
 
+    held = lambda name, default: _clocked(clock, name, default)  # noqa: E731
+    amax = held("torch._C._VariableFunctions.amax", torch._C._VariableFunctions.amax)
+    zero = held("torch._C.TensorBase.zero_", torch._C.TensorBase.zero_)
+    parts = [held(f"torch._C.TensorBase.{n}", getattr(torch._C.TensorBase, n))
+             for n in ("data_ptr", "size", "stride", "storage_offset")]
     buf = l2_flush_buffer(device)
-    if mode == "write":
-        return buf.zero_
+    layout = tuple(f(buf) for f in parts)
     out = torch.empty((), dtype=torch.int32, device=device)
-    return lambda: torch.amax(buf, dim=0, out=out)
+
+    def flush() -> None:
+        if tuple(f(buf) for f in parts) != layout:
+            raise TimingTampered("the L2 flush buffer was changed while the calls were timed (its memory, size or "
+                                 "strides): the code under test reached into the harness")
+        if mode == "write":
+            zero(buf)
+        else:
+            amax(buf, dim=0, out=out)
+
+    return flush
 
 
 # torch.cuda._sleep counts GPU cycles; about 2 GHz on current data-center GPUs. Only a lead time: exactness
@@ -233,10 +257,10 @@ class _Lead:
     kernel, recorded before the start event) while the host records the start event and launches: the spin
     lasts about twice the host time the last calls took."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: dict[str, Any] | None = None) -> None:
         import torch
 
-        self.spin = getattr(torch.cuda, "_sleep", None)
+        self.spin = _clocked(clock, "torch.cuda._sleep", getattr(torch.cuda, "_sleep", None))
         self.host_us: list[float] = []
 
     def __call__(self) -> float:
@@ -253,16 +277,16 @@ def gpu_sampler(call: Callable[[], Any], *, prepare: Callable[[int], None] | Non
                 device: str = "cuda", clock: dict[str, Any] | None = None) -> Callable[[int], float]:
     """One sample: ``prepare(i)``, flush L2, events around ``call()``, device-wide synchronize,
     then ``after(i, output)`` (untimed, e.g. keep the output for checking)."""
-    flush = l2_flusher(device, flush_mode) if flush_l2 else None
+    flush = l2_flusher(device, flush_mode, clock) if flush_l2 else None
     event, record, synchronize, elapsed = _event_tools(clock)
     start = event(enable_timing=True)
     end = event(enable_timing=True)
 
     post = event(enable_timing=True)
     sample_tails = Tails()
-    lead_in = _Lead()
+    lead_in = _Lead(clock)
     spin, host_us = lead_in.spin, lead_in.host_us
-    clock_now = time.perf_counter
+    clock_now = _clocked(clock, "time.perf_counter", time.perf_counter)
 
     def tail() -> float:
         # After the device-wide synchronize returns, mark the timed stream again: the gap from the end event
@@ -311,11 +335,15 @@ def graph_sampler(graph, *, prepare: Callable[[int], None] | None = None,
                   device: str = "cuda", clock: dict[str, Any] | None = None) -> Callable[[int], float]:
     """Like ``gpu_sampler`` but replays a captured CUDA graph (launch overhead removed; the GPU kept busy
     while the host calls the replay, as there)."""
-    flush = l2_flusher(device, flush_mode) if flush_l2 else None
+    import torch
+
+    flush = l2_flusher(device, flush_mode, clock) if flush_l2 else None
     event, record, synchronize, elapsed = _event_tools(clock)
+    replay = _clocked(clock, "torch.cuda.CUDAGraph.replay", torch.cuda.CUDAGraph.replay)
     start = event(enable_timing=True)
     end = event(enable_timing=True)
-    lead_in = _Lead()
+    lead_in = _Lead(clock)
+    clock_now = _clocked(clock, "time.perf_counter", time.perf_counter)
 
     def sample(i: int) -> float:
         if prepare is not None:
@@ -324,9 +352,9 @@ def graph_sampler(graph, *, prepare: Callable[[int], None] | None = None,
             flush()
         lead_in()
         record(start)
-        h = time.perf_counter()
-        graph.replay()
-        lead_in.host_us.append((time.perf_counter() - h) * 1e6)
+        h = clock_now()
+        replay(graph)
+        lead_in.host_us.append((clock_now() - h) * 1e6)
         record(end)
         synchronize()
         if after is not None:

@@ -14,7 +14,7 @@ from typing import Any
 from kernelpilot.evaluate.jobs import output_key
 from kernelpilot.evaluate.outputs import save_outputs
 from kernelpilot.evaluate import worker_base as _base
-from kernelpilot.evaluate.timing import keep_busy
+from kernelpilot.evaluate.timing import TimingTampered, keep_busy
 from kernelpilot.evaluate.worker_base import (Worker, _copy_into, _cuda_broken, _err, _journal, _journal_identity,
                                              _nbytes, _new_step, _plain_output, _seed, _sync, _to)
 
@@ -119,7 +119,7 @@ class TimingWorker(Worker):
                 _sync(self.device)
                 took = now() - t0
                 if took > _IDLE_S:
-                    keep_busy(self.device, took)
+                    keep_busy(self.device, took, self.clock)
                 prep_s[0] += now() - t0
 
             def record(i: int, out: Any, *, graph: bool = False) -> None:
@@ -203,6 +203,8 @@ class TimingWorker(Worker):
                         (lambda i, out: record(i, out, graph=True)) if checked else None)
             except Exception as e:
                 entry["error"] = _err(e)
+                if isinstance(e, TimingTampered):
+                    self.flag("harness-tampered", f"case {case.name}: {e}", case=case.name)
                 if _cuda_broken(e):
                     out_cases.append(entry)
                     break
