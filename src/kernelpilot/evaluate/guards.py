@@ -24,7 +24,7 @@ from typing import Any
 from kernelpilot.evaluate.result import Flag
 from kernelpilot.python_syntax import parse as parse_python
 
-__all__ = ["scan_source", "defined_kernels", "TimerSnapshot", "HarnessSnapshot", "HARNESS_MODULES", "fingerprint", "poison_allocator",
+__all__ = ["scan_source", "defined_kernels", "TimerSnapshot", "HarnessSnapshot", "HARNESS_MODULES", "TORCH_NAMESPACES", "TORCH_CLASSES", "fingerprint", "poison_allocator",
            "TRIVIAL_OPS", "significant_ops"]
 
 _PATCH_ROOTS = {"torch", "time", "triton", "kernelpilot", "builtins", "os", "sys", "threading"}
@@ -199,46 +199,78 @@ HARNESS_MODULES = (
 )
 
 
-class HarnessSnapshot:
-    """Every function and class of ``HARNESS_MODULES`` (and every method of the harness's own classes), by
-    identity and code object, as they were before the candidate was imported; ``changed`` names what differs
-    now. Names a ``TimerSnapshot`` covers are left to it."""
+# torch's own namespaces: the problem's code calls them to make each timed call's inputs, and the harness's guards
+# to fingerprint those, after the call before was timed and before the next one is. A candidate that replaced one
+# of their functions, or shadowed a method of torch.Tensor, would be handed each call's inputs outside the timer
+# (its work done there, the timed call only returning it). Their functions are compared by identity (names torch
+# adds later are not: it adds some lazily); torch.Tensor's attributes, any added since too.
+TORCH_NAMESPACES = ("torch", "torch.cuda", "torch.nn.functional")
+TORCH_CLASSES = ("torch.Tensor",)
 
-    def __init__(self, modules: tuple[str, ...] = HARNESS_MODULES, skip: set[str] | None = None) -> None:
+
+class HarnessSnapshot:
+    """Every function and class of ``HARNESS_MODULES`` (and every method of the harness's own classes), every
+    function of ``TORCH_NAMESPACES`` and every attribute of ``TORCH_CLASSES``, by identity and code object, as
+    they were before the candidate was imported; ``changed`` names what differs now, and what was added to the
+    harness's modules (public names) or to those classes. Names a ``TimerSnapshot`` covers are left to it."""
+
+    def __init__(self, modules: tuple[str, ...] = HARNESS_MODULES, skip: set[str] | None = None,
+                 torch_modules: tuple[str, ...] = TORCH_NAMESPACES, classes: tuple[str, ...] = TORCH_CLASSES) -> None:
         import importlib
 
-        self.modules = {}
-        for name in modules:
-            try:
-                self.modules[name] = importlib.import_module(name)
-            except ImportError:
-                continue
+        def load(names: tuple[str, ...]) -> dict[str, Any]:
+            out = {}
+            for name in names:
+                try:
+                    out[name] = importlib.import_module(name)
+                except ImportError:
+                    continue
+            return out
+
+        self.modules = load(modules)
+        self.torch_modules = load(torch_modules)
+        self.classes = {}
+        for name in classes:
+            owner, attr = name.rsplit(".", 1)
+            cls = getattr(load((owner,)).get(owner), attr, None)
+            if isinstance(cls, type):
+                self.classes[name] = cls
         self.skip = skip or set()
         self.held = self._take()
 
-    def _take(self) -> dict[str, tuple[int, Any]]:
-        held: dict[str, tuple[int, Any]] = {}
-        for mname, mod in self.modules.items():
-            own = mname.startswith("kernelpilot.")
-            for attr, value in list(vars(mod).items()):
-                if not (callable(value) or isinstance(value, type)) or isinstance(value, type(mod)):
-                    continue
-                key = f"{mname}.{attr}"
-                if key in self.skip:
-                    continue
-                held[key] = (id(value), getattr(value, "__code__", None))
-                if own and isinstance(value, type) and value.__module__ == mname:
-                    for k, v in list(vars(value).items()):
-                        fn = getattr(v, "__func__", v)
-                        if callable(fn):
-                            held[f"{key}.{k}"] = (id(fn), getattr(fn, "__code__", None))
+    def _take(self) -> dict[str, tuple[int, Any, str]]:
+        """``{name: (identity, code object, kind)}``; kind says whether an added name counts: ``harness`` (a
+        public one), ``class`` (any) or ``torch`` (none)."""
+        held: dict[str, tuple[int, Any, str]] = {}
+        for kind, modules in (("harness", self.modules), ("torch", self.torch_modules)):
+            for mname, mod in modules.items():
+                own = mname.startswith("kernelpilot.")
+                for attr, value in list(vars(mod).items()):
+                    if not (callable(value) or isinstance(value, type)) or isinstance(value, type(mod)):
+                        continue
+                    key = f"{mname}.{attr}"
+                    if key in self.skip:
+                        continue
+                    held[key] = (id(value), getattr(value, "__code__", None), kind)
+                    if own and isinstance(value, type) and value.__module__ == mname:
+                        for k, v in list(vars(value).items()):
+                            fn = getattr(v, "__func__", v)
+                            if callable(fn):
+                                held[f"{key}.{k}"] = (id(fn), getattr(fn, "__code__", None), kind)
+        for cname, cls in self.classes.items():
+            for attr, value in list(vars(cls).items()):
+                key = f"{cname}.{attr}"
+                if key not in self.skip:
+                    fn = getattr(value, "__func__", value)
+                    held[key] = (id(fn), getattr(fn, "__code__", None), "class")
         return held
 
     def changed(self) -> list[str]:
         now = self._take()
-        out = [k for k, v in self.held.items() if now.get(k, (None, None))[0] != v[0]
-               or now.get(k, (None, None))[1] is not v[1]]
-        out += [k for k in now if k not in self.held and not k.rsplit(".", 1)[-1].startswith("_")]
+        missing = (None, None, None)
+        out = [k for k, v in self.held.items() if now.get(k, missing)[0] != v[0] or now.get(k, missing)[1] is not v[1]]
+        out += [k for k, v in now.items() if k not in self.held
+                and (v[2] == "class" or (v[2] == "harness" and not k.rsplit(".", 1)[-1].startswith("_")))]
         return sorted(out)
 
 
