@@ -9,6 +9,8 @@
 #   e.g. bash benchmarks/gpu_session.sh /tmp/gs $OUT/gs.tar.gz 540 pytest-gpu,timing moe-check,moe-bench
 # Steps:
 #   pytest-gpu        python -m pytest -m gpu tests
+#   pytest-harness    the harness's GPU tests alone: the cheating suite, the evaluation core, the worker pool, the
+#                     problem formats (torch.compile as a baseline in the box)
 #   timing            benchmarks/eval_timing.py (agreement with Nsight Compute, repeatability, speed)
 #   speed             benchmarks/eval_timing.py --only speed, SPEED_RUNS times (check and bench of one small case)
 #   startup           benchmarks/eval_startup.py (where a cold evaluation's seconds go)
@@ -106,6 +108,8 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
   local name=$1 dir=$2
   case $name in
     pytest-gpu) python3 -m pytest -q -m gpu -p no:cacheprovider tests ;;
+    pytest-harness) python3 -m pytest -q -m gpu -p no:cacheprovider -rs tests/test_cheats.py tests/test_evaluate_core.py \
+        tests/test_worker_pool.py tests/test_problem_formats.py ;;
     pytest-moe) python3 -m pytest -q -m gpu -p no:cacheprovider "$MOE/tests/test_moe_problem.py" ;;
     pytest-moe-routers) python3 -m pytest -q -m "gpu and example" -p no:cacheprovider "$MOE/tests/test_moe_routers.py" ;;
     timing) python3 benchmarks/eval_timing.py && cp benchmarks/results/eval_timing.json "$dir/" ;;
