@@ -124,6 +124,7 @@ RUNS: dict[str, Run] = {
     "bench/row/patched_timer": row("patched_timer", "bench"),
     "bench/row/lazy_subclass": row("lazy_subclass", "bench"),
     "bench/row/hooked_fingerprint": row("hooked_fingerprint", "bench", cases=(HALF,)),
+    "bench/row/proxied_globals": row("proxied_globals", "bench"),
     "eval/row/rigged_sampling": row("rigged_sampling", "eval", timing=LONG_TIMING),
     "eval/row/repaired_samples": row("repaired_samples", "eval", timing=LONG_TIMING),
     "eval/row/forged_samples": row("forged_samples", "eval"),
@@ -152,6 +153,7 @@ RUNS: dict[str, Run] = {
     "gpu/eval/row/precomputed_batch": row("precomputed_batch", "eval", device="cuda"),
     "gpu/eval/row/side_stream_late": row("side_stream_late", "eval", device="cuda", timing=LONG_TIMING),
     "gpu/bench/row/hooked_fingerprint": row("hooked_fingerprint", "bench", device="cuda", cases=(HALF,)),
+    "gpu/bench/row/proxied_globals": row("proxied_globals", "bench", device="cuda"),
     "gpu/bench/row/skipped_flush": row("skipped_flush", "bench", device="cuda", cases=(HALF,)),
     "gpu/bench/row/shrunk_flush": row("shrunk_flush", "bench", device="cuda", cases=(HALF,)),
     "gpu/bench/row/replay_elsewhere": row("replay_elsewhere", "bench", device="cuda", graphs=True),
@@ -310,13 +312,17 @@ def test_replaced_flush_or_replay_is_rejected(outcome, key, replaced):
         assert res.bench and all(b.timing for b in res.bench), [b.error for b in res.bench]
 
 
-@pytest.mark.parametrize("key", keys("bench/row/hooked_fingerprint", gpu=("gpu/bench/row/hooked_fingerprint",)))
-def test_work_hooked_into_torch_between_timed_calls_is_rejected(outcome, key):
-    # its timed calls only look up outputs computed while the harness fingerprinted their inputs: right, and
-    # fast; only the snapshot of torch's namespaces catches the shadowed method
+@pytest.mark.parametrize("key,replaced", [
+    ("bench/row/hooked_fingerprint", "torch.Tensor.detach"), ("bench/row/proxied_globals", "reference.py:torch"),
+    pytest.param("gpu/bench/row/hooked_fingerprint", "torch.Tensor.detach", marks=pytest.mark.gpu),
+    pytest.param("gpu/bench/row/proxied_globals", "reference.py:torch", marks=pytest.mark.gpu),
+])
+def test_work_hooked_in_between_timed_calls_is_rejected(outcome, key, replaced):
+    # its timed calls only look up outputs computed while the harness fingerprinted their inputs, or while the
+    # problem's code made them: right, and fast; only the snapshots of torch and of the problem's files catch it
     res = outcome(key)
     f = flag(res, "harness-tampered")
-    assert f.level == "error" and "torch.Tensor.detach" in f.evidence["functions"], f.evidence
+    assert f.level == "error" and replaced in f.evidence["functions"], f.evidence
     assert res.bench and all(b.check_ok for b in res.bench)
     assert res.rejected
 

@@ -210,12 +210,15 @@ TORCH_CLASSES = ("torch.Tensor",)
 
 class HarnessSnapshot:
     """Every function and class of ``HARNESS_MODULES`` (and every method of the harness's own classes), every
-    function of ``TORCH_NAMESPACES`` and every attribute of ``TORCH_CLASSES``, by identity and code object, as
-    they were before the candidate was imported; ``changed`` names what differs now, and what was added to the
-    harness's modules (public names) or to those classes. Names a ``TimerSnapshot`` covers are left to it."""
+    function of ``TORCH_NAMESPACES``, every attribute of ``TORCH_CLASSES`` and every global of ``problem_modules``
+    (the problem's files, whose code makes each timed call's inputs: a global such as ``torch`` replaced there by
+    a proxy would hand the candidate those inputs), by identity and code object, as they were before the
+    candidate was imported; ``changed`` names what differs now, and what was added to the harness's modules
+    (public names) or to those classes. Names a ``TimerSnapshot`` covers are left to it."""
 
     def __init__(self, modules: tuple[str, ...] = HARNESS_MODULES, skip: set[str] | None = None,
-                 torch_modules: tuple[str, ...] = TORCH_NAMESPACES, classes: tuple[str, ...] = TORCH_CLASSES) -> None:
+                 torch_modules: tuple[str, ...] = TORCH_NAMESPACES, classes: tuple[str, ...] = TORCH_CLASSES,
+                 problem_modules: tuple[str, ...] = ()) -> None:
         import importlib
 
         def load(names: tuple[str, ...]) -> dict[str, Any]:
@@ -229,6 +232,7 @@ class HarnessSnapshot:
 
         self.modules = load(modules)
         self.torch_modules = load(torch_modules)
+        self.problem_modules = load(problem_modules)
         self.classes = {}
         for name in classes:
             owner, attr = name.rsplit(".", 1)
@@ -240,7 +244,7 @@ class HarnessSnapshot:
 
     def _take(self) -> dict[str, tuple[int, Any, str]]:
         """``{name: (identity, code object, kind)}``; kind says whether an added name counts: ``harness`` (a
-        public one), ``class`` (any) or ``torch`` (none)."""
+        public one), ``class`` (any) or ``torch`` and ``problem`` (none)."""
         held: dict[str, tuple[int, Any, str]] = {}
         for kind, modules in (("harness", self.modules), ("torch", self.torch_modules)):
             for mname, mod in modules.items():
@@ -257,6 +261,10 @@ class HarnessSnapshot:
                             fn = getattr(v, "__func__", v)
                             if callable(fn):
                                 held[f"{key}.{k}"] = (id(fn), getattr(fn, "__code__", None), kind)
+        for mname, mod in self.problem_modules.items():
+            where = Path(getattr(mod, "__file__", None) or mname).name     # named by its file: reference.py:torch
+            for attr, value in list(vars(mod).items()):
+                held[f"{where}:{attr}"] = (id(value), getattr(value, "__code__", None), "problem")
         for cname, cls in self.classes.items():
             for attr, value in list(vars(cls).items()):
                 key = f"{cname}.{attr}"

@@ -11,8 +11,10 @@ from types import ModuleType
 from kernelpilot.errors import InputFormatError
 from kernelpilot.variant_origin import importable_beside
 
-__all__ = ["import_file", "attribute"]
+__all__ = ["import_file", "attribute", "MODULE_PREFIX", "imported_files"]
 
+# The start of every such module's name in sys.modules.
+MODULE_PREFIX = "kpilot_"
 _counter = itertools.count()
 
 
@@ -21,7 +23,7 @@ def import_file(path: Path, *, what: str = "file") -> ModuleType:
     path = Path(path).resolve()
     if not path.is_file():
         raise InputFormatError(str(path), f"{what} not found.")
-    name = f"kpilot_{path.stem}_{next(_counter)}"
+    name = f"{MODULE_PREFIX}{path.stem}_{next(_counter)}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise InputFormatError(str(path), f"cannot import this {what}.")
@@ -43,3 +45,8 @@ def attribute(mod: ModuleType, name: str, path: Path, *, what: str):
     except AttributeError:
         have = sorted(n for n in vars(mod) if not n.startswith("_"))[:30]
         raise InputFormatError(str(path), f"{what} defines no {name!r} (it has: {', '.join(have)}).") from None
+
+
+def imported_files() -> tuple[str, ...]:
+    """The names in sys.modules of the files imported so far."""
+    return tuple(n for n in list(sys.modules) if n.startswith(MODULE_PREFIX))

@@ -55,11 +55,12 @@ class TimingWorker(Worker):
 
         from kernelpilot.evaluate import timing
         from kernelpilot.evaluate.guards import HarnessSnapshot, TimerSnapshot
+        from kernelpilot.evaluate.pyload import imported_files
 
         # Timing and synchronisation functions as they are now: timing uses these, and a replacement is reported.
         self.timers = TimerSnapshot()
         self.clock = self.timers.functions()
-        self.harness = HarnessSnapshot(skip=set(self.clock))
+        self.harness = HarnessSnapshot(skip=set(self.clock), problem_modules=imported_files())
         # The timing functions as they are now: bench calls these, whatever the module holds later.
         self.tools = {name: getattr(timing, name) for name in
                       ("TimingOptions", "cpu_sampler", "gpu_sampler", "graph_sampler", "measure", "side_stream_level",
@@ -75,8 +76,9 @@ class TimingWorker(Worker):
                       + ", ".join(changed), functions=changed)
         tampered = self.harness.changed()
         if tampered and not any(f["id"] == "harness-tampered" for f in self.result["flags"]):
-            self.flag("harness-tampered", "the candidate replaced functions of the harness or of the modules it "
-                      "times and checks with: " + ", ".join(tampered[:8]), functions=tampered[:50])
+            self.flag("harness-tampered", "the candidate replaced functions of the harness, of torch, of the "
+                      "problem's files or of the modules they time and check with: " + ", ".join(tampered[:8]),
+                      functions=tampered[:50])
 
     def bench(self, cases: tuple[str, ...]) -> None:
         from kernelpilot.evaluate.guards import fingerprint
