@@ -125,6 +125,7 @@ RUNS: dict[str, Run] = {
     "bench/row/lazy_subclass": row("lazy_subclass", "bench"),
     "bench/row/hooked_fingerprint": row("hooked_fingerprint", "bench", cases=(HALF,)),
     "bench/row/proxied_globals": row("proxied_globals", "bench"),
+    "bench/row/hooked_runtime": row("hooked_runtime", "bench"),
     "eval/row/rigged_sampling": row("rigged_sampling", "eval", timing=LONG_TIMING),
     "eval/row/repaired_samples": row("repaired_samples", "eval", timing=LONG_TIMING),
     "eval/row/forged_samples": row("forged_samples", "eval"),
@@ -314,12 +315,13 @@ def test_replaced_flush_or_replay_is_rejected(outcome, key, replaced):
 
 @pytest.mark.parametrize("key,replaced", [
     ("bench/row/hooked_fingerprint", "torch.Tensor.detach"), ("bench/row/proxied_globals", "reference.py:torch"),
+    ("bench/row/hooked_runtime", "kernelpilot.evaluate.formats.native.NativeRuntime.make_inputs"),
     pytest.param("gpu/bench/row/hooked_fingerprint", "torch.Tensor.detach", marks=pytest.mark.gpu),
     pytest.param("gpu/bench/row/proxied_globals", "reference.py:torch", marks=pytest.mark.gpu),
 ])
 def test_work_hooked_in_between_timed_calls_is_rejected(outcome, key, replaced):
     # its timed calls only look up outputs computed while the harness fingerprinted their inputs, or while the
-    # problem's code made them: right, and fast; only the snapshots of torch and of the problem's files catch it
+    # problem's code or the harness's runtime made them: right, and fast; only the snapshots catch it
     res = outcome(key)
     f = flag(res, "harness-tampered")
     assert f.level == "error" and replaced in f.evidence["functions"], f.evidence

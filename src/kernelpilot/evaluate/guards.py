@@ -24,7 +24,7 @@ from typing import Any
 from kernelpilot.evaluate.result import Flag
 from kernelpilot.python_syntax import parse as parse_python
 
-__all__ = ["scan_source", "defined_kernels", "TimerSnapshot", "HarnessSnapshot", "HARNESS_MODULES", "TORCH_NAMESPACES", "TORCH_CLASSES", "fingerprint", "poison_allocator",
+__all__ = ["scan_source", "defined_kernels", "TimerSnapshot", "HarnessSnapshot", "HARNESS_MODULES", "harness_modules", "TORCH_NAMESPACES", "TORCH_CLASSES", "fingerprint", "poison_allocator",
            "TRIVIAL_OPS", "significant_ops"]
 
 _PATCH_ROOTS = {"torch", "time", "triton", "kernelpilot", "builtins", "os", "sys", "threading"}
@@ -197,6 +197,15 @@ HARNESS_MODULES = (
     "kernelpilot.evaluate.problem", "statistics", "json", "json.encoder", "json.decoder", "time", "os", "struct",
     "hashlib", "math", "builtins", "pickle", "threading",
 )
+
+
+def harness_modules() -> tuple[str, ...]:
+    """``HARNESS_MODULES`` and every other module of kernelpilot loaded now (in a worker: the problem's runtime
+    among them, whose methods make each timed call's inputs before its timer starts)."""
+    import sys
+
+    loaded = sorted(n for n in list(sys.modules) if n.startswith("kernelpilot.") and n not in HARNESS_MODULES)
+    return HARNESS_MODULES + tuple(loaded)
 
 
 # torch's own namespaces: the problem's code calls them to make each timed call's inputs, and the harness's guards

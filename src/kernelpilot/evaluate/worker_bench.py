@@ -53,14 +53,15 @@ class TimingWorker(Worker):
         # candidate (or baseline) using torch.compile replaces nothing of torch's after them.
         import torch._dynamo  # noqa: F401
 
-        from kernelpilot.evaluate import timing
-        from kernelpilot.evaluate.guards import HarnessSnapshot, TimerSnapshot
+        from kernelpilot.evaluate import sampling, timing
+        from kernelpilot.evaluate.guards import HarnessSnapshot, TimerSnapshot, harness_modules
         from kernelpilot.evaluate.pyload import imported_files
 
         # Timing and synchronisation functions as they are now: timing uses these, and a replacement is reported.
         self.timers = TimerSnapshot()
         self.clock = self.timers.functions()
-        self.harness = HarnessSnapshot(skip=set(self.clock), problem_modules=imported_files())
+        self.harness = HarnessSnapshot(harness_modules(), skip=set(self.clock), problem_modules=imported_files())
+        self.take_sample = sampling.take_sample
         # The timing functions as they are now: bench calls these, whatever the module holds later.
         self.tools = {name: getattr(timing, name) for name in
                       ("TimingOptions", "cpu_sampler", "gpu_sampler", "graph_sampler", "measure", "side_stream_level",
@@ -82,8 +83,8 @@ class TimingWorker(Worker):
 
     def bench(self, cases: tuple[str, ...]) -> None:
         from kernelpilot.evaluate.guards import fingerprint
-        from kernelpilot.evaluate.sampling import take_sample
 
+        take_sample = self.take_sample
         TimingOptions, cpu_sampler, gpu_sampler, measure, side_stream_level = (
             self.tools[n] for n in ("TimingOptions", "cpu_sampler", "gpu_sampler", "measure", "side_stream_level"))
         opts = TimingOptions(**self.job.timing)
