@@ -126,6 +126,7 @@ RUNS: dict[str, Run] = {
     "bench/row/hooked_fingerprint": row("hooked_fingerprint", "bench", cases=(HALF,)),
     "bench/row/proxied_globals": row("proxied_globals", "bench"),
     "bench/row/hooked_runtime": row("hooked_runtime", "bench"),
+    "bench/row/profile_hook": row("profile_hook", "bench"),
     "eval/row/rigged_sampling": row("rigged_sampling", "eval", timing=LONG_TIMING),
     "eval/row/repaired_samples": row("repaired_samples", "eval", timing=LONG_TIMING),
     "eval/row/forged_samples": row("forged_samples", "eval"),
@@ -155,6 +156,7 @@ RUNS: dict[str, Run] = {
     "gpu/eval/row/side_stream_late": row("side_stream_late", "eval", device="cuda", timing=LONG_TIMING),
     "gpu/bench/row/hooked_fingerprint": row("hooked_fingerprint", "bench", device="cuda", cases=(HALF,)),
     "gpu/bench/row/proxied_globals": row("proxied_globals", "bench", device="cuda"),
+    "gpu/bench/row/profile_hook": row("profile_hook", "bench", device="cuda"),
     "gpu/bench/row/skipped_flush": row("skipped_flush", "bench", device="cuda", cases=(HALF,)),
     "gpu/bench/row/shrunk_flush": row("shrunk_flush", "bench", device="cuda", cases=(HALF,)),
     "gpu/bench/row/replay_elsewhere": row("replay_elsewhere", "bench", device="cuda", graphs=True),
@@ -326,6 +328,16 @@ def test_work_hooked_in_between_timed_calls_is_rejected(outcome, key, replaced):
     f = flag(res, "harness-tampered")
     assert f.level == "error" and replaced in f.evidence["functions"], f.evidence
     assert res.bench and all(b.check_ok for b in res.bench)
+    assert res.rejected
+
+
+@pytest.mark.parametrize("key", keys("bench/row/profile_hook", gpu=("gpu/bench/row/profile_hook",)))
+def test_a_profile_hook_is_removed_and_rejected(outcome, key):
+    # nothing replaced: Python's profile function, compared around every timed call and put back before each
+    # call's inputs are made
+    res = outcome(key)
+    f = flag(res, "harness-tampered")
+    assert f.level == "error" and f.evidence["hooks"] == ["profile function"], f.evidence
     assert res.rejected
 
 

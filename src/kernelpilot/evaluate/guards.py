@@ -24,7 +24,7 @@ from typing import Any
 from kernelpilot.evaluate.result import Flag
 from kernelpilot.python_syntax import parse as parse_python
 
-__all__ = ["scan_source", "defined_kernels", "TimerSnapshot", "HarnessSnapshot", "HARNESS_MODULES", "harness_modules", "TORCH_NAMESPACES", "TORCH_CLASSES", "fingerprint", "poison_allocator",
+__all__ = ["scan_source", "defined_kernels", "TimerSnapshot", "HookSnapshot", "HarnessSnapshot", "HARNESS_MODULES", "harness_modules", "TORCH_NAMESPACES", "TORCH_CLASSES", "fingerprint", "poison_allocator",
            "TRIVIAL_OPS", "significant_ops"]
 
 _PATCH_ROOTS = {"torch", "time", "triton", "kernelpilot", "builtins", "os", "sys", "threading"}
@@ -184,6 +184,57 @@ class TimerSnapshot:
             if now is not held.obj or getattr(now, "__code__", None) is not held.code:
                 out.append(name)
         return out
+
+
+class HookSnapshot:
+    """Python's hooks that run code on every function call: the profile and trace functions (this thread's, and
+    those ``threading`` gives new threads) and, from Python 3.12, the ``sys.monitoring`` tools, as they were
+    before the candidate was imported (read and set through the functions as they were then). A hook installed
+    since could run the candidate's code inside the harness's, e.g. as each timed call's inputs are made, outside
+    the timer: ``changed`` names those that differ now, ``restore`` also puts them back as they were (and with
+    the garbage collector off while the inputs are made, no finalizer of the candidate's runs to install one
+    again before they are made)."""
+
+    def __init__(self) -> None:
+        import gc
+        import sys
+        import threading
+
+        none = lambda *a: None  # noqa: E731
+        self._hooks = (
+            ("profile function", sys.getprofile, sys.setprofile),
+            ("trace function", sys.gettrace, sys.settrace),
+            ("threads' profile function", getattr(threading, "getprofile", none), threading.setprofile),
+            ("threads' trace function", getattr(threading, "gettrace", none), threading.settrace),
+        )
+        monitoring = getattr(sys, "monitoring", None)
+        self._monitoring = (monitoring.get_tool, monitoring.set_events, monitoring.free_tool_id) if monitoring else None
+        self.gc_off, self.gc_on, self.gc_enabled = gc.disable, gc.enable, gc.isenabled
+        self.held = self._take()
+
+    def _take(self) -> dict[str, Any]:
+        now = {name: get() for name, get, _ in self._hooks}
+        if self._monitoring is not None:
+            now["sys.monitoring tools"] = tuple(self._monitoring[0](i) for i in range(6))
+        return now
+
+    def changed(self) -> list[str]:
+        now = self._take()
+        return [name for name, value in self.held.items() if now[name] is not value and now[name] != value]
+
+    def restore(self) -> list[str]:
+        """Put back every hook that changed; the names of those that had."""
+        changed = self.changed()
+        for name, _, put in self._hooks:
+            if name in changed:
+                put(self.held[name])
+        if "sys.monitoring tools" in changed:
+            get_tool, set_events, free = self._monitoring
+            for i, held in enumerate(self.held["sys.monitoring tools"]):
+                if held is None and get_tool(i) is not None:
+                    set_events(i, 0)
+                    free(i)
+        return changed
 
 
 # The modules whose functions the harness calls while it times and checks, and the standard library modules

@@ -54,7 +54,7 @@ class TimingWorker(Worker):
         import torch._dynamo  # noqa: F401
 
         from kernelpilot.evaluate import sampling, timing
-        from kernelpilot.evaluate.guards import HarnessSnapshot, TimerSnapshot, harness_modules
+        from kernelpilot.evaluate.guards import HarnessSnapshot, HookSnapshot, TimerSnapshot, harness_modules
         from kernelpilot.evaluate.pyload import imported_files
 
         # Timing and synchronisation functions as they are now: timing uses these, and a replacement is reported.
@@ -62,6 +62,8 @@ class TimingWorker(Worker):
         self.clock = self.timers.functions()
         self.harness = HarnessSnapshot(harness_modules(), skip=set(self.clock), problem_modules=imported_files())
         self.take_sample = sampling.take_sample
+        # Python's profile, trace and monitoring hooks as they are now: one installed since is reported.
+        self.hooks = HookSnapshot()
         # The timing functions as they are now: bench calls these, whatever the module holds later.
         self.tools = {name: getattr(timing, name) for name in
                       ("TimingOptions", "cpu_sampler", "gpu_sampler", "graph_sampler", "measure", "side_stream_level",
@@ -75,6 +77,11 @@ class TimingWorker(Worker):
         if changed and not any(f["id"] == "patched-timer" for f in self.result["flags"]):
             self.flag("patched-timer", "the candidate replaced timing or synchronisation functions: "
                       + ", ".join(changed), functions=changed)
+        hooked = self.hooks.changed()
+        if hooked and not any(f["id"] == "harness-tampered" and "installed" in f["message"]
+                              for f in self.result["flags"]):
+            self.flag("harness-tampered", "the candidate installed code that Python runs on every call (a "
+                      + ", ".join(hooked) + "): it runs inside the harness's code too", hooks=hooked)
         tampered = self.harness.changed()
         if tampered and not any(f["id"] == "harness-tampered" for f in self.result["flags"]):
             self.flag("harness-tampered", "the candidate replaced functions of the harness, of torch, of the "
@@ -119,9 +126,20 @@ class TimingWorker(Worker):
                 t0 = now()
                 state.pop("inputs", None)
                 seed = _fresh_seed(urandom, used)
-                inputs = self.rt.make_inputs(case, seed, self.device)
-                # fingerprinted as made: the reference makes them again from the seed and compares
-                state["seed"], state["inputs"], state["fp"] = seed, inputs, fingerprint(inputs) if checked else None
+                # No hook of the candidate's runs while the inputs are made and fingerprinted (HookSnapshot).
+                hooked = self.hooks.restore()
+                gc_was_on = self.hooks.gc_enabled()
+                self.hooks.gc_off()
+                try:
+                    inputs = self.rt.make_inputs(case, seed, self.device)
+                    # fingerprinted as made: the reference makes them again from the seed and compares
+                    state["seed"], state["inputs"], state["fp"] = seed, inputs, fingerprint(inputs) if checked else None
+                finally:
+                    if gc_was_on:
+                        self.hooks.gc_on()
+                hooked += self.hooks.restore()
+                if hooked and "hooked" not in state:
+                    state["hooked"] = sorted(set(hooked))
                 _sync(self.device)
                 took = now() - t0
                 if took > _IDLE_S:
@@ -166,6 +184,8 @@ class TimingWorker(Worker):
                 # Around every timed call: the timing code is the code bound before the candidate was imported.
                 if any(getattr(fn, "__code__", None) is not self.tool_code[n] for n, fn in self.tools.items()):
                     state["tampered"] = True
+                if "hooked" not in state and self.hooks.changed():
+                    state["hooked"] = self.hooks.restore()
                 if i >= 0 and "lazy" not in state:
                     why = _plain_output(out)
                     if why:
@@ -218,6 +238,10 @@ class TimingWorker(Worker):
                 self.flag("timed-output-tampered", f"case {case.name}: the worker's journal was moved while the case "
                           "was timed (the candidate changed the descriptor the harness records timed calls on)",
                           case=case.name)
+            if state.get("hooked"):
+                self.flag("harness-tampered", f"case {case.name}: the candidate installed code that Python runs on "
+                          f"every call ({', '.join(state['hooked'])}) while the case was timed: it could run inside the "
+                          "harness's code, as the inputs were made (it was removed)", case=case.name, hooks=state["hooked"])
             if state.get("tampered"):
                 self.flag("harness-tampered", "the code of the harness's timing functions was replaced while "
                           f"case {case.name} was timed", case=case.name)
