@@ -127,6 +127,7 @@ RUNS: dict[str, Run] = {
     "bench/row/proxied_globals": row("proxied_globals", "bench"),
     "bench/row/hooked_runtime": row("hooked_runtime", "bench"),
     "bench/row/profile_hook": row("profile_hook", "bench"),
+    "bench/row/signal_work": row("signal_work", "bench"),
     "eval/row/rigged_sampling": row("rigged_sampling", "eval", timing=LONG_TIMING),
     "eval/row/repaired_samples": row("repaired_samples", "eval", timing=LONG_TIMING),
     "eval/row/forged_samples": row("forged_samples", "eval"),
@@ -331,13 +332,17 @@ def test_work_hooked_in_between_timed_calls_is_rejected(outcome, key, replaced):
     assert res.rejected
 
 
-@pytest.mark.parametrize("key", keys("bench/row/profile_hook", gpu=("gpu/bench/row/profile_hook",)))
-def test_a_profile_hook_is_removed_and_rejected(outcome, key):
-    # nothing replaced: Python's profile function, compared around every timed call and put back before each
-    # call's inputs are made
+@pytest.mark.parametrize("key,hooks", [
+    ("bench/row/profile_hook", ["profile function"]),
+    ("bench/row/signal_work", ["SIGALRM's handler", "itimer-real interval timer"]),
+    pytest.param("gpu/bench/row/profile_hook", ["profile function"], marks=pytest.mark.gpu),
+])
+def test_hooks_into_the_harness_are_removed_and_rejected(outcome, key, hooks):
+    # nothing replaced: Python's profile function, a signal's handler and an interval timer, compared around every
+    # timed call and put back before each call's inputs are made
     res = outcome(key)
     f = flag(res, "harness-tampered")
-    assert f.level == "error" and f.evidence["hooks"] == ["profile function"], f.evidence
+    assert f.level == "error" and f.evidence["hooks"] == hooks, f.evidence
     assert res.rejected
 
 

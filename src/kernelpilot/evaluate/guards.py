@@ -187,8 +187,9 @@ class TimerSnapshot:
 
 
 class HookSnapshot:
-    """Python's hooks that run code on every function call: the profile and trace functions (this thread's, and
-    those ``threading`` gives new threads) and, from Python 3.12, the ``sys.monitoring`` tools, as they were
+    """Python's hooks that run code inside whatever code runs: the profile and trace functions (this thread's,
+    and those ``threading`` gives new threads), from Python 3.12 the ``sys.monitoring`` tools, and the signal
+    handlers and interval timers (a handler runs between any two bytecodes once its signal comes), as they were
     before the candidate was imported (read and set through the functions as they were then). A hook installed
     since could run the candidate's code inside the harness's, e.g. as each timed call's inputs are made, outside
     the timer: ``changed`` names those that differ now, ``restore`` also puts them back as they were (and with
@@ -197,6 +198,7 @@ class HookSnapshot:
 
     def __init__(self) -> None:
         import gc
+        import signal
         import sys
         import threading
 
@@ -210,12 +212,23 @@ class HookSnapshot:
         monitoring = getattr(sys, "monitoring", None)
         self._monitoring = (monitoring.get_tool, monitoring.set_events, monitoring.free_tool_id) if monitoring else None
         self.gc_off, self.gc_on, self.gc_enabled = gc.disable, gc.enable, gc.isenabled
+        self._signals = [(f"{sig.name}'s handler", sig) for sig in signal.valid_signals()
+                         if isinstance(sig, signal.Signals) and sig not in (signal.SIGKILL, signal.SIGSTOP)]
+        self._timers = [(f"{name.lower().replace('_', '-')} interval timer", getattr(signal, name))
+                        for name in ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF") if hasattr(signal, name)]
+        self._getsignal, self._signal = signal.getsignal, signal.signal
+        self._getitimer, self._setitimer = signal.getitimer, signal.setitimer
         self.held = self._take()
 
     def _take(self) -> dict[str, Any]:
         now = {name: get() for name, get, _ in self._hooks}
         if self._monitoring is not None:
             now["sys.monitoring tools"] = tuple(self._monitoring[0](i) for i in range(6))
+        for name, sig in self._signals:
+            now[name] = self._getsignal(sig)
+        for name, which in self._timers:
+            delay, interval = self._getitimer(which)
+            now[name] = (delay > 0, interval)       # set or not, and its period: the time left runs down
         return now
 
     def changed(self) -> list[str]:
@@ -228,6 +241,15 @@ class HookSnapshot:
         for name, _, put in self._hooks:
             if name in changed:
                 put(self.held[name])
+        for name, sig in self._signals:
+            if name in changed and self.held[name] is not None:
+                try:
+                    self._signal(sig, self.held[name])
+                except (ValueError, OSError):     # not the main thread: said, not put back
+                    pass
+        for name, which in self._timers:
+            if name in changed and not self.held[name][0]:
+                self._setitimer(which, 0)
         if "sys.monitoring tools" in changed:
             get_tool, set_events, free = self._monitoring
             for i, held in enumerate(self.held["sys.monitoring tools"]):

@@ -80,8 +80,8 @@ class TimingWorker(Worker):
         hooked = self.hooks.changed()
         if hooked and not any(f["id"] == "harness-tampered" and "installed" in f["message"]
                               for f in self.result["flags"]):
-            self.flag("harness-tampered", "the candidate installed code that Python runs on every call (a "
-                      + ", ".join(hooked) + "): it runs inside the harness's code too", hooks=hooked)
+            self.flag("harness-tampered", "the candidate installed code that runs inside whatever runs ("
+                      + ", ".join(hooked) + "): inside the harness's code too", hooks=hooked)
         tampered = self.harness.changed()
         if tampered and not any(f["id"] == "harness-tampered" for f in self.result["flags"]):
             self.flag("harness-tampered", "the candidate replaced functions of the harness, of torch, of the "
@@ -239,9 +239,10 @@ class TimingWorker(Worker):
                           "was timed (the candidate changed the descriptor the harness records timed calls on)",
                           case=case.name)
             if state.get("hooked"):
-                self.flag("harness-tampered", f"case {case.name}: the candidate installed code that Python runs on "
-                          f"every call ({', '.join(state['hooked'])}) while the case was timed: it could run inside the "
-                          "harness's code, as the inputs were made (it was removed)", case=case.name, hooks=state["hooked"])
+                self.flag("harness-tampered", f"case {case.name}: the candidate installed code that runs inside "
+                          f"whatever runs ({', '.join(state['hooked'])}) while the case was timed: inside the "
+                          "harness's code too, as the inputs were made (it was removed)", case=case.name,
+                          hooks=state["hooked"])
             if state.get("tampered"):
                 self.flag("harness-tampered", "the code of the harness's timing functions was replaced while "
                           f"case {case.name} was timed", case=case.name)
