@@ -128,6 +128,7 @@ RUNS: dict[str, Run] = {
     "bench/row/hooked_runtime": row("hooked_runtime", "bench"),
     "bench/row/profile_hook": row("profile_hook", "bench"),
     "bench/row/signal_work": row("signal_work", "bench"),
+    "bench/row/function_mode": row("function_mode", "bench"),
     "eval/row/rigged_sampling": row("rigged_sampling", "eval", timing=LONG_TIMING),
     "eval/row/repaired_samples": row("repaired_samples", "eval", timing=LONG_TIMING),
     "eval/row/forged_samples": row("forged_samples", "eval"),
@@ -158,6 +159,7 @@ RUNS: dict[str, Run] = {
     "gpu/bench/row/hooked_fingerprint": row("hooked_fingerprint", "bench", device="cuda", cases=(HALF,)),
     "gpu/bench/row/proxied_globals": row("proxied_globals", "bench", device="cuda"),
     "gpu/bench/row/profile_hook": row("profile_hook", "bench", device="cuda"),
+    "gpu/bench/row/function_mode": row("function_mode", "bench", device="cuda"),
     "gpu/bench/row/skipped_flush": row("skipped_flush", "bench", device="cuda", cases=(HALF,)),
     "gpu/bench/row/shrunk_flush": row("shrunk_flush", "bench", device="cuda", cases=(HALF,)),
     "gpu/bench/row/replay_elsewhere": row("replay_elsewhere", "bench", device="cuda", graphs=True),
@@ -335,11 +337,13 @@ def test_work_hooked_in_between_timed_calls_is_rejected(outcome, key, replaced):
 @pytest.mark.parametrize("key,hooks", [
     ("bench/row/profile_hook", ["profile function"]),
     ("bench/row/signal_work", ["SIGALRM's handler", "itimer-real interval timer"]),
+    ("bench/row/function_mode", ["torch function modes"]),
     pytest.param("gpu/bench/row/profile_hook", ["profile function"], marks=pytest.mark.gpu),
+    pytest.param("gpu/bench/row/function_mode", ["torch function modes"], marks=pytest.mark.gpu),
 ])
 def test_hooks_into_the_harness_are_removed_and_rejected(outcome, key, hooks):
-    # nothing replaced: Python's profile function, a signal's handler and an interval timer, compared around every
-    # timed call and put back before each call's inputs are made
+    # nothing replaced: Python's profile function, a signal's handler and an interval timer, a torch function mode,
+    # compared around every timed call and put back before each call's inputs are made
     res = outcome(key)
     f = flag(res, "harness-tampered")
     assert f.level == "error" and f.evidence["hooks"] == hooks, f.evidence

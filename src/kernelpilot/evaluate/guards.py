@@ -188,8 +188,10 @@ class TimerSnapshot:
 
 class HookSnapshot:
     """Python's hooks that run code inside whatever code runs: the profile and trace functions (this thread's,
-    and those ``threading`` gives new threads), from Python 3.12 the ``sys.monitoring`` tools, and the signal
-    handlers and interval timers (a handler runs between any two bytecodes once its signal comes), as they were
+    and those ``threading`` gives new threads), from Python 3.12 the ``sys.monitoring`` tools, the signal
+    handlers and interval timers (a handler runs between any two bytecodes once its signal comes), and torch's
+    function and dispatch modes (every torch call goes through them; ``torch.set_default_device``'s own
+    ``DeviceContext`` aside, which only sets a default device), as they were
     before the candidate was imported (read and set through the functions as they were then). A hook installed
     since could run the candidate's code inside the harness's, e.g. as each timed call's inputs are made, outside
     the timer: ``changed`` names those that differ now, ``restore`` also puts them back as they were (and with
@@ -218,6 +220,18 @@ class HookSnapshot:
                         for name in ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF") if hasattr(signal, name)]
         self._getsignal, self._signal = signal.getsignal, signal.signal
         self._getitimer, self._setitimer = signal.getitimer, signal.setitimer
+        self._modes = []
+        try:
+            import torch
+            from torch.utils._device import DeviceContext
+
+            c = torch._C
+            self._modes = [("torch function modes", c._len_torch_function_stack, c._get_function_stack_at,
+                            c._pop_torch_function_stack, c._push_on_torch_function_stack, DeviceContext),
+                           ("torch dispatch modes", c._len_torch_dispatch_stack, c._get_dispatch_stack_at,
+                            c._pop_torch_dispatch_stack, c._push_on_torch_dispatch_stack, None)]
+        except (ImportError, AttributeError):
+            pass
         self.held = self._take()
 
     def _take(self) -> dict[str, Any]:
@@ -229,6 +243,8 @@ class HookSnapshot:
         for name, which in self._timers:
             delay, interval = self._getitimer(which)
             now[name] = (delay > 0, interval)       # set or not, and its period: the time left runs down
+        for name, depth, at, _, _, allowed in self._modes:
+            now[name] = tuple(m for m in (at(i) for i in range(depth())) if type(m) is not allowed)
         return now
 
     def changed(self) -> list[str]:
@@ -250,6 +266,14 @@ class HookSnapshot:
         for name, which in self._timers:
             if name in changed and not self.held[name][0]:
                 self._setitimer(which, 0)
+        for name, depth, at, pop, push, allowed in self._modes:
+            if name in changed:     # the stack emptied, then the modes that may stay pushed again, in order
+                stack = [at(i) for i in range(depth())]
+                for _ in stack:
+                    pop()
+                for m in stack:
+                    if type(m) is allowed or m in self.held[name]:
+                        push(m)
         if "sys.monitoring tools" in changed:
             get_tool, set_events, free = self._monitoring
             for i, held in enumerate(self.held["sys.monitoring tools"]):
