@@ -129,6 +129,7 @@ RUNS: dict[str, Run] = {
     "bench/row/profile_hook": row("profile_hook", "bench"),
     "bench/row/signal_work": row("signal_work", "bench"),
     "bench/row/function_mode": row("function_mode", "bench"),
+    "bench/row/swapped_module": row("swapped_module", "bench"),
     "eval/row/rigged_sampling": row("rigged_sampling", "eval", timing=LONG_TIMING),
     "eval/row/repaired_samples": row("repaired_samples", "eval", timing=LONG_TIMING),
     "eval/row/forged_samples": row("forged_samples", "eval"),
@@ -321,6 +322,7 @@ def test_replaced_flush_or_replay_is_rejected(outcome, key, replaced):
 @pytest.mark.parametrize("key,replaced", [
     ("bench/row/hooked_fingerprint", "torch.Tensor.detach"), ("bench/row/proxied_globals", "reference.py:torch"),
     ("bench/row/hooked_runtime", "kernelpilot.evaluate.formats.native.NativeRuntime.make_inputs"),
+    ("bench/row/swapped_module", "sys.modules['kernelpilot.evaluate.guards']"),
     pytest.param("gpu/bench/row/hooked_fingerprint", "torch.Tensor.detach", marks=pytest.mark.gpu),
     pytest.param("gpu/bench/row/proxied_globals", "reference.py:torch", marks=pytest.mark.gpu),
 ])

@@ -367,6 +367,11 @@ class HarnessSnapshot:
                             fn = getattr(v, "__func__", v)
                             if callable(fn):
                                 held[f"{key}.{k}"] = (id(fn), getattr(fn, "__code__", None), kind)
+        import sys
+
+        for mname, mod in {**self.modules, **self.torch_modules, **self.problem_modules}.items():
+            # the module a later import of the name gets: a copy swapped in would serve its own functions
+            held[f"sys.modules[{mname!r}]"] = (id(sys.modules.get(mname)), None, "harness")
         for mname, mod in self.problem_modules.items():
             where = Path(getattr(mod, "__file__", None) or mname).name     # named by its file: reference.py:torch
             for attr, value in list(vars(mod).items()):

@@ -54,14 +54,14 @@ class TimingWorker(Worker):
         import torch._dynamo  # noqa: F401
 
         from kernelpilot.evaluate import sampling, timing
-        from kernelpilot.evaluate.guards import HarnessSnapshot, HookSnapshot, TimerSnapshot, harness_modules
+        from kernelpilot.evaluate.guards import HarnessSnapshot, HookSnapshot, TimerSnapshot, fingerprint, harness_modules
         from kernelpilot.evaluate.pyload import imported_files
 
         # Timing and synchronisation functions as they are now: timing uses these, and a replacement is reported.
         self.timers = TimerSnapshot()
         self.clock = self.timers.functions()
         self.harness = HarnessSnapshot(harness_modules(), skip=set(self.clock), problem_modules=imported_files())
-        self.take_sample = sampling.take_sample
+        self.take_sample, self.fingerprint = sampling.take_sample, fingerprint
         # Python's profile, trace and monitoring hooks as they are now: one installed since is reported.
         self.hooks = HookSnapshot()
         # The timing functions as they are now: bench calls these, whatever the module holds later.
@@ -89,9 +89,7 @@ class TimingWorker(Worker):
                       functions=tampered[:50])
 
     def bench(self, cases: tuple[str, ...]) -> None:
-        from kernelpilot.evaluate.guards import fingerprint
-
-        take_sample = self.take_sample
+        fingerprint, take_sample = self.fingerprint, self.take_sample
         TimingOptions, cpu_sampler, gpu_sampler, measure, side_stream_level = (
             self.tools[n] for n in ("TimingOptions", "cpu_sampler", "gpu_sampler", "measure", "side_stream_level"))
         opts = TimingOptions(**self.job.timing)
