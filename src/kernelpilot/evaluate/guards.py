@@ -199,6 +199,7 @@ class HookSnapshot:
     again before they are made)."""
 
     def __init__(self) -> None:
+        import _signal  # signal's C functions: signal.getsignal converts each answer to an enum, ten times slower
         import gc
         import signal
         import sys
@@ -214,12 +215,12 @@ class HookSnapshot:
         monitoring = getattr(sys, "monitoring", None)
         self._monitoring = (monitoring.get_tool, monitoring.set_events, monitoring.free_tool_id) if monitoring else None
         self.gc_off, self.gc_on, self.gc_enabled = gc.disable, gc.enable, gc.isenabled
-        self._signals = [(f"{sig.name}'s handler", sig) for sig in signal.valid_signals()
+        self._signals = [(f"{sig.name}'s handler", int(sig)) for sig in signal.valid_signals()
                          if isinstance(sig, signal.Signals) and sig not in (signal.SIGKILL, signal.SIGSTOP)]
         self._timers = [(f"{name.lower().replace('_', '-')} interval timer", getattr(signal, name))
                         for name in ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF") if hasattr(signal, name)]
-        self._getsignal, self._signal = signal.getsignal, signal.signal
-        self._getitimer, self._setitimer = signal.getitimer, signal.setitimer
+        self._getsignal, self._signal = _signal.getsignal, _signal.signal
+        self._getitimer, self._setitimer = _signal.getitimer, _signal.setitimer
         self._modes = []
         try:
             import torch
@@ -257,15 +258,15 @@ class HookSnapshot:
         for name, _, put in self._hooks:
             if name in changed:
                 put(self.held[name])
+        for name, which in self._timers:      # the timers stopped first: their signals' handlers go back next
+            if name in changed and not self.held[name][0]:
+                self._setitimer(which, 0)
         for name, sig in self._signals:
             if name in changed and self.held[name] is not None:
                 try:
                     self._signal(sig, self.held[name])
                 except (ValueError, OSError):     # not the main thread: said, not put back
                     pass
-        for name, which in self._timers:
-            if name in changed and not self.held[name][0]:
-                self._setitimer(which, 0)
         for name, depth, at, pop, push, allowed in self._modes:
             if name in changed:     # the stack emptied, then the modes that may stay pushed again, in order
                 stack = [at(i) for i in range(depth())]
