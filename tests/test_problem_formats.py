@@ -520,6 +520,9 @@ def test_compile_baseline_never_falls_back_to_eager_silently():
     fn = torch_compiled(lambda x: x + 1)
     assert callable(fn)
     assert dynamo.recompile_limit >= 256 and dynamo.fail_on_recompile_limit_hit is True
+    import torch._inductor.config as inductor
+
+    assert inductor.compile_threads == 1        # compiled in the process: no pool of compile workers
 
 
 @pytest.mark.gpu

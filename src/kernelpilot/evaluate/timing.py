@@ -334,12 +334,14 @@ def graph_sampler(graph, *, prepare: Callable[[int], None] | None = None,
                   after: Callable[[int], None] | None = None, flush_l2: bool = True, flush_mode: str = "read",
                   device: str = "cuda", clock: dict[str, Any] | None = None) -> Callable[[int], float]:
     """Like ``gpu_sampler`` but replays a captured CUDA graph (launch overhead removed; the GPU kept busy
-    while the host calls the replay, as there)."""
+    while the host calls the replay, as there). A ``torch.cuda.CUDAGraph`` is replayed with its ``replay`` as
+    ``clock`` holds it; anything else with a ``replay`` method, with that."""
     import torch
 
     flush = l2_flusher(device, flush_mode, clock) if flush_l2 else None
     event, record, synchronize, elapsed = _event_tools(clock)
-    replay = _clocked(clock, "torch.cuda.CUDAGraph.replay", torch.cuda.CUDAGraph.replay)
+    held = _clocked(clock, "torch.cuda.CUDAGraph.replay", torch.cuda.CUDAGraph.replay)
+    replay = (lambda: held(graph)) if isinstance(graph, torch.cuda.CUDAGraph) else graph.replay
     start = event(enable_timing=True)
     end = event(enable_timing=True)
     lead_in = _Lead(clock)
@@ -353,7 +355,7 @@ def graph_sampler(graph, *, prepare: Callable[[int], None] | None = None,
         lead_in()
         record(start)
         h = clock_now()
-        replay(graph)
+        replay()
         lead_in.host_us.append((clock_now() - h) * 1e6)
         record(end)
         synchronize()

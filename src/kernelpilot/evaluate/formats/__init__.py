@@ -42,12 +42,20 @@ def runtime_for(problem: Problem) -> ProblemRuntime:
 def torch_compiled(fn):
     """``torch.compile(fn)`` as a baseline: PyTorch's defaults (shapes made dynamic once they change), with
     room for every case's recompile. Past Dynamo's default limit of 8 it would run the rest eagerly and time
-    eager code as torch.compile; if a baseline still hits the raised limit, it fails instead."""
+    eager code as torch.compile; if a baseline still hits the raised limit, it fails instead.
+
+    Inductor compiles its kernels in this process (``compile_threads = 1``), not in its pool of compile
+    workers: in the box, the workers the pool starts again after it quiesces (at the end of a compile, and
+    after 60 s idle) found no GPU backend ("Could not find an active GPU backend"), so every shape compiled
+    after the first ones failed and the baseline could not be timed on them. The kernels are the same; only
+    the compile, which is not timed, takes longer."""
     import torch
     import torch._dynamo.config as dynamo
+    import torch._inductor.config as inductor
 
     for name, value in (("recompile_limit", 256), ("accumulated_recompile_limit", 4096),
                         ("fail_on_recompile_limit_hit", True)):
         if hasattr(dynamo, name):
             setattr(dynamo, name, value)
+    inductor.compile_threads = 1
     return torch.compile(fn)
