@@ -292,7 +292,6 @@ def _preimport() -> str | None:
     if any."""
     try:
         import torch
-        import torch._dynamo  # noqa: F401  (what every timing worker imports before its snapshots)
 
         import kernelpilot.evaluate.compare  # noqa: F401
         import kernelpilot.evaluate.formats  # noqa: F401

@@ -49,9 +49,6 @@ class TimingWorker(Worker):
     def __init__(self, job, work_dir: Path, *, runtime=None, state: dict | None = None) -> None:
         super().__init__(job, work_dir, runtime=runtime, state=state)
         import torch  # noqa: F401
-        # Dynamo wraps torch.manual_seed when it is first imported: imported before the snapshots, so that a
-        # candidate (or baseline) using torch.compile replaces nothing of torch's after them.
-        import torch._dynamo  # noqa: F401
 
         from kernelpilot.evaluate import sampling, timing
         from kernelpilot.evaluate.guards import HarnessSnapshot, HookSnapshot, TimerSnapshot, fingerprint, harness_modules
