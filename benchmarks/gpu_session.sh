@@ -43,10 +43,8 @@
 #   compile-probe     benchmarks/compile_probe.py on the MoE plain and softmax problems (COMPILE_PROBE_DTYPE, default
 #                     bfloat16): torch.compile of each reference over its cases outside the box, each failure's cause
 #   compile-box       kpilot bench --baseline compile --graphs of the MoE plain problem's first 14 bfloat16 cases (its
-#                     reference as the candidate) in the box, with Inductor's compile pool quiescing after 60 s
-#                     idle (its default), never (TORCHINDUCTOR_QUIESCE_ASYNC_COMPILE_POOL=0), and with no pool
-#                     (TORCHINDUCTOR_COMPILE_THREADS=1: compiled in the process): each run's notes say which cases the
-#                     baseline could not time, and why
+#                     reference as the candidate) in the box, across the change from 64 to 128 experts: how many cases
+#                     the baseline timed, and the notes on any it could not (why)
 #   moe-merge-shifts  the biased and grouped routers with topk_router.cu's kMergeShiftLanes at 0 (the merge kernel's
 #                     shift table by expert) and at 1 (each lane's chunks side by side), timed in one process
 #                     on 8,192 to 100,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
@@ -195,22 +193,15 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
         cp benchmarks/results/compile_probe.json "$dir/compile_probe_$p.json" || rc=1
       done
       return $rc ;;
-    compile-box)   # torch.compile as a baseline in the box: the compile pool quiescing, never quiescing, or no pool
-      local rc=0 setting cases
+    compile-box)   # torch.compile as a baseline in the box, over shape changes: each case timed, or the note says why
+      local cases
       cases=$(python3 -c "from kernelpilot.evaluate.problem import load_problem as l
 print(' '.join(['--case=' + c.name for c in l('$MOE/plain').cases if c.params.get('dtype') == 'bfloat16'][:14]))")
-      for setting in TORCHINDUCTOR_QUIESCE_ASYNC_COMPILE_POOL=1 TORCHINDUCTOR_QUIESCE_ASYNC_COMPILE_POOL=0 \
-          TORCHINDUCTOR_COMPILE_THREADS=1; do
-        env "$setting" python3 -c "import torch, torch._inductor.config as c
-print('$setting: torch', torch.__version__, 'quiesce_async_compile_pool', getattr(c, 'quiesce_async_compile_pool',
-      'absent'), 'compile_threads', c.compile_threads)"
-        env "$setting" python3 -m kernelpilot bench "$MOE/plain" \
-            -c "$MOE/reference.py" --baseline compile --graphs --budget 0.3 $cases --json \
-            > "$dir/bench_${setting#TORCHINDUCTOR_}.json" || rc=1
-        python3 -c "import json, sys; print('\n'.join(json.load(open(sys.argv[1]))['notes']))" \
-            "$dir/bench_${setting#TORCHINDUCTOR_}.json" || rc=1
-      done
-      return $rc ;;
+      python3 -m kernelpilot bench "$MOE/plain" -c "$MOE/reference.py" --baseline compile --graphs --budget 0.3 \
+          $cases --json > "$dir/bench.json" || return 1
+      python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print('\n'.join(d['notes']))
+print(sum(1 for b in d['bench'] if b.get('baselines', {}).get('compile')), 'of', len(d['bench']), 'cases timed')" \
+          "$dir/bench.json" ;;
     moe-merge-shifts)   # the merge kernel's shift table by expert (kMergeShiftLanes 0) and side by side (1)
       routers_ab "$dir" kMergeShiftLanes 3 \
           "--variant biased --variant grouped ${MOE_ROUTERS_ARGS:---tokens 8192 --tokens 65536 --tokens 100000}" \
