@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -202,7 +203,6 @@ class HookSnapshot:
         import _signal  # signal's C functions: signal.getsignal converts each answer to an enum, ten times slower
         import gc
         import signal
-        import sys
         import threading
 
         none = lambda *a: None  # noqa: E731
@@ -300,8 +300,6 @@ HARNESS_MODULES = (
 def harness_modules() -> tuple[str, ...]:
     """``HARNESS_MODULES`` and every other module of kernelpilot loaded now (in a worker: the problem's runtime
     among them, whose methods make each timed call's inputs before its timer starts)."""
-    import sys
-
     loaded = sorted(n for n in list(sys.modules) if n.startswith("kernelpilot.") and n not in HARNESS_MODULES)
     return HARNESS_MODULES + tuple(loaded)
 
@@ -372,8 +370,6 @@ class HarnessSnapshot:
                             fn = getattr(v, "__func__", v)
                             if callable(fn):
                                 held[f"{key}.{k}"] = (id(fn), getattr(fn, "__code__", None), kind)
-        import sys
-
         for mname, mod in {**self.modules, **self.torch_modules, **self.problem_modules}.items():
             # the module a later import of the name gets: a copy swapped in would serve its own functions
             held[f"sys.modules[{mname!r}]"] = (id(sys.modules.get(mname)), None, "harness")

@@ -179,8 +179,10 @@ class TimingWorker(Worker):
                 # Around every timed call: the timing code is the code bound before the candidate was imported.
                 if any(getattr(fn, "__code__", None) is not self.tool_code[n] for n, fn in self.tools.items()):
                     state["tampered"] = True
-                if "hooked" not in state and self.hooks.changed():
-                    state["hooked"] = self.hooks.restore()
+                if "hooked" not in state:
+                    hooked = self.hooks.restore()     # nothing to put back: one comparison, as changed() would be
+                    if hooked:
+                        state["hooked"] = hooked
                 if i >= 0 and "lazy" not in state:
                     why = _plain_output(out)
                     if why:
