@@ -226,6 +226,10 @@ def summarize(rows: list, kernels: list[str]) -> dict:
             "geomean_vs_natural": geomean(r[kernel].get("vs_natural") for r in ok),
             "geomean_vs_natural_graphs": geomean(r[kernel].get("vs_natural_graphs") for r in ok),
             "geomean_vs_eager": geomean(r[kernel]["vs_eager"] for r in ok),
+            # the most any kernel could reach on these cases: the natural PyTorch's times over each case's bound
+            "geomean_vs_natural_at_bound": geomean(r["natural_us"] / least_us(r) for r in ok if r.get("natural_us")),
+            "geomean_vs_natural_graphs_at_bound": geomean(
+                r["natural_graph_us"] / least_us(r) for r in ok if r.get("natural_graph_us")),
             "faster_than_compile": sum(1 for r in ok if (r[kernel]["vs_compile"] or 0) > 1),
             # cases a baseline gave no time on (its reason in the row's baseline_errors): left out of the speedups
             "cases_without_natural_time": sum(1 for r in rows if not r.get("natural_us")),
@@ -246,6 +250,12 @@ def summarize(rows: list, kernels: list[str]) -> dict:
                 key=lambda item: item[1] or 99)),
         }
     return summary
+
+
+def least_us(r: dict) -> float:
+    """The least time any kernel can take on a row's case: its bound (the launch floor plus the bytes at peak
+    bandwidth), or its floor where the row has no bound."""
+    return r.get("bound_us") or r["floor_us"]
 
 
 def geomean(values) -> float | None:

@@ -726,3 +726,8 @@ def test_bench_summary_takes_each_kernel_over_its_own_rows_and_the_natural_pytor
     assert s[cuda]["geomean_vs_natural"] == 8.0 and s[cuda]["geomean_vs_natural_graphs"] == 8.0
     assert s[disp]["geomean_vs_natural"] == round((10.0 * 9.0 * 16.0) ** (1 / 3), 3)
     assert s[disp]["geomean_vs_natural_graphs"] == round((10.0 * 18.0 * 32.0) ** (1 / 3), 3)
+    # the most any kernel could reach: the natural PyTorch over each case's bound (here its floor, 4 us)
+    assert s[disp]["geomean_vs_natural_at_bound"] == round((20.0 * 22.5 * 40.0) ** (1 / 3), 3)
+    assert s[disp]["geomean_vs_natural_graphs_at_bound"] == round((10.0 * 22.5 * 40.0) ** (1 / 3), 3)
+    bounded = [dict(r, bound_us=8.0) for r in rows]
+    assert bench.summarize(bounded, [cuda])[cuda]["geomean_vs_natural_at_bound"] == 10.0
