@@ -164,6 +164,7 @@ RUNS: dict[str, Run] = {
     "gpu/bench/row/skipped_flush": row("skipped_flush", "bench", device="cuda", cases=(HALF,)),
     "gpu/bench/row/shrunk_flush": row("shrunk_flush", "bench", device="cuda", cases=(HALF,)),
     "gpu/bench/row/replay_elsewhere": row("replay_elsewhere", "bench", device="cuda", graphs=True),
+    "gpu/bench/row/persisting_l2": row("persisting_l2", "bench", device="cuda", cases=(HALF,), graphs=True),
 }
 
 # Started first: the runs that take longest.
@@ -360,6 +361,16 @@ def test_a_shrunk_flush_buffer_stops_the_case(outcome, key):
     f = flag(res, "harness-tampered")
     assert f.level == "error" and "L2 flush buffer was changed" in f.message
     assert res.rejected and not any(b.timing for b in res.bench)
+
+
+@pytest.mark.gpu
+def test_inputs_kept_in_l2_through_the_flush_are_demoted(outcome):
+    # the L2 set aside for persisting lines: each flush found it and demoted them first (events and graph replays)
+    res = outcome("gpu/bench/row/persisting_l2")
+    f = flag(res, "l2-persisting")
+    assert f.level == "warning" and f.evidence["cases"] == [HALF], f.evidence
+    assert res.bench and all(b.timing and b.graph_timing for b in res.bench), [b.error for b in res.bench]
+    assert not any(x.level == "error" for x in res.flags), [x.id for x in res.flags]
 
 
 @pytest.mark.parametrize("key", ["row/shape_specialised"])

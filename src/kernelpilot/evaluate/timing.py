@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable
 
 __all__ = ["TimingOptions", "Timing", "summarize", "measure", "gpu_sampler", "graph_sampler", "cpu_sampler",
-           "keep_busy", "l2_flush_buffer", "l2_flusher", "TimingTampered"]
+           "keep_busy", "l2_flush_buffer", "l2_flusher", "PersistingL2", "TimingTampered"]
 
 
 @dataclass(frozen=True)
@@ -159,6 +159,52 @@ class TimingTampered(RuntimeError):
     """Something the timing relies on was changed while it ran (by the code it times)."""
 
 
+# The driver's limit on the L2 set aside for persisting accesses (CUlimit CU_LIMIT_PERSISTING_L2_CACHE_SIZE).
+_CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06
+
+
+class PersistingL2:
+    """Lines the L2 holds as persisting, demoted to normal before a flush.
+
+    From sm_80 a process may set aside part of the L2 for persisting accesses (``cudaLimitPersistingL2CacheSize``)
+    and mark a stream's accesses to a window of memory persisting (an access policy window, also kept by the
+    kernels a CUDA graph captures). A flush's reads do not evict persisting lines: code under test that marked
+    the memory where each call's new inputs are made would find them in the L2, and a memory-bound kernel would
+    time as if its inputs were cached. Called before each flush, this asks the driver (functions bound when it
+    is made, before the candidate is imported) whether any L2 is set aside and, where it is, waits for the
+    device and demotes every persisting line, so that the flush evicts them as any other; ``found`` counts the
+    flushes that had to. A kernel's own use of persisting lines within one call is left as it is. Where there is
+    no CUDA driver it does nothing."""
+
+    def __init__(self, synchronize: Callable[[], None] | None = None) -> None:
+        self.found = 0
+        self._synchronize = synchronize
+        self._get = self._reset = None
+        try:
+            import ctypes
+
+            lib = ctypes.CDLL("libcuda.so.1")
+            get, reset = lib.cuCtxGetLimit, lib.cuCtxResetPersistingL2Cache
+        except (OSError, AttributeError):
+            return
+        get.argtypes, get.restype = (ctypes.POINTER(ctypes.c_size_t), ctypes.c_int), ctypes.c_int
+        reset.argtypes, reset.restype = (), ctypes.c_int
+        self._value = ctypes.c_size_t(0)
+        self._ref = ctypes.byref(self._value)
+        self._get, self._reset = get, reset
+
+    def __call__(self) -> None:
+        if self._get is None:
+            return
+        self._value.value = 0
+        if self._get(self._ref, _CU_LIMIT_PERSISTING_L2_CACHE_SIZE) != 0 or not self._value.value:
+            return      # none set aside (or no context yet): no line can be persisting
+        if self._synchronize is not None:
+            self._synchronize()   # copies still in flight (a graph's new inputs) land before their lines are demoted
+        self._reset()
+        self.found += 1
+
+
 def l2_flusher(device: str = "cuda", mode: str = "read", clock: dict[str, Any] | None = None) -> Callable[[], None]:
     """A function that empties the L2 of useful data before a timed call.
 
@@ -171,10 +217,12 @@ def l2_flusher(device: str = "cuda", mode: str = "read", clock: dict[str, Any] |
     and immutable where torch defines them), and before each pass it checks that the buffer still has the
     memory and layout it was made with: code under test that found the buffer (through the garbage collector)
     and shrank it, re-strided it or freed its storage would otherwise make the flush a no-op and time its
-    calls from a warm L2. A changed buffer raises ``TimingTampered``."""
+    calls from a warm L2. A changed buffer raises ``TimingTampered``. Lines held as persisting are demoted
+    first (``PersistingL2``: ``clock``'s, else one made now), so that the pass evicts them too."""
     import torch
 
     held = lambda name, default: _clocked(clock, name, default)  # noqa: E731
+    demote = held("cuda.persisting_l2", None) or PersistingL2(held("torch.cuda.synchronize", torch.cuda.synchronize))
     amax = held("torch._C._VariableFunctions.amax", torch._C._VariableFunctions.amax)
     zero = held("torch._C.TensorBase.zero_", torch._C.TensorBase.zero_)
     parts = [held(f"torch._C.TensorBase.{n}", getattr(torch._C.TensorBase, n))
@@ -187,6 +235,7 @@ def l2_flusher(device: str = "cuda", mode: str = "read", clock: dict[str, Any] |
         if tuple(f(buf) for f in parts) != layout:
             raise TimingTampered("the L2 flush buffer was changed while the calls were timed (its memory, size or "
                                  "strides): the code under test reached into the harness")
+        demote()
         if mode == "write":
             zero(buf)
         else:

@@ -57,6 +57,9 @@ class TimingWorker(Worker):
         # Timing and synchronisation functions as they are now: timing uses these, and a replacement is reported.
         self.timers = TimerSnapshot()
         self.clock = self.timers.functions()
+        # The L2's persisting lines, demoted before every flush by driver functions bound now (timing.PersistingL2).
+        self.persisting = timing.PersistingL2(self.clock.get("torch.cuda.synchronize"))
+        self.clock["cuda.persisting_l2"] = self.persisting
         self.harness = HarnessSnapshot(harness_modules(), skip=set(self.clock), problem_modules=imported_files())
         self.take_sample, self.fingerprint = sampling.take_sample, fingerprint
         # Python's profile, trace and monitoring hooks as they are now: one installed since is reported.
@@ -198,6 +201,7 @@ class TimingWorker(Worker):
 
             entry: dict[str, Any] = {"case": case.name}
             untimed = lambda: prep_s[0]  # noqa: E731
+            persisting = self.persisting.found
             try:
                 if self.device.startswith("cuda"):
                     sampler = gpu_sampler(call, prepare=prepare, after=after, flush_l2=opts.flush_l2,
@@ -240,6 +244,8 @@ class TimingWorker(Worker):
                           f"whatever runs ({', '.join(state['hooked'])}) while the case was timed: inside the "
                           "harness's code too, as the inputs were made (it was removed)", case=case.name,
                           hooks=state["hooked"])
+            if self.persisting.found > persisting:
+                self._flag_persisting(case.name, self.persisting.found - persisting)
             if state.get("tampered"):
                 self.flag("harness-tampered", "the code of the harness's timing functions was replaced while "
                           f"case {case.name} was timed", case=case.name)
@@ -253,6 +259,18 @@ class TimingWorker(Worker):
             save_outputs(kept, self.out_dir / "bench_outputs" / "kept")
         self.result["bench"] = out_cases
         self._check_timers()
+
+    def _flag_persisting(self, case: str, flushes: int) -> None:
+        """Say once that the candidate set aside L2 for persisting lines, which the flushes demoted."""
+        f = next((f for f in self.result["flags"] if f["id"] == "l2-persisting"), None)
+        if f is not None:
+            f["evidence"]["cases"].append(case)
+            return
+        self.flag("l2-persisting", f"case {case}: the candidate set aside L2 for persisting accesses "
+                  "(cudaLimitPersistingL2CacheSize), which would keep the memory it marks in the L2 through the "
+                  f"flush before each timed call: its lines were demoted before each flush ({flushes} flushes), so "
+                  "no call found the last one's data or its own new inputs still cached", level="warning",
+                  cases=[case])
 
     def _graph_timing(self, fn, state: dict[str, Any], prepare, opts, untimed, record) -> dict[str, Any]:
         """Time CUDA-graph replays of the call: new inputs are copied into the captured buffers before
