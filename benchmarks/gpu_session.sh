@@ -12,6 +12,8 @@
 #   pytest-harness    the harness's GPU tests alone: the cheating suite, the evaluation core, the worker pool, the
 #                     problem formats (torch.compile as a baseline in the box)
 #   timing            benchmarks/eval_timing.py (agreement with Nsight Compute, repeatability, speed)
+#   l2-persisting     benchmarks/l2_persisting.py (inputs kept in the L2 through the flush as persisting lines: what it
+#                     gains against a flush that does not demote them, and with kpilot's flush)
 #   speed             benchmarks/eval_timing.py --only speed, SPEED_RUNS times (check and bench of one small case)
 #   startup           benchmarks/eval_startup.py (where a cold evaluation's seconds go)
 #   profile-capture   tests/fixtures/ncu_profile/capture.sh (three planted problems under ncu)
@@ -111,6 +113,7 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
     pytest-moe) python3 -m pytest -q -m gpu -p no:cacheprovider "$MOE/tests/test_moe_problem.py" ;;
     pytest-moe-routers) python3 -m pytest -q -m "gpu and example" -p no:cacheprovider "$MOE/tests/test_moe_routers.py" ;;
     timing) python3 benchmarks/eval_timing.py && cp benchmarks/results/eval_timing.json "$dir/" ;;
+    l2-persisting) python3 benchmarks/l2_persisting.py && cp benchmarks/results/l2_persisting.json "$dir/" ;;
     speed)   # SPEED_RUNS times (default 1); every run is appended to eval_timing.jsonl
       for _ in $(seq "${SPEED_RUNS:-1}"); do python3 benchmarks/eval_timing.py --only speed || return 1; done
       cp benchmarks/results/eval_timing.json benchmarks/results/eval_timing.jsonl "$dir/" ;;
