@@ -69,6 +69,24 @@ def time_one(mib: int, way: str, budget: float, cheat, torch) -> dict:
             "flushes_demoted": demote.found}
 
 
+def demotion_us(cheat, torch, calls: int = 200) -> float:
+    """Host time of one demotion (device synchronize, then every persisting line demoted), the limit set: what a
+    flush pays where it has to, or would pay on every call if it demoted unconditionally."""
+    import time
+
+    from kernelpilot.evaluate.timing import PersistingL2
+
+    cheat._persist_around(torch.empty(1 << 20, device="cuda"))
+    demote = PersistingL2(torch.cuda.synchronize)
+    demote()
+    t = time.perf_counter()
+    for _ in range(calls):
+        demote()
+    took = (time.perf_counter() - t) / calls * 1e6
+    _clear(cheat, torch)
+    return round(took, 2)
+
+
 def main() -> None:
     import torch
 
@@ -88,7 +106,10 @@ def main() -> None:
         by = {r["way"]: r["median_us"] for r in rows if r["mib"] == mib}
         print(f"{mib} MiB: plain {by['plain']:.1f} us, kept in L2 {by['persisting, not demoted']:.1f} us, "
               f"demoted {by['persisting, demoted']:.1f} us")
-    path = write_results("l2_persisting", {"device": torch.cuda.get_device_name(), "rows": rows})
+    demotion = demotion_us(cheat, torch)
+    print(f"one demotion: {demotion} us of host time")
+    path = write_results("l2_persisting", {"device": torch.cuda.get_device_name(), "rows": rows,
+                                           "demotion_host_us": demotion})
     print("wrote", path)
 
 
