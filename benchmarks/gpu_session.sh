@@ -34,6 +34,8 @@
 #   moe-routers       $MOE/benchmarks/moe_routers.py --router-only $MOE_ROUTERS_ARGS (every router case checked and
 #                     timed against the natural PyTorch and the stream floor; with --kernels NAME=DIR twice or more,
 #                     kernel trees against each other in one process)
+#   moe-in-graph      $MOE/benchmarks/moe_in_graph.py $MOE_IN_GRAPH_ARGS (dispatch.py and the natural PyTorch per call inside a
+#                     CUDA graph of 16 calls, L2 flushed before each replay, and in a graph of one, every case checked)
 #   moe-router-profile  kpilot profile --source of the router kernels on $MOE/benchmarks/router_worst.py's cases (each
 #                     launched once), and each report's diagnosis
 #   moe-one-lane-sweep  $MOE/benchmarks/moe_token_sweep.py $MOE_SWEEP_ARGS: the router with one lane a token up to 32
@@ -111,6 +113,7 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
     pytest-harness) python3 -m pytest -q -m gpu -p no:cacheprovider -rs tests/test_cheats.py tests/test_evaluate_core.py \
         tests/test_worker_pool.py tests/test_problem_formats.py ;;
     pytest-moe) python3 -m pytest -q -m gpu -p no:cacheprovider "$MOE/tests/test_moe_problem.py" ;;
+    moe-in-graph) python3 "$MOE/benchmarks/moe_in_graph.py" ${MOE_IN_GRAPH_ARGS:-} --out "$dir/moe_in_graph.json" ;;
     pytest-moe-routers) python3 -m pytest -q -m "gpu and example" -p no:cacheprovider "$MOE/tests/test_moe_routers.py" ;;
     timing) python3 benchmarks/eval_timing.py && cp benchmarks/results/eval_timing.json "$dir/" ;;
     l2-persisting) python3 benchmarks/l2_persisting.py && cp benchmarks/results/l2_persisting.json "$dir/" ;;

@@ -299,3 +299,23 @@ def test_token_sweep_refuses_bad_shapes_and_places_each_row_widths_threshold(cap
     assert got["correct"] == {"base": 8, "new": 7} and got["cases"] == 8
     assert got["least_tokens_new_faster_by_row_bytes"] == {"16": 4096, "48": None, "64": 8192}
     assert got["speedup_over_base_by_tokens"]["4096"] == {"base": 1.0, "new": round((4 / 3 * 4 / 3 * 4 / 5) ** (1 / 3), 3)}
+
+
+def test_in_graph_refuses_too_few_calls_and_sums_up_both_graph_timings(capsys):
+    """moe_in_graph.py: a graph of fewer than two calls (or too few replays) is refused with a message; the summary
+    gives the natural PyTorch's time over dispatch.py's per call in a graph of many calls and in a graph of one,
+    and how many cases' outputs were right."""
+    import moe_in_graph
+
+    for bad in (["--calls", "1"], ["--replays", "2"]):
+        with pytest.raises(SystemExit) as e:
+            moe_in_graph.parse_args(bad)
+        assert e.value.code == 2
+        assert "must be" in capsys.readouterr().err
+    assert moe_in_graph.parse_args([]).calls == 16
+    rows = [{"ok": True, "natural_in_graph_us": 20.0, "ours_in_graph_us": 1.0, "natural_graph_of_one_us": 24.0,
+             "ours_graph_of_one_us": 4.0},
+            {"ok": False, "natural_in_graph_us": 50.0, "ours_in_graph_us": 10.0, "natural_graph_of_one_us": 54.0,
+             "ours_graph_of_one_us": 13.5}]
+    assert moe_in_graph.summarize(rows) == {"cases": 2, "correct": 1, "geomean_vs_natural_in_graph": 10.0,
+                                            "geomean_vs_natural_graph_of_one": 4.899}
