@@ -458,6 +458,33 @@ __device__ inline void prefetch_l2(const void* p) {
 // so that the two overlap. Off (0) until timed: gpu_session.sh's step moe-row-prefetch times 1 against 0.
 inline constexpr int kRowPrefetch = 0;
 
+// With kLaneShifts 1, a launch of the rounds kernel with a bias whose warps route their tokens in one pass (few
+// tokens: the grid as large as they need) makes no shift table: each lane makes its own experts' shifts from the
+// bias, the bias's extremes reduced over the token's W lanes, which hold every expert (lane_extremes). No shared
+// memory and no barrier stand between its reads of the bias and of its row, so that the two go out together. The
+// keys are the table's, bit for bit (the same extremes, scale and FFMA). Off (0) until timed: gpu_session.sh's step
+// moe-lane-shifts times 1 against 0.
+inline constexpr int kLaneShifts = 0;
+
+// kLaneShifts: the bias's extremes over the token's W lanes, each lane reading its own experts' bias (make_shifts'
+// `lo` and `scale`, so that fmaf(bias[e] - lo, scale, 8388609) is its table's shift for expert e); returns whether
+// the bias spans at most 1.
+template <int W, int P>
+__device__ inline bool lane_extremes(const float* __restrict__ bias, int first, int experts, float& lo, float& scale) {
+  unsigned bmin = 0xffffffffu, bmax = 0u;
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const bool have = first + j < experts;
+    const unsigned o = order_key(have ? bias[first + j] : 0.0f);
+    bmin = have ? min(bmin, o) : bmin;
+    bmax = have ? max(bmax, o) : bmax;
+  }
+  lo = from_order_key(lanes_min<W>(bmin));
+  const float hi = from_order_key(lanes_max<W>(bmax)) + 1.0f;   // the scores lie in [lo, hi]
+  scale = 8388604.0f / (hi - lo);
+  return hi - lo <= 2.0f;
+}
+
 // Blocks of 256 threads per SM each build is made for: 3 (80 registers) where that does not spill, else what
 // the registers allow (more than 16 experts per lane; at 16, the fp32 softmax's sums, the grouped selection with
 // fewer than 16 lanes, and fp32 logits on 4 lanes, whose rounds' slots take 4 registers).
@@ -502,7 +529,11 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
   __shared__ __align__(16) float shift[BIAS ? 512 : 4];
   float scale = 0.0f;
   bool quantized = true;
-  if constexpr (BIAS) quantized = make_shifts(bias, experts, shift, scale, [](int e) { return shift_slot<W, P>(e); });
+  // kLaneShifts: every warp routes its tokens in one pass (the same for the whole block, as make_shifts' barrier needs)
+  const bool by_lane = BIAS && kLaneShifts != 0 && (int64_t)tokens * W <= (int64_t)gridDim.x * blockDim.x;
+  if constexpr (BIAS) {
+    if (!by_lane) quantized = make_shifts(bias, experts, shift, scale, [](int e) { return shift_slot<W, P>(e); });
+  }
 
   // Each warp takes 32 / W tokens at a time, the grid striding over them (so the bias work above is done once).
   const int warps = gridDim.x * (blockDim.x / 32);
@@ -515,6 +546,10 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
     unsigned slot[R];                         // keys (or, on the exact path, experts) of this lane's rounds
 #pragma unroll
     for (int q = 0; q < R; ++q) slot[q] = 0u;
+    float lo = 0.0f;                          // kLaneShifts: the bias's least value
+    if constexpr (BIAS && kLaneShifts != 0) {
+      if (by_lane) quantized = lane_extremes<W, P>(bias, first, experts, lo, scale);
+    }
     bool exact = !quantized;                  // bias too wide for packed keys
     float row_max = 0.0f, total = 1.0f;
     if (!exact) {
@@ -548,7 +583,18 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
         float x[P];
         load_floats<T, P>(row, first, experts, vector, x);
         float c[BIAS ? P : 1];
-        if constexpr (BIAS) load_shifts<W, P>(shift, lane, c);
+        if constexpr (BIAS && kLaneShifts != 0) {
+          if (by_lane) {   // the bias read again (from L1), as make_shifts makes a shift
+#pragma unroll
+            for (int j = 0; j < P; ++j) {
+              c[j] = fmaf((first + j < experts ? bias[first + j] : 0.0f) - lo, scale, 8388609.0f);
+            }
+          } else {
+            load_shifts<W, P>(shift, lane, c);
+          }
+        } else if constexpr (BIAS) {
+          load_shifts<W, P>(shift, lane, c);
+        }
         if (ROUTER == SOFTMAX && !renormalize) {   // the row's largest logit, the sum
           float m = neg_inf(), s = 0.0f;
 #pragma unroll
