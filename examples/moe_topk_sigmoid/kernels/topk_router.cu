@@ -310,6 +310,18 @@ __device__ inline void load_shifts(const float* shift, int lane, float (&c)[P]) 
 // order (the checks let scores within 1e-6 do so). The block keeps shift[slot(e)] = (bias[e] - lo) * scale +
 // 2^23 + 1 in shared memory, so that v = sigmoid * scale + shift (one FFMA). Returns whether the bias is that
 // narrow (else the keys are made exact), with `scale` set; every thread of the block calls it.
+// The quantization of a bias whose values' order keys run from omin to omax: its least value `lo` and the keys'
+// `scale`; returns whether it spans at most 1.
+__device__ inline bool bias_range(unsigned omin, unsigned omax, float& lo, float& scale) {
+  lo = from_order_key(omin);
+  const float hi = from_order_key(omax) + 1.0f;   // the scores lie in [lo, hi]
+  scale = 8388604.0f / (hi - lo);
+  return hi - lo <= 2.0f;
+}
+
+// An expert's shift, (b - lo) * scale + 2^23 + 1, from its bias b.
+__device__ inline float bias_shift(float b, float lo, float scale) { return fmaf(b - lo, scale, 8388609.0f); }
+
 template <typename Slot>
 __device__ inline bool make_shifts(const float* __restrict__ bias, int experts, float* shift, float& scale, Slot slot) {
   unsigned bmin = 0xffffffffu, bmax = 0u;   // the bias's extremes, over the warp's lanes
@@ -318,12 +330,11 @@ __device__ inline bool make_shifts(const float* __restrict__ bias, int experts, 
     bmin = min(bmin, o);
     bmax = max(bmax, o);
   }
-  const float lo = from_order_key(lanes_min<32>(bmin));
-  const float hi = from_order_key(lanes_max<32>(bmax)) + 1.0f;   // the scores lie in [lo, hi]
-  scale = 8388604.0f / (hi - lo);
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) shift[slot(e)] = fmaf(bias[e] - lo, scale, 8388609.0f);
+  float lo;
+  const bool narrow = bias_range(lanes_min<32>(bmin), lanes_max<32>(bmax), lo, scale);
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) shift[slot(e)] = bias_shift(bias[e], lo, scale);
   __syncthreads();
-  return hi - lo <= 2.0f;
+  return narrow;
 }
 
 // A biased score's packed key: the quantized score (make_shifts; c the expert's shift), then 511 - expert.
@@ -466,9 +477,8 @@ inline constexpr int kRowPrefetch = 0;
 // moe-lane-shifts times 1 against 0.
 inline constexpr int kLaneShifts = 0;
 
-// kLaneShifts: the bias's extremes over the token's W lanes, each lane reading its own experts' bias (make_shifts'
-// `lo` and `scale`, so that fmaf(bias[e] - lo, scale, 8388609) is its table's shift for expert e); returns whether
-// the bias spans at most 1.
+// kLaneShifts: bias_range of the bias's extremes over the token's W lanes, each lane reading its own experts' bias
+// (make_shifts' `lo` and `scale`, so that bias_shift gives its table's shift for each expert).
 template <int W, int P>
 __device__ inline bool lane_extremes(const float* __restrict__ bias, int first, int experts, float& lo, float& scale) {
   unsigned bmin = 0xffffffffu, bmax = 0u;
@@ -479,10 +489,7 @@ __device__ inline bool lane_extremes(const float* __restrict__ bias, int first, 
     bmin = have ? min(bmin, o) : bmin;
     bmax = have ? max(bmax, o) : bmax;
   }
-  lo = from_order_key(lanes_min<W>(bmin));
-  const float hi = from_order_key(lanes_max<W>(bmax)) + 1.0f;   // the scores lie in [lo, hi]
-  scale = 8388604.0f / (hi - lo);
-  return hi - lo <= 2.0f;
+  return bias_range(lanes_min<W>(bmin), lanes_max<W>(bmax), lo, scale);
 }
 
 // Blocks of 256 threads per SM each build is made for: 3 (80 registers) where that does not spill, else what
@@ -583,17 +590,13 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
         float x[P];
         load_floats<T, P>(row, first, experts, vector, x);
         float c[BIAS ? P : 1];
-        if constexpr (BIAS && kLaneShifts != 0) {
-          if (by_lane) {   // the bias read again (from L1), as make_shifts makes a shift
+        if constexpr (BIAS) {
+          if (by_lane) {   // the bias read again (from L1), each shift as make_shifts makes it
 #pragma unroll
-            for (int j = 0; j < P; ++j) {
-              c[j] = fmaf((first + j < experts ? bias[first + j] : 0.0f) - lo, scale, 8388609.0f);
-            }
+            for (int j = 0; j < P; ++j) c[j] = bias_shift(first + j < experts ? bias[first + j] : 0.0f, lo, scale);
           } else {
             load_shifts<W, P>(shift, lane, c);
           }
-        } else if constexpr (BIAS) {
-          load_shifts<W, P>(shift, lane, c);
         }
         if (ROUTER == SOFTMAX && !renormalize) {   // the row's largest logit, the sum
           float m = neg_inf(), s = 0.0f;

@@ -252,10 +252,9 @@ def test_emulated_rounds_kernel_with_each_lanes_own_shifts(emulation, tmp_path):
     keys) among them; with each lane's extremes its own (no reduction over the lanes), the selections go wrong, so it
     is these shifts the variant's keys are made with."""
     lane = ("inline constexpr int kLaneShifts = 0;", "inline constexpr int kLaneShifts = 1;")
-    alone = ("lo = from_order_key(lanes_min<W>(bmin))", "lo = from_order_key(bmin)")
-    alone_hi = ("from_order_key(lanes_max<W>(bmax))", "from_order_key(bmax)")
+    alone = ("bias_range(lanes_min<W>(bmin), lanes_max<W>(bmax), lo, scale)", "bias_range(bmin, bmax, lo, scale)")
     trees = moe_variants.kernel_trees([_variant(tmp_path / "lane", "topk_router.cu", lane),
-                                       _variant(tmp_path / "alone", "topk_router.cu", lane, alone, alone_hi)],
+                                       _variant(tmp_path / "alone", "topk_router.cu", lane, alone)],
                                       tmp_path / "trees")
     lane_tree, alone_tree = trees.values()
     g = torch.Generator().manual_seed(5)
