@@ -2,10 +2,15 @@
 per router), so that nvcc builds them in parallel, plus a host-only binding module, written under the PyTorch
 extensions folder in a directory named by a hash of everything they hold (the kernel files included), and loaded
 with torch.utils.cpp_extension on first use. A changed kernel file is a new extension; an unchanged one is built
-once per machine."""
+once per machine, and a build that was killed (a benchmark cut off at its deadline) leaves nothing that stops the
+next one."""
 
+import fcntl
 import hashlib
 import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 DTYPES = {"f32": "float", "f16": "__half", "bf16": "__nv_bfloat16"}
@@ -48,13 +53,38 @@ def sources(prefix: str, per_dtype: str, module: str, kernel_files: list[Path],
     return f"{prefix}_{digest[:12]}", [src / "module.cpp", *(src / f"{n}.cu" for n in units(parts))]
 
 
+def build_directory(name: str) -> Path:
+    """Where the extension ``name`` is built: under build_root(), in a folder for this Python and CUDA (as PyTorch
+    names its own), so that two installs never load each other's builds."""
+    import torch
+
+    cuda = (torch.version.cuda or "none").replace(".", "")
+    return build_root() / f"py{sys.version_info.major}{sys.version_info.minor}_cu{cuda}" / name
+
+
+@contextmanager
+def build_lock(folder: Path) -> Iterator[None]:
+    """Hold the build in ``folder`` alone, across processes, for the block. PyTorch's own lock is a file
+    (folder/lock) that a build makes and removes at its end: a build killed half way leaves it behind, and every
+    later load of that extension then waits on it forever. This lock is an flock, which the kernel drops with the
+    process that held it; every build of ours runs under it, so a ``lock`` file found while holding it is such a
+    leftover, and is removed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{folder.name}.flock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        (folder / "lock").unlink(missing_ok=True)
+        yield
+
+
 def load(name: str, files: list[Path], kernels: Path, flags: tuple[str, ...] = CUDA_FLAGS):
     """Build (or load the build of) the extension; ``kernels``: the folder its sources include kernel files from
     (the caller's own: a variant folder's copy of the kernels includes its own files, not this module's)."""
     from torch.utils.cpp_extension import load as torch_load
 
-    return torch_load(name=name, sources=[str(s) for s in files], extra_cuda_cflags=[*flags, f"-I{kernels}"],
-                      verbose=False)
+    folder = build_directory(name)
+    with build_lock(folder):
+        return torch_load(name=name, sources=[str(s) for s in files], extra_cuda_cflags=[*flags, f"-I{kernels}"],
+                          build_directory=str(folder), verbose=False)
 
 
 class Extension:

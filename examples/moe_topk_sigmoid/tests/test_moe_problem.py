@@ -76,6 +76,49 @@ def test_triton_kernel_is_correct_on_cpu(variant):
     assert res.correct and res.passed, [(c.case, c.message) for c in res.cases if not c.ok]
 
 
+def test_a_build_killed_half_way_leaves_nothing_that_holds_up_the_next(tmp_path):
+    """cuda_build.build_lock: while another process builds (it holds the lock, PyTorch's lock file is there) a
+    build waits and leaves that file be; once the builder is killed half way (SIGKILL, as a benchmark cut off at
+    its deadline is), the file it left is removed and the build goes on at once, where PyTorch alone would wait on
+    it forever."""
+    import subprocess
+    import threading
+    import time
+
+    sys.path.insert(0, str(MOE / "kernels"))
+    import cuda_build
+
+    folder = tmp_path / "kpilot_moe_router_0123456789ab"
+    builder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); import cuda_build\n"
+         "with cuda_build.build_lock(Path(sys.argv[2])):\n"
+         "    (Path(sys.argv[2]) / 'lock').touch(); print('building', flush=True); sys.stdin.readline()",
+         str(MOE / "kernels"), str(folder)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert builder.stdout.readline() == "building\n"
+        found = []
+
+        def build() -> None:
+            with cuda_build.build_lock(folder):
+                found.append((folder / "lock").exists())
+
+        waiting = threading.Thread(target=build, daemon=True)
+        waiting.start()
+        waiting.join(1.0)
+        assert waiting.is_alive() and (folder / "lock").exists()   # a live build is waited for, its file kept
+        builder.kill()
+        builder.wait(10)
+        waiting.join(10.0)
+        assert not waiting.is_alive() and found == [False] and not (folder / "lock").exists()
+    finally:
+        builder.kill()
+        builder.wait(10)
+    started = time.monotonic()
+    (folder / "lock").touch()   # left by a build no one holds any longer: removed at once
+    with cuda_build.build_lock(folder):
+        assert not (folder / "lock").exists() and time.monotonic() - started < 5
+
+
 def test_triton_tile_on_64_lane_waves_keeps_a_token_off_half_a_wave():
     """On 32-lane warps a tile of TILE logits; on 64-lane waves a token's 16-byte vectors on 16 lanes or fewer
     (16 rows: 4 per wave) or on all 64 lanes (one row per wave), never on 32; a row of 17 to 31 experts (loaded a
