@@ -4,8 +4,10 @@ A memory-bound call (the sum of a tensor of MIB MiB, made anew before each call 
 kpilot's GPU sampler three ways in one process, each size in turn: plainly; as the cheat
 `examples/problems/row_softmax/cheats/persisting_l2.py` does it (L2 set aside for persisting lines, the stream's
 accesses around the input marked persisting), with a flush that does not demote them (what a harness without the
-demotion would time); and the same with the flush as kpilot makes it (`timing.PersistingL2` first). Between the
-ways the persisting state is cleared. Writes benchmarks/results/l2_persisting.json. Run (NVIDIA GPU, sm_80+):
+demotion would time); and the same with the flush as kpilot makes it (`timing.PersistingL2` first: the set-aside
+back to 0, the lines demoted). Between the ways the persisting state is cleared. Also the L2 set aside when the
+process starts (the driver's default, or what an MPS server set) and the host time of one clearing. Writes
+benchmarks/results/l2_persisting.json. Run (NVIDIA GPU, sm_80+):
 
     python benchmarks/l2_persisting.py [--mib 4 16 32] [--budget 1.0]
 """
@@ -69,22 +71,25 @@ def time_one(mib: int, way: str, budget: float, cheat, torch) -> dict:
             "flushes_demoted": demote.found}
 
 
-def demotion_us(cheat, torch, calls: int = 200) -> float:
-    """Host time of one demotion (device synchronize, then every persisting line demoted), the limit set: what a
-    flush pays where it has to, or would pay on every call if it demoted unconditionally."""
+def clearing_us(cheat, torch, calls: int = 50) -> float:
+    """Host time of one clearing (device synchronize, the set-aside back to 0, every persisting line demoted), L2
+    set aside before each: what a flush pays where it has to."""
     import time
 
     from kernelpilot.evaluate.timing import PersistingL2
 
-    cheat._persist_around(torch.empty(1 << 20, device="cuda"))
-    demote = PersistingL2(torch.cuda.synchronize)
-    demote()
-    t = time.perf_counter()
+    x = torch.empty(1 << 20, device="cuda")
+    demote, took = PersistingL2(torch.cuda.synchronize), 0.0
     for _ in range(calls):
+        cheat._persist_around(x)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
         demote()
-    took = (time.perf_counter() - t) / calls * 1e6
+        took += time.perf_counter() - t
     _clear(cheat, torch)
-    return round(took, 2)
+    if demote.found != calls:
+        sys.exit(f"l2_persisting.py: {demote.found} of {calls} clearings found L2 set aside")
+    return round(took / calls * 1e6, 2)
 
 
 def main() -> None:
@@ -97,6 +102,11 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("l2_persisting.py: needs an NVIDIA GPU")
     cheat = _cheat()
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()   # the context made, nothing set by this process yet
+    at_start = cheat._set_aside()
+    print(f"L2 set aside for persisting lines at start: {at_start} bytes")
+    _clear(cheat, torch)
     rows = []
     for mib in args.mib:
         for way in ("plain", "persisting, not demoted", "persisting, demoted"):
@@ -106,10 +116,10 @@ def main() -> None:
         by = {r["way"]: r["median_us"] for r in rows if r["mib"] == mib}
         print(f"{mib} MiB: plain {by['plain']:.1f} us, kept in L2 {by['persisting, not demoted']:.1f} us, "
               f"demoted {by['persisting, demoted']:.1f} us")
-    demotion = demotion_us(cheat, torch)
-    print(f"one demotion: {demotion} us of host time")
-    path = write_results("l2_persisting", {"device": torch.cuda.get_device_name(), "rows": rows,
-                                           "demotion_host_us": demotion})
+    clearing = clearing_us(cheat, torch)
+    print(f"one clearing: {clearing} us of host time")
+    path = write_results("l2_persisting", {"device": torch.cuda.get_device_name(), "set_aside_at_start": at_start,
+                                           "rows": rows, "clearing_host_us": clearing})
     print("wrote", path)
 
 

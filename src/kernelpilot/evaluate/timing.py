@@ -164,34 +164,37 @@ _CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06
 
 
 class PersistingL2:
-    """Lines the L2 holds as persisting, demoted to normal before a flush.
+    """L2 set aside for persisting lines, given back and its lines demoted before a flush.
 
     From sm_80 a process may set aside part of the L2 for persisting accesses (``cudaLimitPersistingL2CacheSize``)
     and mark a stream's accesses to a window of memory persisting (an access policy window, also kept by the
-    kernels a CUDA graph captures). A flush's reads do not evict persisting lines: code under test that marked
-    the memory where each call's new inputs are made would find them in the L2, and a memory-bound kernel would
-    time as if its inputs were cached. Called before each flush, this asks the driver (functions bound when it
-    is made, before the candidate is imported) whether any L2 is set aside and, where it is, waits for the
-    device and demotes every persisting line, so that the flush evicts them as any other; ``found`` counts the
-    flushes that had to. A kernel's own use of persisting lines within one call is left as it is. Where there is
-    no CUDA driver it does nothing."""
+    kernels a CUDA graph captures). A flush's reads and writes do not evict persisting lines, and normal accesses
+    use the set-aside part only where persisting lines leave it: code under test that marked the memory where each
+    call's new inputs are made would find them in the L2, and a memory-bound kernel would time as if its inputs
+    were cached. Called before each flush, this asks the driver (functions bound when it is made, before the
+    candidate is imported) whether any L2 is set aside and, where it is, waits for the device, sets the set-aside
+    to 0 (the default) and demotes every persisting line, so that the flush evicts them as any other; ``found``
+    counts the flushes that had to, ``set_aside`` the largest set-aside found (bytes). A kernel's own use of
+    persisting lines within one call is left as it is. Where there is no CUDA driver it does nothing."""
 
     def __init__(self, synchronize: Callable[[], None] | None = None) -> None:
         self.found = 0
+        self.set_aside = 0
         self._synchronize = synchronize
-        self._get = self._reset = None
+        self._get = self._set = self._reset = None
         try:
             import ctypes
 
             lib = ctypes.CDLL("libcuda.so.1")
-            get, reset = lib.cuCtxGetLimit, lib.cuCtxResetPersistingL2Cache
+            get, set_, reset = lib.cuCtxGetLimit, lib.cuCtxSetLimit, lib.cuCtxResetPersistingL2Cache
         except (OSError, AttributeError):
             return
         get.argtypes, get.restype = (ctypes.POINTER(ctypes.c_size_t), ctypes.c_int), ctypes.c_int
+        set_.argtypes, set_.restype = (ctypes.c_int, ctypes.c_size_t), ctypes.c_int
         reset.argtypes, reset.restype = (), ctypes.c_int
         self._value = ctypes.c_size_t(0)
         self._ref = ctypes.byref(self._value)
-        self._get, self._reset = get, reset
+        self._get, self._set, self._reset = get, set_, reset
 
     def __call__(self) -> None:
         if self._get is None:
@@ -199,8 +202,10 @@ class PersistingL2:
         self._value.value = 0
         if self._get(self._ref, _CU_LIMIT_PERSISTING_L2_CACHE_SIZE) != 0 or not self._value.value:
             return      # none set aside (or no context yet): no line can be persisting
+        self.set_aside = max(self.set_aside, self._value.value)
         if self._synchronize is not None:
             self._synchronize()   # copies still in flight (a graph's new inputs) land before their lines are demoted
+        self._set(_CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0)
         self._reset()
         self.found += 1
 

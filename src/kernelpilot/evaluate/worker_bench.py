@@ -261,16 +261,18 @@ class TimingWorker(Worker):
         self._check_timers()
 
     def _flag_persisting(self, case: str, flushes: int) -> None:
-        """Say once that the candidate set aside L2 for persisting lines, which the flushes demoted."""
+        """Say once that L2 was found set aside for persisting lines, which the flushes gave back and demoted."""
         f = next((f for f in self.result["flags"] if f["id"] == "l2-persisting"), None)
         if f is not None:
             f["evidence"]["cases"].append(case)
+            f["evidence"]["set_aside_bytes"] = self.persisting.set_aside
             return
-        self.flag("l2-persisting", f"case {case}: the candidate set aside L2 for persisting accesses "
-                  "(cudaLimitPersistingL2CacheSize), which would keep the memory it marks in the L2 through the "
-                  f"flush before each timed call: its lines were demoted before each flush ({flushes} flushes), so "
-                  "no call found the last one's data or its own new inputs still cached", level="warning",
-                  cases=[case])
+        self.flag("l2-persisting", f"case {case}: L2 was set aside for persisting accesses "
+                  f"(cudaLimitPersistingL2CacheSize, {self.persisting.set_aside} bytes), which would keep the memory "
+                  "marked persisting in the L2 through the flush before each timed call: before each flush "
+                  f"({flushes} flushes) the set-aside was returned to 0 and its lines demoted, so no call found the "
+                  "last one's data or its own new inputs still cached", level="warning", cases=[case],
+                  set_aside_bytes=self.persisting.set_aside)
 
     def _graph_timing(self, fn, state: dict[str, Any], prepare, opts, untimed, record) -> dict[str, Any]:
         """Time CUDA-graph replays of the call: new inputs are copied into the captured buffers before

@@ -1,5 +1,5 @@
 """Cheat (GPU): inputs kept in the L2 through the flush. Each call sets aside as much of the L2 for persisting
-accesses as the GPU allows and marks the current stream's accesses to the memory around its input as persisting
+accesses as the GPU allows (where it is not set aside already: setting it waits for the device) and marks the current stream's accesses to the memory around its input as persisting
 (an access policy window, through the CUDA driver); the softmax itself is computed correctly.
 
 How it fools a naive harness: the harness makes the next call's inputs on that stream, where the caching allocator
@@ -8,8 +8,8 @@ twice the L2 does not evict persisting lines, so every timed call finds its inpu
 kernel times faster than it runs from memory. Nothing of the harness's is replaced or touched.
 
 Caught by: before each flush the harness asks the driver whether any L2 is set aside for persisting lines and,
-where it is, demotes them all, so that the flush evicts them as any other; the warning-level flag ``l2-persisting``
-says so.
+where it is, sets the set-aside back to 0 and demotes them all, so that the flush evicts them as any other (and this
+call pays for setting it again); the warning-level flag ``l2-persisting`` says so.
 """
 
 import ctypes
@@ -39,11 +39,18 @@ def _device_attribute(attribute: int) -> int:
     return value.value
 
 
+def _set_aside() -> int:
+    value = ctypes.c_size_t(0)
+    _cuda.cuCtxGetLimit(ctypes.byref(value), _LIMIT_PERSISTING_L2)
+    return value.value
+
+
 def _persist_around(x: torch.Tensor) -> None:
     if not _sizes:
         _sizes.extend((_device_attribute(_MAX_PERSISTING_L2), _device_attribute(_MAX_WINDOW)))
     carve_out, most = _sizes
-    _cuda.cuCtxSetLimit(_LIMIT_PERSISTING_L2, ctypes.c_size_t(carve_out))
+    if _set_aside() < carve_out:
+        _cuda.cuCtxSetLimit(_LIMIT_PERSISTING_L2, ctypes.c_size_t(carve_out))
     size = min(most, max(carve_out, 4 * x.numel() * x.element_size()))
     base = max(x.data_ptr() - size // 2, 0) & ~0xFFF
     window = _Window(base, size, min(1.0, carve_out / size), _PERSISTING, _STREAMING)
