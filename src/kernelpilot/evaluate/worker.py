@@ -97,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         import torch  # noqa: F401
     except ImportError:
         pass   # the job reports it
+    from kernelpilot.evaluate import extension_lock
+
+    extension_lock.install()   # a build a killed worker left half done does not hold up this one's
     triton_key = _start_triton_key()   # after torch: both read hundreds of MB of libraries
     # Started ahead of its job: do the slow imports now, then wait for the messages.
     import kernelpilot.evaluate.compare  # noqa: F401
