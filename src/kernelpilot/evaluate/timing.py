@@ -173,13 +173,15 @@ class PersistingL2:
     call's new inputs are made would find them in the L2, and a memory-bound kernel would time as if its inputs
     were cached. Called before each flush, this asks the driver (functions bound when it is made, before the
     candidate is imported) whether any L2 is set aside and, where it is, waits for the device, sets the set-aside
-    to 0 (the default) and demotes every persisting line, so that the flush evicts them as any other; ``found``
-    counts the flushes that had to, ``set_aside`` the largest set-aside found (bytes). A kernel's own use of
-    persisting lines within one call is left as it is. Where there is no CUDA driver it does nothing."""
+    to 0 (the default) and demotes every persisting line, so that the flush evicts them as any other. ``cleared``
+    counts the flushes that had to; ``found`` those where the set-aside was not what the context had when this was
+    made (before the candidate) or, after a clearing, 0 again: where a machine's contexts start with L2 set aside
+    (an MPS server's default, say), the first clearing is not the candidate's doing. ``set_aside``: the largest
+    set-aside found (bytes). A kernel's own use of persisting lines within one call is left as it is. Where there
+    is no CUDA driver it does nothing."""
 
     def __init__(self, synchronize: Callable[[], None] | None = None) -> None:
-        self.found = 0
-        self.set_aside = 0
+        self.found = self.cleared = self.set_aside = 0
         self._synchronize = synchronize
         self._get = self._set = self._reset = None
         try:
@@ -195,19 +197,27 @@ class PersistingL2:
         self._value = ctypes.c_size_t(0)
         self._ref = ctypes.byref(self._value)
         self._get, self._set, self._reset = get, set_, reset
+        self._expected = self._read()   # the context's own (0 where there is none yet)
+
+    def _read(self) -> int:
+        """The set-aside in bytes; 0 where there is no context."""
+        self._value.value = 0
+        return self._value.value if self._get(self._ref, _CU_LIMIT_PERSISTING_L2_CACHE_SIZE) == 0 else 0
 
     def __call__(self) -> None:
         if self._get is None:
             return
-        self._value.value = 0
-        if self._get(self._ref, _CU_LIMIT_PERSISTING_L2_CACHE_SIZE) != 0 or not self._value.value:
+        value = self._read()
+        if not value:
             return      # none set aside (or no context yet): no line can be persisting
-        self.set_aside = max(self.set_aside, self._value.value)
+        self.set_aside = max(self.set_aside, value)
         if self._synchronize is not None:
             self._synchronize()   # copies still in flight (a graph's new inputs) land before their lines are demoted
         self._set(_CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0)
         self._reset()
-        self.found += 1
+        self.cleared += 1
+        self.found += value != self._expected
+        self._expected = 0
 
 
 def l2_flusher(device: str = "cuda", mode: str = "read", clock: dict[str, Any] | None = None) -> Callable[[], None]:
