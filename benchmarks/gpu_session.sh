@@ -55,9 +55,6 @@
 #   moe-row-prefetch  the biased and grouped routers with topk_router.cu's kRowPrefetch at 0 and at 1 (each thread
 #                     fetching its first token's row before the block makes the bias's shift table), timed in one
 #                     process on 1 to 3,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
-#   moe-lane-shifts   the biased and grouped routers with topk_router.cu's kLaneShifts at 0 (the block's shift table) and
-#                     at 1 (on launches whose warps route their tokens in one pass, each lane's own shifts: no table, no
-#                     barrier), timed in one process on 1 to 3,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
 #   moe-next-row      the biased and grouped routers with topk_router.cu's kMergeNextRow at 0, 1 and 2 (the merge kernel's
 #                     lanes prefetching their next tokens' rows into L2, or L1, as they start on the current ones),
 #                     timed in one process on 65,536 and 100,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
@@ -219,10 +216,6 @@ print(sum(1 for b in d['bench'] if b.get('baselines', {}).get('compile')), 'of',
       routers_ab "$dir" kRowPrefetch 5 "--variant biased --variant grouped \
           ${MOE_ROUTERS_ARGS:---tokens 1 --tokens 16 --tokens 100 --tokens 128 --tokens 3000}" \
           no_prefetch:0 prefetch:1 ;;
-    moe-lane-shifts)   # the rounds kernel with a bias making each lane's shifts on launches of one pass (1) or the table (0)
-      routers_ab "$dir" kLaneShifts 5 "--variant biased --variant grouped \
-          ${MOE_ROUTERS_ARGS:---tokens 1 --tokens 16 --tokens 100 --tokens 128 --tokens 3000}" \
-          table:0 lane:1 ;;
     moe-next-row)   # the merge kernel's lanes prefetching their next tokens' rows: not (0), into L2 (1), into L1 (2)
       routers_ab "$dir" kMergeNextRow 3 \
           "--variant biased --variant grouped ${MOE_ROUTERS_ARGS:---tokens 65536 --tokens 100000}" \

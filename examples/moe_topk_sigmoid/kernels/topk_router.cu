@@ -310,18 +310,6 @@ __device__ inline void load_shifts(const float* shift, int lane, float (&c)[P]) 
 // order (the checks let scores within 1e-6 do so). The block keeps shift[slot(e)] = (bias[e] - lo) * scale +
 // 2^23 + 1 in shared memory, so that v = sigmoid * scale + shift (one FFMA). Returns whether the bias is that
 // narrow (else the keys are made exact), with `scale` set; every thread of the block calls it.
-// The quantization of a bias whose values' order keys run from omin to omax: its least value `lo` and the keys'
-// `scale`; returns whether it spans at most 1.
-__device__ inline bool bias_range(unsigned omin, unsigned omax, float& lo, float& scale) {
-  lo = from_order_key(omin);
-  const float hi = from_order_key(omax) + 1.0f;   // the scores lie in [lo, hi]
-  scale = 8388604.0f / (hi - lo);
-  return hi - lo <= 2.0f;
-}
-
-// An expert's shift, (b - lo) * scale + 2^23 + 1, from its bias b.
-__device__ inline float bias_shift(float b, float lo, float scale) { return fmaf(b - lo, scale, 8388609.0f); }
-
 template <typename Slot>
 __device__ inline bool make_shifts(const float* __restrict__ bias, int experts, float* shift, float& scale, Slot slot) {
   unsigned bmin = 0xffffffffu, bmax = 0u;   // the bias's extremes, over the warp's lanes
@@ -330,11 +318,12 @@ __device__ inline bool make_shifts(const float* __restrict__ bias, int experts, 
     bmin = min(bmin, o);
     bmax = max(bmax, o);
   }
-  float lo;
-  const bool narrow = bias_range(lanes_min<32>(bmin), lanes_max<32>(bmax), lo, scale);
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) shift[slot(e)] = bias_shift(bias[e], lo, scale);
+  const float lo = from_order_key(lanes_min<32>(bmin));
+  const float hi = from_order_key(lanes_max<32>(bmax)) + 1.0f;   // the scores lie in [lo, hi]
+  scale = 8388604.0f / (hi - lo);
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) shift[slot(e)] = fmaf(bias[e] - lo, scale, 8388609.0f);
   __syncthreads();
-  return narrow;
+  return hi - lo <= 2.0f;
 }
 
 // A biased score's packed key: the quantized score (make_shifts; c the expert's shift), then 511 - expert.
@@ -466,31 +455,9 @@ __device__ inline void prefetch_l2(const void* p) {
 // With a bias, the rounds kernel makes the block's shift table (a read of the bias from memory, then a reduction
 // and a barrier) before it reads its first tokens' rows, so that a launch of few tokens waits on two reads of memory
 // one after the other. With kRowPrefetch 1 each thread starts fetching its first token's part of the row before,
-// so that the two overlap. Off (0) until timed: gpu_session.sh's step moe-row-prefetch times 1 against 0.
-inline constexpr int kRowPrefetch = 0;
-
-// With kLaneShifts 1, a launch of the rounds kernel with a bias whose warps route their tokens in one pass (few
-// tokens: the grid as large as they need) makes no shift table: each lane makes its own experts' shifts from the
-// bias, the bias's extremes reduced over the token's W lanes, which hold every expert (lane_extremes). No shared
-// memory and no barrier stand between its reads of the bias and of its row, so that the two go out together. The
-// keys are the table's, bit for bit (the same extremes, scale and FFMA). Off (0) until timed: gpu_session.sh's step
-// moe-lane-shifts times 1 against 0.
-inline constexpr int kLaneShifts = 0;
-
-// kLaneShifts: bias_range of the bias's extremes over the token's W lanes, each lane reading its own experts' bias
-// (make_shifts' `lo` and `scale`, so that bias_shift gives its table's shift for each expert).
-template <int W, int P>
-__device__ inline bool lane_extremes(const float* __restrict__ bias, int first, int experts, float& lo, float& scale) {
-  unsigned bmin = 0xffffffffu, bmax = 0u;
-#pragma unroll
-  for (int j = 0; j < P; ++j) {
-    const bool have = first + j < experts;
-    const unsigned o = order_key(have ? bias[first + j] : 0.0f);
-    bmin = have ? min(bmin, o) : bmin;
-    bmax = have ? max(bmax, o) : bmax;
-  }
-  return bias_range(lanes_min<W>(bmin), lanes_max<W>(bmax), lo, scale);
-}
+// so that the two overlap. Timed against 0 on every biased and grouped case of 1 to 3,000 tokens
+// (results/moe_routers_row_prefetch_h100.json): 0.98 of the time by geometric mean, the same outputs.
+inline constexpr int kRowPrefetch = 1;
 
 // Blocks of 256 threads per SM each build is made for: 3 (80 registers) where that does not spill, else what
 // the registers allow (more than 16 experts per lane; at 16, the fp32 softmax's sums, the grouped selection with
@@ -536,11 +503,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
   __shared__ __align__(16) float shift[BIAS ? 512 : 4];
   float scale = 0.0f;
   bool quantized = true;
-  // kLaneShifts: every warp routes its tokens in one pass (the same for the whole block, as make_shifts' barrier needs)
-  const bool by_lane = BIAS && kLaneShifts != 0 && (int64_t)tokens * W <= (int64_t)gridDim.x * blockDim.x;
-  if constexpr (BIAS) {
-    if (!by_lane) quantized = make_shifts(bias, experts, shift, scale, [](int e) { return shift_slot<W, P>(e); });
-  }
+  if constexpr (BIAS) quantized = make_shifts(bias, experts, shift, scale, [](int e) { return shift_slot<W, P>(e); });
 
   // Each warp takes 32 / W tokens at a time, the grid striding over them (so the bias work above is done once).
   const int warps = gridDim.x * (blockDim.x / 32);
@@ -553,10 +516,6 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
     unsigned slot[R];                         // keys (or, on the exact path, experts) of this lane's rounds
 #pragma unroll
     for (int q = 0; q < R; ++q) slot[q] = 0u;
-    float lo = 0.0f;                          // kLaneShifts: the bias's least value
-    if constexpr (BIAS && kLaneShifts != 0) {
-      if (by_lane) quantized = lane_extremes<W, P>(bias, first, experts, lo, scale);
-    }
     bool exact = !quantized;                  // bias too wide for packed keys
     float row_max = 0.0f, total = 1.0f;
     if (!exact) {
@@ -590,14 +549,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
         float x[P];
         load_floats<T, P>(row, first, experts, vector, x);
         float c[BIAS ? P : 1];
-        if constexpr (BIAS) {
-          if (by_lane) {   // the bias read again (from L1), each shift as make_shifts makes it
-#pragma unroll
-            for (int j = 0; j < P; ++j) c[j] = bias_shift(first + j < experts ? bias[first + j] : 0.0f, lo, scale);
-          } else {
-            load_shifts<W, P>(shift, lane, c);
-          }
-        }
+        if constexpr (BIAS) load_shifts<W, P>(shift, lane, c);
         if (ROUTER == SOFTMAX && !renormalize) {   // the row's largest logit, the sum
           float m = neg_inf(), s = 0.0f;
 #pragma unroll

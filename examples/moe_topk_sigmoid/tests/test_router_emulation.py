@@ -236,47 +236,6 @@ def test_emulated_merge_kernel_with_its_shifts_side_by_side(emulation, tmp_path)
                 assert ok == right, (router, experts, k, dtype, right, msg)
 
 
-# The rounds kernel's biased shapes (Kimi K2, GLM-4.5, and 64 experts in fp32) and grouped ones (DeepSeek-V3; 160
-# experts in groups of 20; 64 in groups of 8), on token counts it takes.
-_ROUNDS_BIAS_SHAPES = [("biased", 384, 8, {}, "bfloat16"), ("biased", 160, 8, {}, "float32"),
-                       ("biased", 64, 4, {}, "float32"),
-                       ("grouped", 256, 8, {"n_group": 8, "topk_group": 4}, "bfloat16"),
-                       ("grouped", 160, 6, {"n_group": 8, "topk_group": 3}, "float16"),
-                       ("grouped", 64, 6, {"n_group": 8, "topk_group": 4}, "float32")]
-
-
-def test_emulated_rounds_kernel_with_each_lanes_own_shifts(emulation, tmp_path):
-    """topk_router.cu's kLaneShifts at 1 (a launch of few tokens with a bias makes no shift table: each lane its own
-    experts' shifts, the bias's extremes over the token's lanes): the weights and ids are those of the table, bit for
-    bit, on 1 and 37 tokens of the rounds kernel's biased and grouped shapes, a bias spanning more than 1 (the exact
-    keys) among them; with each lane's extremes its own (no reduction over the lanes), the selections go wrong, so it
-    is these shifts the variant's keys are made with."""
-    lane = ("inline constexpr int kLaneShifts = 0;", "inline constexpr int kLaneShifts = 1;")
-    alone = ("bias_range(lanes_min<W>(bmin), lanes_max<W>(bmax), lo, scale)", "bias_range(bmin, bmax, lo, scale)")
-    trees = moe_variants.kernel_trees([_variant(tmp_path / "lane", "topk_router.cu", lane),
-                                       _variant(tmp_path / "alone", "topk_router.cu", lane, alone)],
-                                      tmp_path / "trees")
-    lane_tree, alone_tree = trees.values()
-    g = torch.Generator().manual_seed(5)
-    wrong = set()
-    for router, experts, k, extra, dtype in _ROUNDS_BIAS_SHAPES:
-        for tokens in (1, 37):
-            assert not em.merge_serves(router, getattr(torch, dtype), tokens, experts, k)
-            x = _logits(tokens, experts, getattr(torch, dtype), g)
-            for spread in (0.1, 3.0):
-                bias = torch.randn(experts, generator=g) * spread
-                args = (router, x, bias, k, extra.get("renormalize", False), extra.get("n_group", 1),
-                        extra.get("topk_group", 1))
-                want_w, want_ids = em.route(*args)
-                got_w, got_ids = em.route(*args, kernels=lane_tree)
-                assert torch.equal(got_ids, want_ids) and torch.equal(got_w, want_w), (router, experts, tokens, spread)
-                ok, _ = ref.check_router(lambda *a, **kw: emulation.route(*a, **kw, kernels=alone_tree), router, x,
-                                         bias, k, extra)
-                if not ok:
-                    wrong.add((router, experts, tokens))
-    assert {t for _, _, t in wrong} == {1, 37} and {r for r, _, _ in wrong} == {"biased", "grouped"}, wrong
-
-
 def test_emulation_fails_misaligned_and_out_of_bounds_accesses(emulation, tmp_path):
     """A variant with two planted bugs a GPU would show as faults, not as wrong outputs: the grouped router takes
     groups of 15 experts (120 in 8) on the merge kernel, whose chunks then read the shift table's 16-byte vectors
