@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelpilot.errors import KernelpilotError
+from kernelpilot.evaluate import extension_builds
 from kernelpilot.evaluate import worker_base as base
 from kernelpilot.evaluate.jobs import BenchJob, CheckJob, Job, VerifyJob, job_from_json
 from kernelpilot.evaluate.worker_base import ProblemError, _close, _err, _exit, _flush, _journal
@@ -97,9 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch  # noqa: F401
     except ImportError:
         pass   # the job reports it
-    from kernelpilot.evaluate import extension_lock
-
-    extension_lock.install()   # a build a killed worker left half done does not hold up this one's
+    extension_builds.guard_locks()   # a build a killed worker left half done does not hold up this one's
     triton_key = _start_triton_key()   # after torch: both read hundreds of MB of libraries
     # Started ahead of its job: do the slow imports now, then wait for the messages.
     import kernelpilot.evaluate.compare  # noqa: F401
@@ -165,6 +164,8 @@ def _run_job(job: Job, work_dir: Path, loaded: dict[str, Any], triton_key) -> di
             raise ProblemError(loaded["error"])
         same = loaded.get("problem") == problem
         rt = loaded.get("runtime") if same else None
+        if getattr(job, "candidate", None):
+            extension_builds.use_folder_for(Path(job.candidate))   # its extensions built apart from other candidates'
         w = worker_for(job, work_dir, runtime=rt, state=loaded.setdefault("state", {}) if same else None)
         if triton_key is not None:
             triton_key.join()   # before any candidate code runs (its threads are watched from then on)
