@@ -5,7 +5,6 @@ alike, built at once, each run their own code."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -131,7 +130,8 @@ def _tools_on_path(monkeypatch) -> None:
 
 def _candidate(folder: Path, file: str, name: str, body: str = "torch::relu(x)") -> Path:
     path = folder / file
-    path.write_text(CANDIDATE.replace("NAME", name).replace("BODY", body).replace("READY", str(folder / f"{file}.ready")))
+    ready = folder / f"{file}.ready"
+    path.write_text(CANDIDATE.replace("NAME", name).replace("BODY", body).replace("READY", str(ready)))
     return path
 
 
@@ -145,8 +145,7 @@ def test_a_load_inline_candidate_is_checked_where_a_killed_build_left_its_lock(t
     extensions = tmp_path / "extensions"
     extensions.mkdir()
     candidate = _candidate(extensions, "relu_inline.py", name)
-    digest = hashlib.sha256(candidate.read_bytes()).hexdigest()[:16]
-    left = extensions / f"candidate_{digest}" / name / "lock"
+    left = extension_builds.candidate_folder(extensions, candidate) / name / "lock"
     left.parent.mkdir(parents=True)
     left.touch()
     _age(left)

@@ -455,8 +455,8 @@ __device__ inline void prefetch_l2(const void* p) {
 // With a bias, the rounds kernel makes the block's shift table (a read of the bias from memory, then a reduction
 // and a barrier) before it reads its first tokens' rows, so that a launch of few tokens waits on two reads of memory
 // one after the other. With kRowPrefetch 1 each thread starts fetching its first token's part of the row before,
-// so that the two overlap. Timed against 0 on every biased and grouped case of 1 to 3,000 tokens
-// (results/moe_routers_row_prefetch_h100.json): 0.98 of the time by geometric mean, the same outputs.
+// so that the two overlap. At 1: faster on the biased and grouped router cases of 3,000 tokens or fewer, the same
+// outputs (gpu_session.sh's step moe-row-prefetch times 1 against 0; results/moe_routers_row_prefetch_h100.json).
 inline constexpr int kRowPrefetch = 1;
 
 // Blocks of 256 threads per SM each build is made for: 3 (80 registers) where that does not spill, else what

@@ -90,7 +90,8 @@ def test_a_build_killed_half_way_leaves_nothing_that_holds_up_the_next(tmp_path)
 
     folder = tmp_path / "kpilot_moe_router_0123456789ab"
     builder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); import cuda_build\n"
+        [sys.executable, "-c", "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1])\n"
+         "import cuda_build\n"
          "with cuda_build.build_lock(Path(sys.argv[2])):\n"
          "    (Path(sys.argv[2]) / 'lock').touch(); print('building', flush=True); sys.stdin.readline()",
          str(MOE / "kernels"), str(folder)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

@@ -29,23 +29,28 @@ import os
 import time
 from pathlib import Path
 
-__all__ = ["guard_locks", "left_behind", "use_folder_for"]
+__all__ = ["candidate_folder", "guard_locks", "left_behind", "use_folder_for"]
 
 # How old an unlocked lock file must be to be a leftover: a live build locks its file right after making it.
 GRACE_S = 5.0
 
 
+def candidate_folder(base: Path, candidate: Path) -> Path:
+    """The candidate's own extensions folder under ``base``: named by a hash of the candidate's file (OSError where
+    it cannot be read)."""
+    return Path(base) / f"candidate_{hashlib.sha256(Path(candidate).read_bytes()).hexdigest()[:16]}"
+
+
 def use_folder_for(candidate: Path) -> Path | None:
-    """Point TORCH_EXTENSIONS_DIR, for this process, at the candidate's own folder under it (named by a hash of the
-    candidate's file) and return that folder; None where the variable is not set or the file cannot be read."""
+    """Point TORCH_EXTENSIONS_DIR, for this process, at the candidate's own folder under it (candidate_folder) and
+    return that folder; None where the variable is not set or the file cannot be read."""
     base = os.environ.get("TORCH_EXTENSIONS_DIR")
     if not base:
         return None
     try:
-        digest = hashlib.sha256(Path(candidate).read_bytes()).hexdigest()[:16]
+        folder = candidate_folder(Path(base), candidate)
     except OSError:
         return None
-    folder = Path(base) / f"candidate_{digest}"
     os.environ["TORCH_EXTENSIONS_DIR"] = str(folder)
     return folder
 

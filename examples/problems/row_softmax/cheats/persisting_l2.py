@@ -1,6 +1,7 @@
 """Cheat (GPU): inputs kept in the L2 through the flush. Each call sets aside as much of the L2 for persisting
-accesses as the GPU allows (where it is not set aside already: setting it waits for the device) and marks the current stream's accesses to the memory around its input as persisting
-(an access policy window, through the CUDA driver); the softmax itself is computed correctly.
+accesses as the GPU allows (where it is not set aside already: setting it waits for the device) and marks the
+current stream's accesses to the memory around its input as persisting (an access policy window, through the CUDA
+driver); the softmax itself is computed correctly.
 
 How it fools a naive harness: the harness makes the next call's inputs on that stream, where the caching allocator
 hands out the memory this call's inputs had, so they are written as persisting lines; a flush that reads a buffer
