@@ -55,9 +55,6 @@
 #   moe-row-prefetch  the biased and grouped routers with topk_router.cu's kRowPrefetch at 0 and at 1 (each thread
 #                     fetching its first token's row before the block makes the bias's shift table), timed in one
 #                     process on 1 to 3,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
-#   moe-next-row      the biased and grouped routers with topk_router.cu's kMergeNextRow at 0, 1 and 2 (the merge kernel's
-#                     lanes prefetching their next tokens' rows into L2, or L1, as they start on the current ones),
-#                     timed in one process on 65,536 and 100,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
 #   moe-large         $MOE/benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
 #                     their stream floors; quick, between full bench.py runs)
 #   moe-sort          $MOE/benchmarks/moe_sort.py (the sorting-network kernel at each experts per thread against the packed-key
@@ -92,10 +89,32 @@ constant_trees() {  # DIR NAMES NAME:VALUE...: copies DIR/NAME of the MoE kernel
   done
 }
 
+extension_builds() {  # MODULE...: the extension of each binding module of the MoE kernels (a folder's
+  # routing_cuda.py or topk_sigmoid_cuda.py) built, or found built, all at once: one extension's build has a translation
+  # unit per dtype (and router), fewer than the machine's cores, and its slowest unit sets its time, so builds made in
+  # turn leave most cores idle
+  local m pids=() rc=0
+  for m in "$@"; do
+    python3 -c "import sys; from pathlib import Path
+sys.path[:0] = ['$MOE/benchmarks', '$MOE', '$MOE/kernels']
+from moe_large import load_kernels
+m = Path(sys.argv[1])
+load_kernels('build', m.parent, m.name)._EXTENSION.module()" "$m" &
+    pids+=($!)
+  done
+  for m in "${pids[@]}"; do wait "$m" || rc=1; done
+  [ $rc = 0 ] || echo "an extension did not build"
+  return $rc
+}
+
 routers_ab() {  # DIR NAMES ROUNDS "OPTIONS" A:VALUE B:VALUE [C:VALUE...]: constant_trees' trees (A, B, ...), every
   # router case of moe_routers.py's OPTIONS timed on each in one process over ROUNDS rounds, into DIR/moe_routers.json
   local dir=$1 names=$2 rounds=$3 options=$4 v kernels=(); shift 4
   constant_trees "$dir" "$names" "$@" || return 1
+  local t0=$SECONDS trees=()
+  for v in "$@"; do trees+=("$dir/${v%%:*}/routing_cuda.py"); done
+  extension_builds "${trees[@]}" || return 1
+  echo "trees built in $(( SECONDS - t0 )) s"
   for v in "$@"; do kernels+=(--kernels "${v%%:*}=$dir/${v%%:*}"); done
   python3 "$MOE/benchmarks/moe_routers.py" --router-only "${kernels[@]}" --rounds "$rounds" $options \
       --out "$dir/moe_routers.json"
@@ -216,10 +235,6 @@ print(sum(1 for b in d['bench'] if b.get('baselines', {}).get('compile')), 'of',
       routers_ab "$dir" kRowPrefetch 5 "--variant biased --variant grouped \
           ${MOE_ROUTERS_ARGS:---tokens 1 --tokens 16 --tokens 100 --tokens 128 --tokens 3000}" \
           no_prefetch:0 prefetch:1 ;;
-    moe-next-row)   # the merge kernel's lanes prefetching their next tokens' rows: not (0), into L2 (1), into L1 (2)
-      routers_ab "$dir" kMergeNextRow 3 \
-          "--variant biased --variant grouped ${MOE_ROUTERS_ARGS:---tokens 65536 --tokens 100000}" \
-          no_prefetch:0 next_row_l2:1 next_row_l1:2 ;;
     moe-large) python3 "$MOE/benchmarks/moe_large.py" ${MOE_LARGE_ARGS:-} && cp "$MOE/results/moe_large.json" "$dir/" ;;
     moe-sort) python3 "$MOE/benchmarks/moe_sort.py" "$dir" ${MOE_SORT_ARGS:-} ;;
     moe-variants) python3 "$MOE/benchmarks/moe_variants.py" "$dir" ${MOE_VARIANTS:?moe-variants needs MOE_VARIANTS} ${MOE_VARIANTS_ARGS:-} ;;
@@ -228,6 +243,7 @@ print(sum(1 for b in d['bench'] if b.get('baselines', {}).get('compile')), 'of',
       python3 "$MOE/bench.py" --dtype bfloat16 --variant "${name#moe-bench-}" ${MOE_BUDGET:+--budget $MOE_BUDGET} \
           && cp -r "$MOE"/results/* "$dir/" ;;
     moe-bench-dtypes-plain|moe-bench-dtypes-biased|moe-bench-dtypes-softmax|moe-bench-dtypes-grouped)
+      extension_builds "$MOE/kernels/routing_cuda.py" "$MOE/kernels/topk_sigmoid_cuda.py" || return 1
       for dtype in ${MOE_DTYPES:-float16 float32}; do
         python3 "$MOE/bench.py" --dtype $dtype --variant "${name#moe-bench-dtypes-}" --kernel dispatch.py \
             ${MOE_BUDGET:+--budget $MOE_BUDGET} || return 1
@@ -250,7 +266,7 @@ lane() {  # gpu index, steps
     mkdir -p "$dir"
     if [ "$left" -lt 20 ]; then echo "not started: deadline" > "$dir/exit.txt"; continue; fi
     local t0=$(date +%s)
-    CUDA_VISIBLE_DEVICES=$gpu timeout -k 10 "$left" bash -c "$(declare -f step report constant_trees routers_ab); MOE=$MOE; step $name $dir" \
+    CUDA_VISIBLE_DEVICES=$gpu timeout -k 10 "$left" bash -c "$(declare -f step report constant_trees extension_builds routers_ab); MOE=$MOE; step $name $dir" \
         > "$dir/log.txt" 2>&1
     local rc=$?
     echo "exit $rc after $(( $(date +%s) - t0 )) s on GPU $gpu$([ $rc = 124 ] && echo ' (cut off at the deadline)')" > "$dir/exit.txt"

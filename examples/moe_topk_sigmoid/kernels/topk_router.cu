@@ -445,13 +445,6 @@ __device__ inline void prefetch_l1(const void* p) {
 #endif
 }
 
-// As prefetch_l1, into L2 only (the line waits there for the load that comes later).
-__device__ inline void prefetch_l2(const void* p) {
-#ifdef __CUDA_ARCH__
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-#endif
-}
-
 // With a bias, the rounds kernel makes the block's shift table (a read of the bias from memory, then a reduction
 // and a barrier) before it reads its first tokens' rows, so that a launch of few tokens waits on two reads of memory
 // one after the other. With kRowPrefetch 1 each thread starts fetching its first token's part of the row before,
@@ -793,17 +786,9 @@ __device__ inline float chunk_logit(const uint4 (&raw)[CV], int j) {
 // h of lane l's chunk v (the lane's experts 8v + 4h .. 8v + 4h + 3, counted from its first) at ((2v + h) * W + l) * 4,
 // every lane's side by side as shift_slot lays out the rounds kernel's. By expert, a token's lanes read 16 bytes
 // 32 bytes apart (chunks of neighbouring experts: two wavefronts a quarter warp) or a lane's span apart (with groups:
-// 8 lanes 32 experts apart on the same banks, eight); side by side, adjacent 16 bytes (one). Off (0) until timed:
-// gpu_session.sh's step moe-merge-shifts times 1 against 0.
-inline constexpr int kMergeShiftLanes = 0;
-
-// With a bias, the merge kernel's grid holds at most the blocks resident at once and its warps stride over the
-// tokens (grid_blocks), so that on a large call each warp routes several tokens in turn, and reads its next ones'
-// rows only once the selection of the current ones is done: the top stall of the farthest cases is the first
-// use of a chunk's loads. With kMergeNextRow 1 each lane, before it loads this iteration's chunks, prefetches
-// its chunks of the next iteration's row into L2 (2: into L1), so that that wait shortens from a DRAM read to an
-// L2 (L1) hit. Off (0) until timed: gpu_session.sh's step moe-next-row times 1 and 2 against 0.
-inline constexpr int kMergeNextRow = 0;
+// 8 lanes 32 experts apart on the same banks, eight); side by side, adjacent 16 bytes (one). Side by side: the
+// step moe-merge-shifts of gpu_session.sh times it against by expert (NOTES.md has what it found).
+inline constexpr int kMergeShiftLanes = 1;
 
 // Where expert e's shift goes: lanes holding chunk c of the row at lane c % W (no groups) or `span` consecutive
 // experts each (with groups: lane e / span).
@@ -880,18 +865,6 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
     const int token = base + (threadIdx.x % 32) / W;
     const bool active = token < tokens;
     const T* row = logits + (size_t)(active ? token : 0) * experts;
-    if constexpr (BIAS && kMergeNextRow != 0) {   // this lane's chunks of the row it routes next (kMergeNextRow)
-      const int next = token + warps * (32 / W);
-      if (next < tokens) {
-        const T* next_row = logits + (size_t)next * experts;
-#pragma unroll
-        for (int v = 0; v < C; ++v) {
-          if (start(v) >= end) continue;
-          if constexpr (kMergeNextRow == 1) prefetch_l2(next_row + start(v));
-          else prefetch_l1(next_row + start(v));
-        }
-      }
-    }
     uint4 raw[C][CV];
 #pragma unroll
     for (int v = 0; v < C; ++v) load_chunk<T, CV>(row, start(v), end, vector_rows, raw[v]);

@@ -215,25 +215,27 @@ _SHIFT_SHAPES = [("biased", 384, 8, {}, ("bfloat16",)), ("biased", 160, 8, {}, (
                  ("grouped", 64, 6, {"n_group": 8, "topk_group": 4}, ("bfloat16",))]
 
 
-def test_emulated_merge_kernel_with_its_shifts_side_by_side(emulation, tmp_path):
-    """topk_router.cu's kMergeShiftLanes at 1 (the merge kernel's shift table with each lane's chunks side by side,
-    merge_shift_slot): the biased and grouped selections route right at the merge kernel's token count; with a lane
-    reading its neighbour's shifts, every one of those shapes fails, so it is that table the variant reads."""
-    side = ("constexpr int kMergeShiftLanes = 0;", "constexpr int kMergeShiftLanes = 1;")
+def test_emulated_merge_kernel_shift_tables(emulation, tmp_path):
+    """topk_router.cu's kMergeShiftLanes: the tree's merge kernel (1: its shift table with each lane's chunks side by
+    side, merge_shift_slot) and a variant at 0 (the table by expert) route the biased and grouped selections right at
+    the merge kernel's token count; with a lane reading its neighbour's shifts, every one of those shapes fails, so
+    it is the side-by-side table the tree reads."""
+    by_expert = ("constexpr int kMergeShiftLanes = 1;", "constexpr int kMergeShiftLanes = 0;")
     wrong = ("shift + (2 * v * W + lane) * 4", "shift + (2 * v * W + (lane ^ 1)) * 4")
-    trees = moe_variants.kernel_trees([_variant(tmp_path / "side", "topk_router.cu", side),
-                                       _variant(tmp_path / "wrong", "topk_router.cu", side, wrong)], tmp_path / "trees")
-    side_tree, wrong_tree = trees.values()
+    variants = moe_variants.kernel_trees([_variant(tmp_path / "by_expert", "topk_router.cu", by_expert),
+                                          _variant(tmp_path / "wrong", "topk_router.cu", wrong)], tmp_path / "trees")
+    by_expert_tree, wrong_tree = variants.values()
+    trees = ((MOE / "kernels", True), (by_expert_tree, True), (wrong_tree, False))
     g = torch.Generator().manual_seed(3)
     for router, experts, k, extra, dtypes in _SHIFT_SHAPES:
         (tokens,) = routing_cuda.merge_token_counts(router, experts, k)
         for dtype in dtypes:
             x = _logits(tokens, experts, getattr(torch, dtype), g)
             bias = torch.randn(experts, generator=g) * 0.1
-            for tree, right in ((side_tree, True), (wrong_tree, False)):
+            for tree, right in trees:
                 ok, msg = ref.check_router(
                     lambda *a, **kw: emulation.route(*a, **kw, kernels=tree), router, x, bias, k, extra)
-                assert ok == right, (router, experts, k, dtype, right, msg)
+                assert ok == right, (router, experts, k, dtype, tree.name, msg)
 
 
 def test_emulation_fails_misaligned_and_out_of_bounds_accesses(emulation, tmp_path):
