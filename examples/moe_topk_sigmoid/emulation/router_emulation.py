@@ -32,7 +32,10 @@ KERNEL_FILES = ("topk_sigmoid_common.cuh", "topk_router.cu", "router_launch.h", 
 DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 # -O1: a build of every kernel and shape takes about 45 s; -O2 more than twice that for a faster run of little use
 # to a test. -fsanitize=alignment: misaligned vector accesses fail the call (simt_host.h's handler).
-FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-Wno-unknown-pragmas", "-fsanitize=alignment")
+# -fvisibility=hidden: each library's statics its own (router_host.cpp exports its entry points), where g++ makes a
+# template's function statics (the kernels' `__shared__` arrays) one object across every library of the process.
+FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-Wno-unknown-pragmas",
+         "-fsanitize=alignment")
 
 
 class EmulationError(RuntimeError):

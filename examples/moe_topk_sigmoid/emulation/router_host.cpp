@@ -103,6 +103,11 @@ using T = __nv_bfloat16;
 #include "sigmoid_launch.h"
 }
 
+// The library is built with hidden symbols (router_emulation.FLAGS) but for these entry points: the kernels'
+// `__shared__` arrays are function statics, which g++ would otherwise make unique across the process, so that two
+// trees' libraries loaded at once (a variant beside the tree) would share their "shared memory".
+#define KP_EXPORT __attribute__((visibility("default")))
+
 // Runs `call` (0 on success), turning what it throws into 1 and the reason in `error`: the entry points' convention.
 template <typename Call>
 int reported(char* error, int error_size, Call call) {
@@ -166,9 +171,9 @@ inline bool known_router(int dtype, int router) { return dtype >= 0 && dtype <= 
 
 // Routes `tokens` rows of `experts` logits (dtype 0 float32, 1 float16, 2 bfloat16; router a moe::Router) as the
 // CUDA extension's route does, into w and ids (tokens x k). Returns 0, or 1 with the reason in `error`.
-extern "C" int kp_route(int dtype, int router, const void* x, const float* bias, float* w, int* ids, int tokens,
-                        int experts, int k, int renormalize, int n_group, int topk_group, char* error,
-                        int error_size) {
+extern "C" KP_EXPORT int kp_route(int dtype, int router, const void* x, const float* bias, float* w, int* ids,
+                                  int tokens, int experts, int k, int renormalize, int n_group, int topk_group,
+                                  char* error, int error_size) {
   return reported(error, error_size, [&] {
     if (tokens <= 0) return 0;
     if (!known_router(dtype, router)) throw std::runtime_error("unknown dtype or router");
@@ -185,7 +190,7 @@ extern "C" int kp_route(int dtype, int router, const void* x, const float* bias,
 
 // Whether router_launch.h's merge_serves gives a call of `tokens` rows of `experts` logits (dtype and router as
 // kp_route's) at k to the merge kernel: 1 or 0; -1 for an unknown dtype or router.
-extern "C" int kp_merge_serves(int dtype, int router, int tokens, int experts, int k) {
+extern "C" KP_EXPORT int kp_merge_serves(int dtype, int router, int tokens, int experts, int k) {
   if (!known_router(dtype, router)) return -1;
   switch (dtype * 4 + router) { FOR_EACH_ROUTER(SERVES) }
   return -1;
@@ -200,8 +205,9 @@ extern "C" int kp_merge_serves(int dtype, int router, int tokens, int experts, i
 // Routes `tokens` rows of `experts` logits (dtype as kp_route's) by sigmoid kernel `algo` (topk_sigmoid_cuda.ALGOS),
 // with a bias where `bias` is not null, as the CUDA extension's topk_sigmoid does. Returns 0, or 1 with the reason
 // in `error`.
-extern "C" int kp_topk_sigmoid(int dtype, int algo, const void* x, const float* bias, float* w, int* ids, int tokens,
-                               int experts, int k, int blocks_per_sm, char* error, int error_size) {
+extern "C" KP_EXPORT int kp_topk_sigmoid(int dtype, int algo, const void* x, const float* bias, float* w, int* ids,
+                                         int tokens, int experts, int k, int blocks_per_sm, char* error,
+                                         int error_size) {
   return reported(error, error_size, [&] {
     if (tokens <= 0) return 0;
     if (dtype < 0 || dtype > 2) throw std::runtime_error("unknown dtype");
