@@ -55,6 +55,10 @@
 #   moe-row-prefetch  the biased and grouped routers with topk_router.cu's kRowPrefetch at 0 and at 1 (each thread
 #                     fetching its first token's row before the block makes the bias's shift table), timed in one
 #                     process on 1 to 3,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
+#   moe-shift-reads   the biased and grouped routers with topk_router.cu's kShiftReadsAtOnce and kMergeRowPrefetch at 0
+#                     and 0 (make_shifts reading the bias in a loop), 1 and 0 (every lane's share at once), 1 and 1
+#                     (and the merge kernel's lanes prefetching their first row before), timed in one process on 1 to
+#                     100,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
 #   moe-large         $MOE/benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
 #                     their stream floors; quick, between full bench.py runs)
 #   moe-sort          $MOE/benchmarks/moe_sort.py (the sorting-network kernel at each experts per thread against the packed-key
@@ -75,17 +79,24 @@ mkdir -p "$out"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 MOE=examples/moe_topk_sigmoid
 
-constant_trees() {  # DIR NAMES NAME:VALUE...: copies DIR/NAME of the MoE kernels, in each the constants NAMES (an
-  # extended regex of names; router_launch.h's and topk_router.cu's `constexpr int`s) set to VALUE
-  local dir=$1 names=$2 v d all; shift 2
+constant_trees() {  # DIR NAMES NAME:VALUES...: copies DIR/NAME of the MoE kernels, in each the constants NAMES (names
+  # separated by |; router_launch.h's and topk_router.cu's `constexpr int`s) set to VALUES: one value for all, or
+  # one a name, separated by commas, in NAMES' order (e.g. "kA|kB" reads:1,0)
+  local dir=$1 names=$2 v d n i ns vs; shift 2
+  IFS='|' read -ra ns <<< "$names"
   for v in "$@"; do
     d="$dir/${v%%:*}"
+    IFS=',' read -ra vs <<< "${v#*:}"
+    [ ${#vs[@]} = 1 ] || [ ${#vs[@]} = ${#ns[@]} ] || { echo "$v: one value, or one for each of $names"; return 1; }
     cp -r "$MOE/kernels" "$d" && rm -rf "$d/__pycache__"
     local files=("$d/router_launch.h" "$d/topk_router.cu")
-    all=$(cat "${files[@]}" | grep -cE "($names) = [0-9]+;")
-    sed -i -E "s/($names) = [0-9]+;/\1 = ${v#*:};/" "${files[@]}"
-    [ "$all" -gt 0 ] && [ "$(cat "${files[@]}" | grep -cE "($names) = ${v#*:};")" = "$all" ] \
-        || { echo "router_launch.h, topk_router.cu: $names not found"; return 1; }
+    for i in "${!ns[@]}"; do
+      n=${ns[$i]}
+      local value=${vs[$i]:-${vs[0]}}
+      [ "$(cat "${files[@]}" | grep -cE "\b$n = [0-9]+;")" = 1 ] \
+          || { echo "router_launch.h, topk_router.cu: not one constant $n"; return 1; }
+      sed -i -E "s/\b($n) = [0-9]+;/\1 = $value;/" "${files[@]}"
+    done
   done
 }
 
@@ -235,6 +246,10 @@ print(sum(1 for b in d['bench'] if b.get('baselines', {}).get('compile')), 'of',
       routers_ab "$dir" kRowPrefetch 5 "--variant biased --variant grouped \
           ${MOE_ROUTERS_ARGS:---tokens 1 --tokens 16 --tokens 100 --tokens 128 --tokens 3000}" \
           no_prefetch:0 prefetch:1 ;;
+    moe-shift-reads)   # make_shifts' bias reads in a loop or at once; the merge kernel's first-row prefetch
+      routers_ab "$dir" "kShiftReadsAtOnce|kMergeRowPrefetch" 3 "--variant biased --variant grouped \
+          ${MOE_ROUTERS_ARGS:---tokens 1 --tokens 3000 --tokens 8192 --tokens 100000}" \
+          loop:0 at_once:1,0 at_once_prefetch:1 ;;
     moe-large) python3 "$MOE/benchmarks/moe_large.py" ${MOE_LARGE_ARGS:-} && cp "$MOE/results/moe_large.json" "$dir/" ;;
     moe-sort) python3 "$MOE/benchmarks/moe_sort.py" "$dir" ${MOE_SORT_ARGS:-} ;;
     moe-variants) python3 "$MOE/benchmarks/moe_variants.py" "$dir" ${MOE_VARIANTS:?moe-variants needs MOE_VARIANTS} ${MOE_VARIANTS_ARGS:-} ;;

@@ -238,6 +238,34 @@ def test_emulated_merge_kernel_shift_tables(emulation, tmp_path):
                 assert ok == right, (router, experts, k, dtype, tree.name, msg)
 
 
+def test_emulated_shift_reads_at_once(emulation, tmp_path):
+    """topk_router.cu's kShiftReadsAtOnce at 1 (make_shifts reading each lane's share of the bias at once, the table
+    written from registers) with kMergeRowPrefetch at 1: the biased and grouped selections route right on the
+    rounds kernel (1 and 37 tokens) and on the merge kernel (its token count), with a bias narrow enough for packed
+    keys and a wide one; with each lane reading only its first 8 biases (256 experts), exactly the shapes of more
+    than 256 experts fail on the narrow bias from 37 tokens, so it is those reads the variant's keys come from."""
+    at_once = (("constexpr int kShiftReadsAtOnce = 0;", "constexpr int kShiftReadsAtOnce = 1;"),
+               ("constexpr int kMergeRowPrefetch = 0;", "constexpr int kMergeRowPrefetch = 1;"))
+    short = ("constexpr int N = 512 / 32;", "constexpr int N = 256 / 32;")
+    variants = moe_variants.kernel_trees([_variant(tmp_path / "at_once", "topk_router.cu", *at_once),
+                                          _variant(tmp_path / "short", "topk_router.cu", *at_once, short)],
+                                         tmp_path / "trees")
+    at_once_tree, short_tree = variants.values()
+    shapes = [*_SHIFT_SHAPES, ("grouped", 384, 8, {"n_group": 8, "topk_group": 4}, ("bfloat16",))]
+    g = torch.Generator().manual_seed(4)
+    for router, experts, k, extra, dtypes in shapes:
+        for tokens in (1, 37, *routing_cuda.merge_token_counts(router, experts, k)):
+            for dtype in dtypes:
+                x = _logits(tokens, experts, getattr(torch, dtype), g)
+                for spread in (0.1, 3.0):
+                    bias = torch.randn(experts, generator=g) * spread
+                    trees = [(at_once_tree, True), (short_tree, spread > 1 or experts <= 256)]
+                    for tree, right in trees[:1] if tokens == 1 else trees:   # one token's 8 may miss the last 128
+                        ok, msg = ref.check_router(
+                            lambda *a, **kw: emulation.route(*a, **kw, kernels=tree), router, x, bias, k, extra)
+                        assert ok == right, (router, experts, k, tokens, dtype, spread, tree.name, msg)
+
+
 def test_emulation_fails_misaligned_and_out_of_bounds_accesses(emulation, tmp_path):
     """A variant with two planted bugs a GPU would show as faults, not as wrong outputs: the grouped router takes
     groups of 15 experts (120 in 8) on the merge kernel, whose chunks then read the shift table's 16-byte vectors
