@@ -1,7 +1,8 @@
 // The router's host side: which kernel of topk_router.cu a call takes and at which shape (moe::merge_shape,
 // moe::router_shape), its grid, and its launch. Included after topk_router.cu inside a namespace that defines
 //   T, ROUTER                                         the unit's logit type and router (moe::Router)
-//   resident_blocks(kernel)                           blocks of 256 threads of `kernel` that fit on the GPU at once
+//   resident_blocks(kernel)                           blocks of moe::kRouterThreads threads of `kernel` that fit on
+//                                                     the GPU at once
 //   MOE_LAUNCH(kernel, blocks, threads, stream, ...)  a launch of `kernel` on `blocks` blocks of `threads`
 //   MOE_FAIL(message)                                 the call refused
 // by routing_cuda.py's units (CUDA launches) and by the CPU emulation (emulation/router_host.cpp: the same
@@ -21,7 +22,7 @@ struct Args {
 // warp takes its tokens once.
 template <auto KERNEL, int W>
 int grid_blocks(const Args& a) {
-  const int blocks = (int)(((int64_t)a.tokens * W + 255) / 256);
+  const int blocks = (int)(((int64_t)a.tokens * W + moe::kRouterThreads - 1) / moe::kRouterThreads);
   if constexpr (ROUTER == moe::BIASED || ROUTER == moe::GROUPED) {
     static const int fit = resident_blocks(KERNEL);
     return std::min(blocks, fit);
@@ -36,8 +37,8 @@ void launch(const Args& a, cudaStream_t stream) {
   constexpr auto kernel = moe::topk_router<T, W, P, ROUTER>;
   const int vector_rows = W * P == a.experts && (a.experts * (int)sizeof(T)) % 16 == 0 &&
                           reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
-  MOE_LAUNCH(kernel, (grid_blocks<kernel, W>(a)), 256, stream, a.x, a.bias, a.w, a.ids, a.tokens, a.experts,
-             a.k, a.renormalize, a.n_group, a.topk_group, vector_rows);
+  MOE_LAUNCH(kernel, (grid_blocks<kernel, W>(a)), moe::kRouterThreads, stream, a.x, a.bias, a.w, a.ids, a.tokens,
+             a.experts, a.k, a.renormalize, a.n_group, a.topk_group, vector_rows);
 }
 
 // The merge kernel (k up to 8) at (W, C). Its chunks' loads (moe::ChunkLoads), with the logits 16-byte aligned:
@@ -52,8 +53,8 @@ void launch_merge(const Args& a, cudaStream_t stream) {
                           : a.experts % 8 == 0 && per % 8 == 0     ? moe::VECTORS
                           : a.experts % 4 == 0 && per % 4 == 0     ? moe::PIECES
                                                                    : moe::ELEMENTS;
-  MOE_LAUNCH(kernel, (grid_blocks<kernel, W>(a)), 256, stream, a.x, a.bias, a.w, a.ids, a.tokens, a.experts,
-             a.k, a.renormalize, a.n_group, a.topk_group, vector_rows);
+  MOE_LAUNCH(kernel, (grid_blocks<kernel, W>(a)), moe::kRouterThreads, stream, a.x, a.bias, a.w, a.ids, a.tokens,
+             a.experts, a.k, a.renormalize, a.n_group, a.topk_group, vector_rows);
 }
 
 // The merge kernel at (W, C), built only where moe::merge_shape gives this unit's router that shape: false

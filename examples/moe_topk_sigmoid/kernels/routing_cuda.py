@@ -35,13 +35,13 @@ namespace {
 using T = DTYPE;
 constexpr int ROUTER = UNIT_PART;   // this unit's router (moe::Router): a unit per dtype and router, built in parallel
 
-// Blocks of 256 threads of a kernel that fit on the GPU at once.
+// Blocks of moe::kRouterThreads threads of a kernel that fit on the GPU at once.
 template <typename Kernel>
 int resident_blocks(Kernel kernel) {
   int per_sm = 0, sms = 0, device = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, moe::kRouterThreads, 0));
   return std::max(1, per_sm) * sms;
 }
 

@@ -319,7 +319,7 @@ __device__ inline void load_shifts(const float* shift, int lane, float (&c)[P]) 
 // for its share (expert e by warp (e / 32) % 8, as the loop had thread e % 256). The same arithmetic either way:
 // the same keys. Off (0) until timed: gpu_session.sh's step moe-shift-reads times 1 against 0.
 inline constexpr int kShiftReadsAtOnce = 0;
-inline constexpr int kRouterThreads = 256;   // a block of either router kernel (router_launch.h launches 256)
+inline constexpr int kRouterThreads = 256;   // a block of either router kernel, as router_launch.h launches it
 
 template <typename Slot>
 __device__ inline bool make_shifts(const float* __restrict__ bias, int experts, float* shift, float& scale, Slot slot) {

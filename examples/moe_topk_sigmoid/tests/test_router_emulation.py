@@ -269,13 +269,15 @@ def test_emulated_shift_reads_at_once(emulation, tmp_path):
 def test_emulation_fails_misaligned_and_out_of_bounds_accesses(emulation, tmp_path):
     """A variant with two planted bugs a GPU would show as faults, not as wrong outputs: the grouped router takes
     groups of 15 experts (120 in 8) on the merge kernel, whose chunks then read the shift table's 16-byte vectors
-    off their alignment ("misaligned address"); and a chunk's second piece of 4 experts is read even where it starts
+    off their alignment ("misaligned address"; the table by expert, kMergeShiftLanes 0, as the side-by-side one is
+    aligned at any group size); and a chunk's second piece of 4 experts is read even where it starts
     at or past the row's end (past the logits on the last token: 160 experts in groups of 20, the last lane of 100
     experts). The emulation fails exactly those cases, each with its cause: the type and source line (simt_host.h's
     alignment handler), or the array and how far past its end (device_memory.h's guard pages)."""
     piece = "e0 + 4 < end ? __ldg(reinterpret_cast<const uint2*>(row + e0 + 4)) : make_uint2(0, 0)"
     variant = _variant(tmp_path / "faults", "topk_router.cu",
                        ("return per % 4 == 0 && n_group >= 4", "return n_group >= 4"),
+                       ("constexpr int kMergeShiftLanes = 1;", "constexpr int kMergeShiftLanes = 0;"),
                        (piece, "__ldg(reinterpret_cast<const uint2*>(row + e0 + 4))"))
     (tree,) = moe_variants.kernel_trees([variant], tmp_path / "trees").values()
     failed = moe_emulation_check.router_failures(tree, ["bfloat16"], [4099])
