@@ -243,7 +243,9 @@ def test_emulated_shift_reads_at_once(emulation, tmp_path):
     written from registers) with kMergeRowPrefetch at 1: the biased and grouped selections route right on the
     rounds kernel (1 and 37 tokens) and on the merge kernel (its token count), with a bias narrow enough for packed
     keys and a wide one; with each lane reading only its first 8 biases (256 experts), exactly the shapes of more
-    than 256 experts fail on the narrow bias from 37 tokens, so it is those reads the variant's keys come from."""
+    than 256 experts fail on the narrow bias from 37 tokens, so it is those reads the variant's keys come from. The
+    full variant runs first on the same inputs, so that this also checks that two trees' libraries in one process
+    keep their shared memory apart (the short variant passed where they shared it)."""
     at_once = (("constexpr int kShiftReadsAtOnce = 0;", "constexpr int kShiftReadsAtOnce = 1;"),
                ("constexpr int kMergeRowPrefetch = 0;", "constexpr int kMergeRowPrefetch = 1;"))
     short = ("constexpr int N = 512 / 32;", "constexpr int N = 256 / 32;")
