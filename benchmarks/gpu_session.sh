@@ -59,6 +59,9 @@
 #                     and 0 (make_shifts reading the bias in a loop), 1 and 0 (every lane's share at once), 1 and 1
 #                     (and the merge kernel's lanes prefetching their first row before), timed in one process on 1 to
 #                     100,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
+#   moe-rounds-redux  the biased, grouped and softmax routers with topk_router.cu's kRoundsRedux at 0 (a round's largest
+#                     key over 16 lanes by xor shuffles) and at 1 (two warp REDUX.MAX), timed in one process on 1 to
+#                     3,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
 #   moe-large         $MOE/benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
 #                     their stream floors; quick, between full bench.py runs)
 #   moe-sort          $MOE/benchmarks/moe_sort.py (the sorting-network kernel at each experts per thread against the packed-key
@@ -250,6 +253,9 @@ print(sum(1 for b in d['bench'] if b.get('baselines', {}).get('compile')), 'of',
       routers_ab "$dir" "kShiftReadsAtOnce|kMergeRowPrefetch" 3 "--variant biased --variant grouped \
           ${MOE_ROUTERS_ARGS:---tokens 1 --tokens 3000 --tokens 8192 --tokens 100000}" \
           loop:0 at_once:1,0 at_once_prefetch:1 ;;
+    moe-rounds-redux)   # the rounds kernel's largest key over 16 lanes by shuffles (0) or two REDUX (1)
+      routers_ab "$dir" kRoundsRedux 3 "--variant biased --variant grouped --variant softmax \
+          ${MOE_ROUTERS_ARGS:---tokens 1 --tokens 100 --tokens 3000}" shuffles:0 redux:1 ;;
     moe-large) python3 "$MOE/benchmarks/moe_large.py" ${MOE_LARGE_ARGS:-} && cp "$MOE/results/moe_large.json" "$dir/" ;;
     moe-sort) python3 "$MOE/benchmarks/moe_sort.py" "$dir" ${MOE_SORT_ARGS:-} ;;
     moe-variants) python3 "$MOE/benchmarks/moe_variants.py" "$dir" ${MOE_VARIANTS:?moe-variants needs MOE_VARIANTS} ${MOE_VARIANTS_ARGS:-} ;;

@@ -117,6 +117,25 @@ __device__ inline void keep_round(unsigned (&slot)[R], int r, int lane, unsigned
   for (int q = 0; q < R; ++q) slot[q] = r == q * W + lane ? key : slot[q];
 }
 
+// A round's largest key over a token's W lanes. By xor shuffles, log2(W) of them one after the other, each with its
+// max: on a launch of few tokens the rounds' chains are its critical path (16 lanes: 4 shuffles a round, 8 rounds
+// at k 8). With kRoundsRedux 1, 16 lanes take two warp REDUX.MAX instead, each half's keys alone (0, none, for the
+// other half's), as topk_sigmoid_keys.cu's group_max does: independent of each other, one step deep. Off (0) until
+// timed: gpu_session.sh's step moe-rounds-redux times 1 against 0.
+inline constexpr int kRoundsRedux = 0;
+
+template <int W>
+__device__ inline unsigned round_max(unsigned v) {
+  if constexpr (kRoundsRedux != 0 && W == 16) {
+    const bool up = (threadIdx.x & 16u) != 0u;   // this token's half of the warp
+    const unsigned lo = __reduce_max_sync(0xffffffffu, up ? 0u : v);
+    const unsigned hi = __reduce_max_sync(0xffffffffu, up ? v : 0u);
+    return up ? hi : lo;
+  } else {
+    return lanes_max<W>(v);
+  }
+}
+
 // `rounds` rounds over a token's W lanes on unique keys (0: none), each lane's best N held: a round takes the
 // largest held key, and its lane moves its next one up. A lane whose N were all taken may hold more of the top:
 // its next key (the largest below its N-th) is looked for after the rounds, and if it is above the last round's,
@@ -130,7 +149,7 @@ __device__ inline void select_rounds(const unsigned (&key)[P], unsigned (&h)[N],
   unsigned top = 0u, prev = 0u;
   alike = false;
   for (int r = 0; r < rounds; ++r) {
-    top = lanes_max<W>(h[0]);
+    top = round_max<W>(h[0]);
     const bool win = h[0] == top;
 #pragma unroll
     for (int i = 0; i + 1 < N; ++i) h[i] = win ? h[i + 1] : h[i];

@@ -268,6 +268,34 @@ def test_emulated_shift_reads_at_once(emulation, tmp_path):
                         assert ok == right, (router, experts, k, tokens, dtype, spread, tree.name, msg)
 
 
+def test_emulated_rounds_by_redux(emulation, tmp_path):
+    """topk_router.cu's kRoundsRedux at 1 (a round's largest key over 16 lanes by two warp REDUX, each half's keys
+    alone): the rounds kernel's shapes of 16 lanes (biased, grouped and softmax) route right on 1 and 37 tokens;
+    with the halves' results swapped, they fail on 37 tokens, so it is REDUX the rounds take (on one token the
+    warp's other half routes the same row, as tokens past the end do)."""
+    redux = ("constexpr int kRoundsRedux = 0;", "constexpr int kRoundsRedux = 1;")
+    swapped = ("return up ? hi : lo;", "return up ? lo : hi;")
+    variants = moe_variants.kernel_trees([_variant(tmp_path / "redux", "topk_router.cu", redux),
+                                          _variant(tmp_path / "swapped", "topk_router.cu", redux, swapped)],
+                                         tmp_path / "trees")
+    redux_tree, swapped_tree = variants.values()
+    # fp32 softmax on these logits (quarters: ties common) is decided by exact keys, not by the rounds
+    shapes = [("biased", 384, 8, {}, (torch.float32, torch.bfloat16)), ("biased", 160, 8, {}, (torch.float32,)),
+              ("softmax", 160, 6, {"renormalize": False}, (torch.bfloat16,)),
+              ("grouped", 256, 8, {"n_group": 8, "topk_group": 4}, (torch.float32, torch.bfloat16))]
+    g = torch.Generator().manual_seed(5)
+    for router, experts, k, extra, dtypes in shapes:
+        for tokens in (1, 37):
+            for dtype in dtypes:
+                x = _logits(tokens, experts, dtype, g)
+                bias = torch.randn(experts, generator=g) * 0.1
+                trees = [(redux_tree, True), (swapped_tree, False)]
+                for tree, right in trees[:1] if tokens == 1 else trees:   # one token: both halves route its row
+                    ok, msg = ref.check_router(
+                        lambda *a, **kw: emulation.route(*a, **kw, kernels=tree), router, x, bias, k, extra)
+                    assert ok == right, (router, experts, k, tokens, dtype, tree.name, msg)
+
+
 def test_emulation_fails_misaligned_and_out_of_bounds_accesses(emulation, tmp_path):
     """A variant with two planted bugs a GPU would show as faults, not as wrong outputs: the grouped router takes
     groups of 15 experts (120 in 8) on the merge kernel, whose chunks then read the shift table's 16-byte vectors
