@@ -343,10 +343,10 @@ inline constexpr int kRouterThreads = 256;   // a block of either router kernel,
 template <typename Slot>
 __device__ inline bool make_shifts(const float* __restrict__ bias, int experts, float* shift, float& scale, Slot slot) {
   const int lane = threadIdx.x % 32;
+  constexpr int N = 512 / 32;               // at once: a lane's experts lane + 32 i, i < N
+  float b[N];
   unsigned bmin = 0xffffffffu, bmax = 0u;   // the bias's extremes, over the warp's lanes
   if constexpr (kShiftReadsAtOnce != 0) {
-    constexpr int N = 512 / 32;             // a lane's experts lane + 32 i, i < N
-    float b[N];
     // A loop of one pass (experts <= 512): ptxas moves loads ahead of anything else in their block, the callers'
     // row prefetches among them (each in a block of its own, under its branch), but not out of a loop.
     for (int pass = 0; pass * 512 < experts; ++pass) {
@@ -359,9 +359,17 @@ __device__ inline bool make_shifts(const float* __restrict__ bias, int experts, 
         bmax = lane + 32 * i < experts ? max(bmax, o) : bmax;
       }
     }
-    const float lo = from_order_key(lanes_min<32>(bmin));
-    const float hi = from_order_key(lanes_max<32>(bmax)) + 1.0f;   // the scores lie in [lo, hi]
-    scale = 8388604.0f / (hi - lo);
+  } else {
+    for (int e = lane; e < experts; e += 32) {
+      const unsigned o = order_key(bias[e]);
+      bmin = min(bmin, o);
+      bmax = max(bmax, o);
+    }
+  }
+  const float lo = from_order_key(lanes_min<32>(bmin));
+  const float hi = from_order_key(lanes_max<32>(bmax)) + 1.0f;   // the scores lie in [lo, hi]
+  scale = 8388604.0f / (hi - lo);
+  if constexpr (kShiftReadsAtOnce != 0) {
     const int warp = threadIdx.x / 32;
 #pragma unroll
     for (int i = 0; i < N; ++i) {
@@ -369,21 +377,11 @@ __device__ inline bool make_shifts(const float* __restrict__ bias, int experts, 
         shift[slot(lane + 32 * i)] = fmaf(b[i] - lo, scale, 8388609.0f);
       }
     }
-    __syncthreads();
-    return hi - lo <= 2.0f;
   } else {
-    for (int e = lane; e < experts; e += 32) {
-      const unsigned o = order_key(bias[e]);
-      bmin = min(bmin, o);
-      bmax = max(bmax, o);
-    }
-    const float lo = from_order_key(lanes_min<32>(bmin));
-    const float hi = from_order_key(lanes_max<32>(bmax)) + 1.0f;   // the scores lie in [lo, hi]
-    scale = 8388604.0f / (hi - lo);
     for (int e = threadIdx.x; e < experts; e += blockDim.x) shift[slot(e)] = fmaf(bias[e] - lo, scale, 8388609.0f);
-    __syncthreads();
-    return hi - lo <= 2.0f;
   }
+  __syncthreads();
+  return hi - lo <= 2.0f;
 }
 
 // A biased score's packed key: the quantized score (make_shifts; c the expert's shift), then 511 - expert.
@@ -497,6 +495,12 @@ __device__ inline void write_weights(const T* __restrict__ row, const unsigned (
   }
 }
 
+// The first token of this thread's warp-slice: each warp takes 32 / W tokens at a time, the grid striding over them.
+template <int W>
+__device__ inline int first_token() {
+  return (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * (32 / W) + (threadIdx.x % 32) / W;
+}
+
 // Starts bringing the line that holds `p` into L1 (a prefetch: nothing waits on it), so that a load of it issued
 // after other work waits less. No-op in the CPU emulation.
 __device__ inline void prefetch_l1(const void* p) {
@@ -546,7 +550,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
   const int L = ROUTER == GROUPED && W * P == experts && per % P == 0 ? per / P : 0;   // lanes per group, if whole
 
   if constexpr (BIAS && kRowPrefetch != 0) {   // the first token's row, fetched while the shift table is made
-    const int token0 = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * (32 / W) + (threadIdx.x % 32) / W;
+    const int token0 = first_token<W>();
     if (token0 < tokens && first < experts) {
       const T* row0 = logits + (size_t)token0 * experts;
       prefetch_l1(row0 + first);
@@ -915,10 +919,8 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
   const auto start = [first](int v) { return first + v * (ROUTER == GROUPED ? 8 : 8 * W); };
   const int end = ROUTER == GROUPED && L == 1 ? first + per : experts;
 
-  // Side by side (kMergeShiftLanes), the slots run to 8 * C * W: up to 8 W - 1 past the experts, where lanes' last
-  // chunks are cut at the row's end or their group's.
   if constexpr (BIAS && kMergeRowPrefetch != 0) {   // this lane's chunks of its first row, while the table is made
-    const int token0 = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * (32 / W) + (threadIdx.x % 32) / W;
+    const int token0 = first_token<W>();
     if (token0 < tokens) {
       const T* row0 = logits + (size_t)token0 * experts;
 #pragma unroll
@@ -927,6 +929,8 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
       }
     }
   }
+  // Side by side (kMergeShiftLanes), the slots run to 8 * C * W: up to 8 W - 1 past the experts, where lanes' last
+  // chunks are cut at the row's end or their group's.
   __shared__ __align__(16) float shift[BIAS ? (kMergeShiftLanes ? 640 : 512) : 4];
   float scale = 0.0f;
   bool quantized = true;
