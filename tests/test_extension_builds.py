@@ -135,6 +135,25 @@ def _candidate(folder: Path, file: str, name: str, body: str = "torch::relu(x)")
     return path
 
 
+def test_job_after_job_each_candidate_folder_is_under_the_extensions_folder(tmp_path):
+    """A process that runs job after job (a worker serving several) gives each candidate its folder under the
+    extensions folder it started with, not under the folder of the candidate before; the same candidate again finds
+    the same folder."""
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("A = 1\n")
+    b.write_text("B = 2\n")
+    code = ("import os, sys; from pathlib import Path; from kernelpilot.evaluate import extension_builds as e\n"
+            "print(e.use_folder_for(Path(sys.argv[1]))); print(e.use_folder_for(Path(sys.argv[2])));"
+            " print(e.use_folder_for(Path(sys.argv[1]))); print(os.environ['TORCH_EXTENSIONS_DIR'])")
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "extensions"),
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", code, str(a), str(b)], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    base = tmp_path / "extensions"
+    assert out == [str(extension_builds.candidate_folder(base, a)), str(extension_builds.candidate_folder(base, b)),
+                   str(extension_builds.candidate_folder(base, a)), str(extension_builds.candidate_folder(base, a))]
+
+
 def test_a_load_inline_candidate_is_checked_where_a_killed_build_left_its_lock(tmp_path, monkeypatch):
     """The candidate's extensions folder holds the lock file a killed worker's build of the same name left: the
     candidate builds and is checked, where PyTorch alone would wait on that file until the timeout."""

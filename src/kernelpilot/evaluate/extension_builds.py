@@ -41,10 +41,19 @@ def candidate_folder(base: Path, candidate: Path) -> Path:
     return Path(base) / f"candidate_{hashlib.sha256(Path(candidate).read_bytes()).hexdigest()[:16]}"
 
 
+# The extensions folder this process started with: a worker that runs job after job points TORCH_EXTENSIONS_DIR at
+# each one's folder under it, never under the last one's.
+_base: str | None = None
+
+
 def use_folder_for(candidate: Path) -> Path | None:
-    """Point TORCH_EXTENSIONS_DIR, for this process, at the candidate's own folder under it (candidate_folder) and
-    return that folder; None where the variable is not set or the file cannot be read."""
-    base = os.environ.get("TORCH_EXTENSIONS_DIR")
+    """Point TORCH_EXTENSIONS_DIR, for this process, at the candidate's own folder under the extensions folder the
+    process started with (candidate_folder) and return that folder; None where the variable is not set or the file
+    cannot be read."""
+    global _base
+    if _base is None:
+        _base = os.environ.get("TORCH_EXTENSIONS_DIR") or None
+    base = _base
     if not base:
         return None
     try:
