@@ -55,10 +55,6 @@
 #   moe-row-prefetch  the biased and grouped routers with topk_router.cu's kRowPrefetch at 0 and at 1 (each thread
 #                     fetching its first token's row before the block makes the bias's shift table), timed in one
 #                     process on 1 to 3,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
-#   moe-shift-reads   the biased and grouped routers with topk_router.cu's kShiftReadsAtOnce and kMergeRowPrefetch at 0
-#                     and 0 (make_shifts reading the bias in a loop), 1 and 0 (every lane's share at once), 1 and 1
-#                     (and the merge kernel's lanes prefetching their first row before), timed in one process on 1 to
-#                     100,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
 #   moe-rounds-redux  the biased, grouped and softmax routers with topk_router.cu's kRoundsRedux at 0 (a round's largest
 #                     key over 16 lanes by xor shuffles) and at 1 (two warp REDUX.MAX), timed in one process on 1 to
 #                     3,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
@@ -249,10 +245,6 @@ print(sum(1 for b in d['bench'] if b.get('baselines', {}).get('compile')), 'of',
       routers_ab "$dir" kRowPrefetch 5 "--variant biased --variant grouped \
           ${MOE_ROUTERS_ARGS:---tokens 1 --tokens 16 --tokens 100 --tokens 128 --tokens 3000}" \
           no_prefetch:0 prefetch:1 ;;
-    moe-shift-reads)   # make_shifts' bias reads in a loop or at once; the merge kernel's first-row prefetch
-      routers_ab "$dir" "kShiftReadsAtOnce|kMergeRowPrefetch" 3 "--variant biased --variant grouped \
-          ${MOE_ROUTERS_ARGS:---tokens 1 --tokens 3000 --tokens 8192 --tokens 100000}" \
-          loop:0 at_once:1,0 at_once_prefetch:1 ;;
     moe-rounds-redux)   # the rounds kernel's largest key over 16 lanes by shuffles (0) or two REDUX (1)
       routers_ab "$dir" kRoundsRedux 3 "--variant biased --variant grouped --variant softmax \
           ${MOE_ROUTERS_ARGS:---tokens 1 --tokens 100 --tokens 3000}" shuffles:0 redux:1 ;;

@@ -120,9 +120,9 @@ __device__ inline void keep_round(unsigned (&slot)[R], int r, int lane, unsigned
 // A round's largest key over a token's W lanes. By xor shuffles, log2(W) of them one after the other, each with its
 // max: on a launch of few tokens the rounds' chains are its critical path (16 lanes: 4 shuffles a round, 8 rounds
 // at k 8). With kRoundsRedux 1, 16 lanes take two warp REDUX.MAX instead, each half's keys alone (0, none, for the
-// other half's), as topk_sigmoid_keys.cu's group_max does: independent of each other, one step deep. Off (0) until
-// timed: gpu_session.sh's step moe-rounds-redux times 1 against 0.
-inline constexpr int kRoundsRedux = 0;
+// other half's), as topk_sigmoid_keys.cu's group_max does: independent of each other, one step deep. Taken (1):
+// gpu_session.sh's step moe-rounds-redux times it against the shuffles (0); NOTES.md has what it found.
+inline constexpr int kRoundsRedux = 1;
 
 template <int W>
 __device__ inline unsigned round_max(unsigned v) {
@@ -323,6 +323,8 @@ __device__ inline void load_shifts(const float* shift, int lane, float (&c)[P]) 
   }
 }
 
+inline constexpr int kRouterThreads = 256;   // a block of either router kernel, as router_launch.h launches it
+
 // With a bias: keys of the score quantized where the bias spans at most 1 (hi - lo <= 2), so that the score and the
 // expert fit 32 bits: v = (s - lo) * scale + 2^23 + 1 lies in [2^23 + 1, 2^24), where a float's low 23 bits are its
 // integer part; v << 9 keeps them and makes room for 511 - expert. Scores 2.4e-7 apart or less may take either
@@ -330,56 +332,20 @@ __device__ inline void load_shifts(const float* shift, int lane, float (&c)[P]) 
 // 2^23 + 1 in shared memory, so that v = sigmoid * scale + shift (one FFMA). Returns whether the bias is that
 // narrow (else the keys are made exact), with `scale` set; every thread of the block (kRouterThreads) calls it.
 //
-// How it reads the bias (kShiftReadsAtOnce): at 0, each warp loops over the experts 32 at a time, and the table's
-// loop reads them again. The loop's bound is the call's, so nvcc issues its loads 8 or 4 at a time: 384 experts
-// take two trips to memory, one after the other (8 loads, then 4), 160 two (4, then 1), on the critical path of a
-// launch of few tokens and of every block's start. At 1, each lane loads its 16 (512 experts, the most, over 32
-// lanes) at once, predicated, one trip, and keeps them in registers for the table, whose entries each warp writes
-// for its share (expert e by warp (e / 32) % 8, as the loop had thread e % 256). The same arithmetic either way:
-// the same keys. Off (0) until timed: gpu_session.sh's step moe-shift-reads times 1 against 0.
-inline constexpr int kShiftReadsAtOnce = 0;
-inline constexpr int kRouterThreads = 256;   // a block of either router kernel, as router_launch.h launches it
-
+// The bias is read twice, by each warp for its extremes and by the block for the table; reading every lane's share
+// at once into registers for both was timed and was slower (NOTES.md).
 template <typename Slot>
 __device__ inline bool make_shifts(const float* __restrict__ bias, int experts, float* shift, float& scale, Slot slot) {
-  const int lane = threadIdx.x % 32;
-  constexpr int N = 512 / 32;               // at once: a lane's experts lane + 32 i, i < N
-  float b[N];
   unsigned bmin = 0xffffffffu, bmax = 0u;   // the bias's extremes, over the warp's lanes
-  if constexpr (kShiftReadsAtOnce != 0) {
-    // A loop of one pass (experts <= 512): ptxas moves loads ahead of anything else in their block, the callers'
-    // row prefetches among them (each in a block of its own, under its branch), but not out of a loop.
-    for (int pass = 0; pass * 512 < experts; ++pass) {
-#pragma unroll
-      for (int i = 0; i < N; ++i) b[i] = lane + 32 * i < experts ? __ldg(bias + lane + 32 * i) : 0.0f;
-#pragma unroll
-      for (int i = 0; i < N; ++i) {
-        const unsigned o = order_key(b[i]);
-        bmin = lane + 32 * i < experts ? min(bmin, o) : bmin;
-        bmax = lane + 32 * i < experts ? max(bmax, o) : bmax;
-      }
-    }
-  } else {
-    for (int e = lane; e < experts; e += 32) {
-      const unsigned o = order_key(bias[e]);
-      bmin = min(bmin, o);
-      bmax = max(bmax, o);
-    }
+  for (int e = threadIdx.x % 32; e < experts; e += 32) {
+    const unsigned o = order_key(bias[e]);
+    bmin = min(bmin, o);
+    bmax = max(bmax, o);
   }
   const float lo = from_order_key(lanes_min<32>(bmin));
   const float hi = from_order_key(lanes_max<32>(bmax)) + 1.0f;   // the scores lie in [lo, hi]
   scale = 8388604.0f / (hi - lo);
-  if constexpr (kShiftReadsAtOnce != 0) {
-    const int warp = threadIdx.x / 32;
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      if (i % (kRouterThreads / 32) == warp && lane + 32 * i < experts) {
-        shift[slot(lane + 32 * i)] = fmaf(b[i] - lo, scale, 8388609.0f);
-      }
-    }
-  } else {
-    for (int e = threadIdx.x; e < experts; e += blockDim.x) shift[slot(e)] = fmaf(bias[e] - lo, scale, 8388609.0f);
-  }
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) shift[slot(e)] = fmaf(bias[e] - lo, scale, 8388609.0f);
   __syncthreads();
   return hi - lo <= 2.0f;
 }
@@ -854,13 +820,6 @@ __device__ inline float chunk_logit(const uint4 (&raw)[CV], int j) {
 // step moe-merge-shifts of gpu_session.sh times it against by expert (NOTES.md has what it found).
 inline constexpr int kMergeShiftLanes = 1;
 
-// With a bias, the merge kernel makes the block's shift table (make_shifts: a read of the bias, a reduction, a
-// barrier) before its warps read their first tokens' rows: on a call whose warps route their tokens in one pass
-// (8,192 tokens: every block resident at once) the two reads of memory come one after the other. With
-// kMergeRowPrefetch 1 each lane starts fetching its chunks of its first row into L1 before, as kRowPrefetch has the
-// rounds kernel do. Off (0) until timed: gpu_session.sh's step moe-shift-reads times it.
-inline constexpr int kMergeRowPrefetch = 0;
-
 // Where expert e's shift goes: lanes holding chunk c of the row at lane c % W (no groups) or `span` consecutive
 // experts each (with groups: lane e / span).
 template <int W, int ROUTER>
@@ -919,16 +878,6 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
   const auto start = [first](int v) { return first + v * (ROUTER == GROUPED ? 8 : 8 * W); };
   const int end = ROUTER == GROUPED && L == 1 ? first + per : experts;
 
-  if constexpr (BIAS && kMergeRowPrefetch != 0) {   // this lane's chunks of its first row, while the table is made
-    const int token0 = first_token<W>();
-    if (token0 < tokens) {
-      const T* row0 = logits + (size_t)token0 * experts;
-#pragma unroll
-      for (int v = 0; v < C; ++v) {
-        if (start(v) < end) prefetch_l1(row0 + start(v));
-      }
-    }
-  }
   // Side by side (kMergeShiftLanes), the slots run to 8 * C * W: up to 8 W - 1 past the experts, where lanes' last
   // chunks are cut at the row's end or their group's.
   __shared__ __align__(16) float shift[BIAS ? (kMergeShiftLanes ? 640 : 512) : 4];

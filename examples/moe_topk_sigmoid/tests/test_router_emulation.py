@@ -238,47 +238,18 @@ def test_emulated_merge_kernel_shift_tables(emulation, tmp_path):
                 assert ok == right, (router, experts, k, dtype, tree.name, msg)
 
 
-def test_emulated_shift_reads_at_once(emulation, tmp_path):
-    """topk_router.cu's kShiftReadsAtOnce at 1 (make_shifts reading each lane's share of the bias at once, the table
-    written from registers) with kMergeRowPrefetch at 1: the biased and grouped selections route right on the
-    rounds kernel (1 and 37 tokens) and on the merge kernel (its token count), with a bias narrow enough for packed
-    keys and a wide one; with each lane reading only its first 8 biases (256 experts), exactly the shapes of more
-    than 256 experts fail on the narrow bias from 37 tokens, so it is those reads the variant's keys come from. The
-    full variant runs first on the same inputs, so that this also checks that two trees' libraries in one process
-    keep their shared memory apart (the short variant passed where they shared it)."""
-    at_once = (("constexpr int kShiftReadsAtOnce = 0;", "constexpr int kShiftReadsAtOnce = 1;"),
-               ("constexpr int kMergeRowPrefetch = 0;", "constexpr int kMergeRowPrefetch = 1;"))
-    short = ("constexpr int N = 512 / 32;", "constexpr int N = 256 / 32;")
-    variants = moe_variants.kernel_trees([_variant(tmp_path / "at_once", "topk_router.cu", *at_once),
-                                          _variant(tmp_path / "short", "topk_router.cu", *at_once, short)],
-                                         tmp_path / "trees")
-    at_once_tree, short_tree = variants.values()
-    shapes = [*_SHIFT_SHAPES, ("grouped", 384, 8, {"n_group": 8, "topk_group": 4}, ("bfloat16",))]
-    g = torch.Generator().manual_seed(4)
-    for router, experts, k, extra, dtypes in shapes:
-        for tokens in (1, 37, *routing_cuda.merge_token_counts(router, experts, k)):
-            for dtype in dtypes:
-                x = _logits(tokens, experts, getattr(torch, dtype), g)
-                for spread in (0.1, 3.0):
-                    bias = torch.randn(experts, generator=g) * spread
-                    trees = [(at_once_tree, True), (short_tree, spread > 1 or experts <= 256)]
-                    for tree, right in trees[:1] if tokens == 1 else trees:   # one token's 8 may miss the last 128
-                        ok, msg = ref.check_router(
-                            lambda *a, **kw: emulation.route(*a, **kw, kernels=tree), router, x, bias, k, extra)
-                        assert ok == right, (router, experts, k, tokens, dtype, spread, tree.name, msg)
-
-
 def test_emulated_rounds_by_redux(emulation, tmp_path):
-    """topk_router.cu's kRoundsRedux at 1 (a round's largest key over 16 lanes by two warp REDUX, each half's keys
-    alone): the rounds kernel's shapes of 16 lanes (biased, grouped and softmax) route right on 1 and 37 tokens;
-    with the halves' results swapped, they fail on 37 tokens, so it is REDUX the rounds take (on one token the
-    warp's other half routes the same row, as tokens past the end do)."""
-    redux = ("constexpr int kRoundsRedux = 0;", "constexpr int kRoundsRedux = 1;")
+    """topk_router.cu's kRoundsRedux: the tree's rounds kernel (1: a round's largest key over 16 lanes by two warp
+    REDUX, each half's keys alone) and a variant at 0 (xor shuffles) route the rounds kernel's shapes of 16 lanes
+    (biased, grouped and softmax) right on 1 and 37 tokens; with the halves' results swapped, they fail on 37
+    tokens, so it is REDUX the tree's rounds take (on one token the warp's other half routes the same row, as tokens
+    past the end do). The tree runs first, so that the variants' libraries are checked apart from its."""
     swapped = ("return up ? hi : lo;", "return up ? lo : hi;")
-    variants = moe_variants.kernel_trees([_variant(tmp_path / "redux", "topk_router.cu", redux),
-                                          _variant(tmp_path / "swapped", "topk_router.cu", redux, swapped)],
-                                         tmp_path / "trees")
-    redux_tree, swapped_tree = variants.values()
+    variants = moe_variants.kernel_trees(
+        [_variant(tmp_path / "shuffles", "topk_router.cu", ("constexpr int kRoundsRedux = 1;",
+                                                            "constexpr int kRoundsRedux = 0;")),
+         _variant(tmp_path / "swapped", "topk_router.cu", swapped)], tmp_path / "trees")
+    shuffles_tree, swapped_tree = variants.values()
     # fp32 softmax on these logits (quarters: ties common) is decided by exact keys, not by the rounds
     shapes = [("biased", 384, 8, {}, (torch.float32, torch.bfloat16)), ("biased", 160, 8, {}, (torch.float32,)),
               ("softmax", 160, 6, {"renormalize": False}, (torch.bfloat16,)),
@@ -289,8 +260,8 @@ def test_emulated_rounds_by_redux(emulation, tmp_path):
             for dtype in dtypes:
                 x = _logits(tokens, experts, dtype, g)
                 bias = torch.randn(experts, generator=g) * 0.1
-                trees = [(redux_tree, True), (swapped_tree, False)]
-                for tree, right in trees[:1] if tokens == 1 else trees:   # one token: both halves route its row
+                trees = [(MOE / "kernels", True), (shuffles_tree, True), (swapped_tree, False)]
+                for tree, right in trees[:2] if tokens == 1 else trees:   # one token: both halves route its row
                     ok, msg = ref.check_router(
                         lambda *a, **kw: emulation.route(*a, **kw, kernels=tree), router, x, bias, k, extra)
                     assert ok == right, (router, experts, k, tokens, dtype, tree.name, msg)
