@@ -37,7 +37,7 @@
 #   moe-in-graph      $MOE/benchmarks/moe_in_graph.py $MOE_IN_GRAPH_ARGS (dispatch.py and the natural PyTorch per call inside a
 #                     CUDA graph of 16 calls, L2 flushed before each replay, and in a graph of one, every case checked)
 #   moe-router-profile  kpilot profile --source of the router kernels on $MOE/benchmarks/router_worst.py's cases (each
-#                     launched once), and each report's diagnosis
+#                     launched once; $MOE_ROUTER_WORST_ARGS: its options, e.g. --tokens 1), and each report's diagnosis
 #   moe-one-lane-sweep  $MOE/benchmarks/moe_token_sweep.py $MOE_SWEEP_ARGS: the router with one lane a token up to 32
 #                     experts from 4,096 tokens against the rounds kernel there, over token counts (where to place
 #                     router_launch.h's kOneLaneTokens and kOneLaneWideRowTokens)
@@ -58,6 +58,9 @@
 #   moe-rounds-redux  the biased, grouped and softmax routers with topk_router.cu's kRoundsRedux at 0 (a round's largest
 #                     key over 16 lanes by xor shuffles) and at 1 (two warp REDUX.MAX), timed in one process on 1 to
 #                     3,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
+#   moe-lanes-redux   the biased, grouped and softmax routers with topk_router.cu's kLanesRedux at 0 (a whole warp's or 16
+#                     lanes' max and min by xor shuffles) and at 1 (one warp REDUX, or two), timed in one process on 1
+#                     to 100,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
 #   moe-large         $MOE/benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
 #                     their stream floors; quick, between full bench.py runs)
 #   moe-sort          $MOE/benchmarks/moe_sort.py (the sorting-network kernel at each experts per thread against the packed-key
@@ -212,7 +215,7 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
     moe-routers) python3 "$MOE/benchmarks/moe_routers.py" --router-only ${MOE_ROUTERS_ARGS:-} --out "$dir/moe_routers.json" ;;
     moe-router-profile)
       python3 -m kernelpilot profile --source --kernel topk_router --out "$dir" --name router_worst --json \
-          -- python3 "$MOE/benchmarks/router_worst.py" --once > "$dir/router_worst.json" || return 1
+          -- python3 "$MOE/benchmarks/router_worst.py" --once ${MOE_ROUTER_WORST_ARGS:-} > "$dir/router_worst.json" || return 1
       python3 -m kernelpilot profile --import "$dir/router_worst.ncu-rep" --source ;;
     moe-one-lane-sweep)   # the tree's kernels with router_launch.h's one-lane thresholds never reached, and at 4,096
       constant_trees "$dir" "kOneLaneTokens|kOneLaneWideRowTokens" rounds:2000000000 one_lane:4096 || return 1
@@ -248,6 +251,9 @@ print(sum(1 for b in d['bench'] if b.get('baselines', {}).get('compile')), 'of',
     moe-rounds-redux)   # the rounds kernel's largest key over 16 lanes by shuffles (0) or two REDUX (1)
       routers_ab "$dir" kRoundsRedux 3 "--variant biased --variant grouped --variant softmax \
           ${MOE_ROUTERS_ARGS:---tokens 1 --tokens 100 --tokens 3000}" shuffles:0 redux:1 ;;
+    moe-lanes-redux)   # make_shifts' range and 16 lanes' reductions by shuffles (0) or REDUX (1)
+      routers_ab "$dir" kLanesRedux 3 "--variant biased --variant grouped --variant softmax \
+          ${MOE_ROUTERS_ARGS:---tokens 1 --tokens 100 --tokens 3000 --tokens 100000}" shuffles:0 redux:1 ;;
     moe-large) python3 "$MOE/benchmarks/moe_large.py" ${MOE_LARGE_ARGS:-} && cp "$MOE/results/moe_large.json" "$dir/" ;;
     moe-sort) python3 "$MOE/benchmarks/moe_sort.py" "$dir" ${MOE_SORT_ARGS:-} ;;
     moe-variants) python3 "$MOE/benchmarks/moe_variants.py" "$dir" ${MOE_VARIANTS:?moe-variants needs MOE_VARIANTS} ${MOE_VARIANTS_ARGS:-} ;;

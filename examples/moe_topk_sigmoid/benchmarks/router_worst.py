@@ -5,11 +5,14 @@ through routing_cuda: timed (L2 flushed, events, median), or with --once each la
     python examples/moe_topk_sigmoid/benchmarks/router_worst.py
     kpilot profile --kernel topk_router --json -- python examples/moe_topk_sigmoid/benchmarks/router_worst.py --once
 
+--tokens N routes N tokens a case instead (e.g. 1: a launch's latency rather than its streaming).
+
 Prints one JSON line per case; writes nothing.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -30,12 +33,18 @@ def main() -> None:
     import routing_cuda
     from stream_floor import flushed_median_us
 
-    once = "--once" in sys.argv[1:]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--once", action="store_true", help="launch each case once, untimed (for a profiler)")
+    parser.add_argument("--tokens", type=int, default=TOKENS, help=f"tokens a case (default {TOKENS:,})")
+    args = parser.parse_args()
+    if args.tokens < 1:
+        parser.error(f"--tokens must be at least 1, not {args.tokens}")
+    once, tokens = args.once, args.tokens
     if not torch.cuda.is_available():
         sys.exit("router_worst.py needs a GPU")
     for router, experts, k, groups in CASES:
         g = torch.Generator(device="cuda").manual_seed(1)
-        logits = (torch.randn(TOKENS, experts, device="cuda", generator=g) * 2.0).bfloat16()
+        logits = (torch.randn(tokens, experts, device="cuda", generator=g) * 2.0).bfloat16()
         bias = torch.randn(experts, device="cuda", generator=g) * 0.1 if router in ("biased", "grouped") else None
         n_group, topk_group = groups or (1, 1)
 
@@ -44,7 +53,7 @@ def main() -> None:
 
         call()
         torch.cuda.synchronize()
-        row = {"router": router, "experts": experts, "k": k, "tokens": TOKENS, "groups": groups}
+        row = {"router": router, "experts": experts, "k": k, "tokens": tokens, "groups": groups}
         if not once:
             row["us"] = round(flushed_median_us(call), 2)
         print(json.dumps(row), flush=True)

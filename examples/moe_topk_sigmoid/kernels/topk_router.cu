@@ -41,15 +41,43 @@ enum Router { PLAIN = 0, BIASED = 1, SOFTMAX = 2, GROUPED = 3 };
 
 __device__ inline float neg_inf() { return -__int_as_float(0x7f800000); }
 
-// Reductions over a token's W lanes (xor shuffles within the segment of W lanes).
+// A warp REDUX (one step, the whole warp), max or min.
+template <bool MAX>
+__device__ inline unsigned warp_redux(unsigned v) {
+  return MAX ? __reduce_max_sync(0xffffffffu, v) : __reduce_min_sync(0xffffffffu, v);
+}
+
+// The max or min over each half of the warp (16 lanes, a token's) by two warp REDUX, each half's values alone (the
+// identity, 0 or ~0, for the other half's): independent of each other, one step deep.
+template <bool MAX>
+__device__ inline unsigned halves_redux(unsigned v) {
+  const bool up = (threadIdx.x & 16u) != 0u;   // this token's half of the warp
+  const unsigned none = MAX ? 0u : 0xffffffffu;
+  const unsigned lo = warp_redux<MAX>(up ? none : v);
+  const unsigned hi = warp_redux<MAX>(up ? v : none);
+  return up ? hi : lo;
+}
+
+// Reductions over a token's W lanes: xor shuffles within the segment of W lanes, log2(W) of them one after the
+// other, each with its max or min. With kLanesRedux 1, a whole warp (W 32: make_shifts' range of the bias) takes one
+// warp REDUX instead, and 16 lanes two (halves_redux). Off (0) until timed: gpu_session.sh's step moe-lanes-redux
+// times 1 against 0.
+inline constexpr int kLanesRedux = 0;
+
 template <int W, bool MAX>
 __device__ inline unsigned lanes_extreme(unsigned v) {
+  if constexpr (kLanesRedux != 0 && W == 32) {
+    return warp_redux<MAX>(v);
+  } else if constexpr (kLanesRedux != 0 && W == 16) {
+    return halves_redux<MAX>(v);
+  } else {
 #pragma unroll
-  for (int off = W / 2; off > 0; off >>= 1) {
-    const unsigned other = __shfl_xor_sync(0xffffffffu, v, off, W);
-    v = MAX ? max(v, other) : min(v, other);
+    for (int off = W / 2; off > 0; off >>= 1) {
+      const unsigned other = __shfl_xor_sync(0xffffffffu, v, off, W);
+      v = MAX ? max(v, other) : min(v, other);
+    }
+    return v;
   }
-  return v;
 }
 
 template <int W>
@@ -119,18 +147,15 @@ __device__ inline void keep_round(unsigned (&slot)[R], int r, int lane, unsigned
 
 // A round's largest key over a token's W lanes. By xor shuffles, log2(W) of them one after the other, each with its
 // max: on a launch of few tokens the rounds' chains are its critical path (16 lanes: 4 shuffles a round, 8 rounds
-// at k 8). With kRoundsRedux 1, 16 lanes take two warp REDUX.MAX instead, each half's keys alone (0, none, for the
-// other half's), as topk_sigmoid_keys.cu's group_max does: independent of each other, one step deep. Taken (1):
+// at k 8). With kRoundsRedux 1, 16 lanes take two warp REDUX.MAX instead (halves_redux), as topk_sigmoid_keys.cu's
+// group_max does. Taken (1):
 // gpu_session.sh's step moe-rounds-redux times it against the shuffles (0); NOTES.md has what it found.
 inline constexpr int kRoundsRedux = 1;
 
 template <int W>
 __device__ inline unsigned round_max(unsigned v) {
   if constexpr (kRoundsRedux != 0 && W == 16) {
-    const bool up = (threadIdx.x & 16u) != 0u;   // this token's half of the warp
-    const unsigned lo = __reduce_max_sync(0xffffffffu, up ? 0u : v);
-    const unsigned hi = __reduce_max_sync(0xffffffffu, up ? v : 0u);
-    return up ? hi : lo;
+    return halves_redux<true>(v);
   } else {
     return lanes_max<W>(v);
   }
