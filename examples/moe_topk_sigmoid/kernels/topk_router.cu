@@ -148,8 +148,8 @@ __device__ inline void keep_round(unsigned (&slot)[R], int r, int lane, unsigned
 // A round's largest key over a token's W lanes. By xor shuffles, log2(W) of them one after the other, each with its
 // max: on a launch of few tokens the rounds' chains are its critical path (16 lanes: 4 shuffles a round, 8 rounds
 // at k 8). With kRoundsRedux 1, 16 lanes take two warp REDUX.MAX instead (halves_redux), as topk_sigmoid_keys.cu's
-// group_max does. Taken (1):
-// gpu_session.sh's step moe-rounds-redux times it against the shuffles (0); NOTES.md has what it found.
+// group_max does. Taken (1): gpu_session.sh's step moe-rounds-redux times it against the shuffles (0); NOTES.md has
+// what it found.
 inline constexpr int kRoundsRedux = 1;
 
 template <int W>
@@ -486,10 +486,16 @@ __device__ inline void write_weights(const T* __restrict__ row, const unsigned (
   }
 }
 
-// The first token of this thread's warp-slice: each warp takes 32 / W tokens at a time, the grid striding over them.
+// Each warp takes 32 / W tokens at a time, the grid striding over them: the first of the warp's first 32 / W, and
+// this thread's token among them (its W lanes' slot).
+template <int W>
+__device__ inline int warp_first_token() {
+  return (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * (32 / W);
+}
+
 template <int W>
 __device__ inline int first_token() {
-  return (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * (32 / W) + (threadIdx.x % 32) / W;
+  return warp_first_token<W>() + (threadIdx.x % 32) / W;
 }
 
 // Starts bringing the line that holds `p` into L1 (a prefetch: nothing waits on it), so that a load of it issued
@@ -555,8 +561,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
 
   // Each warp takes 32 / W tokens at a time, the grid striding over them (so the bias work above is done once).
   const int warps = gridDim.x * (blockDim.x / 32);
-  for (int base = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * (32 / W); base < tokens;
-       base += warps * (32 / W)) {
+  for (int base = warp_first_token<W>(); base < tokens; base += warps * (32 / W)) {
     const int token = base + (threadIdx.x % 32) / W;
     const bool active = token < tokens;       // a warp's last tokens may lie past the end: they compute, not store
     const T* row = logits + (size_t)(active ? token : 0) * experts;
@@ -915,8 +920,7 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
   }
 
   const int warps = gridDim.x * (blockDim.x / 32);
-  for (int base = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * (32 / W); base < tokens;
-       base += warps * (32 / W)) {
+  for (int base = warp_first_token<W>(); base < tokens; base += warps * (32 / W)) {
     const int token = base + (threadIdx.x % 32) / W;
     const bool active = token < tokens;
     const T* row = logits + (size_t)(active ? token : 0) * experts;
