@@ -60,9 +60,9 @@ __device__ inline unsigned halves_redux(unsigned v) {
 
 // Reductions over a token's W lanes: xor shuffles within the segment of W lanes, log2(W) of them one after the
 // other, each with its max or min. With kLanesRedux 1, a whole warp (W 32: make_shifts' range of the bias) takes one
-// warp REDUX instead, and 16 lanes two (halves_redux). Off (0) until timed: gpu_session.sh's step moe-lanes-redux
-// times 1 against 0.
-inline constexpr int kLanesRedux = 0;
+// warp REDUX instead, and 16 lanes two (halves_redux). Taken (1): gpu_session.sh's step moe-lanes-redux times it
+// against the shuffles (0); NOTES.md has what it found.
+inline constexpr int kLanesRedux = 1;
 
 template <int W, bool MAX>
 __device__ inline unsigned lanes_extreme(unsigned v) {

@@ -243,19 +243,21 @@ def test_router_extension_builds_one_unit_per_dtype_and_router(tmp_path, monkeyp
 @pytest.mark.parametrize("router, w, p, dtype", [(0, 8, 16, "__nv_bfloat16"), (1, 16, 24, "float"),
                                                  (2, 4, 2, "__half"), (3, 16, 32, "__nv_bfloat16"),
                                                  (3, 16, 8, "float"), (3, 16, 16, "__nv_bfloat16"),
-                                                 (1, 16, 20, "__half"), (2, 16, 16, "__nv_bfloat16")])
+                                                 (1, 16, 20, "__half"), (2, 16, 16, "__nv_bfloat16"),
+                                                 (1, 8, 8, "float"), (3, 8, 16, "__half")])
 def test_cuda_router_compiles_for_sm_90_with_shuffles_and_no_spills(router, w, p, dtype):
     """Every router of topk_router.cu compiled for sm_90 (no GPU needed): a token's lanes reduce by shuffles
-    within their segment, but for 16 lanes' round maxima, which take warp REDUX (kRoundsRedux); rows whose lane
-    share fills 16-byte vectors load them whole; nothing spills or goes to local memory (the slots are never indexed
-    by a value the compiler cannot see)."""
+    within their segment, but for 16 lanes, which take warp REDUX (the round maxima, kRoundsRedux, and the other
+    reductions, kLanesRedux), and the bias's range over a whole warp (kLanesRedux: biased and grouped at any W);
+    rows whose lane share fills 16-byte vectors load them whole; nothing spills or goes to local memory (the slots
+    are never indexed by a value the compiler cannot see)."""
     require_tool("nvcc")
     from kernelpilot.isa import analyze
 
     (rep,) = analyze(str(MOE / "kernels" / "topk_router.cu"), arch="sm_90",
                      defines={"MOE_ROUTER": str(router), "MOE_W": str(w), "MOE_P": str(p), "MOE_DTYPE": dtype})
     ops = rep.opcodes
-    assert any(op.startswith("REDUX") for op in ops) == (w == 16)
+    assert any(op.startswith("REDUX") for op in ops) == (w == 16 or router in (1, 3))
     assert sum(n for op, n in ops.items() if op.startswith("SHFL")) > 0
     size = {"float": 4, "__half": 2, "__nv_bfloat16": 2}[dtype]
     assert any(op.startswith("LDG") and ".128" in op for op in ops) == (p * size % 16 == 0)

@@ -268,21 +268,22 @@ def test_emulated_rounds_by_redux(emulation, tmp_path):
 
 
 def test_emulated_lanes_by_redux(emulation, tmp_path):
-    """topk_router.cu's kLanesRedux at 1 (a whole warp's max and min by one warp REDUX, as make_shifts takes the
-    bias's range; 16 lanes' by two): the biased, grouped and softmax routers route right on the rounds kernel (1
-    and 37 tokens) and the merge kernel (its token count), with a bias narrow enough for packed keys and a wide one
-    (exact keys: rounds by lanes_max and lanes_min of 16 lanes). Two plants show these are the paths taken: the
-    whole warp's min and max swapped fails every biased and grouped shape (softmax has no bias); 16 lanes reduced
-    over the whole warp fails where a warp holds two tokens (37 tokens), never on one token (the warp's other half
-    routes the same row, as tokens past the end do)."""
-    redux = ("constexpr int kLanesRedux = 0;", "constexpr int kLanesRedux = 1;")
+    """topk_router.cu's kLanesRedux: the tree (1: a whole warp's max and min by one warp REDUX, as make_shifts takes
+    the bias's range; 16 lanes' by two) and a variant at 0 (xor shuffles) route the biased, grouped and softmax
+    routers right on the rounds kernel (1 and 37 tokens) and the merge kernel (its token count), with a bias narrow
+    enough for packed keys and a wide one (exact keys: rounds by lanes_max and lanes_min of 16 lanes). Two plants
+    on the tree show these are the paths taken: the whole warp's min and max swapped fails every biased and grouped
+    shape (softmax has no bias); 16 lanes reduced over the whole warp fails where a warp holds two tokens (37
+    tokens), never on one token (the warp's other half routes the same row, as tokens past the end do)."""
     variants = moe_variants.kernel_trees(
-        [_variant(tmp_path / "redux", "topk_router.cu", redux),
-         _variant(tmp_path / "warp_swapped", "topk_router.cu", redux,
+        [_variant(tmp_path / "shuffles", "topk_router.cu", ("constexpr int kLanesRedux = 1;",
+                                                            "constexpr int kLanesRedux = 0;")),
+         _variant(tmp_path / "warp_swapped", "topk_router.cu",
                   ("return warp_redux<MAX>(v);", "return warp_redux<!MAX>(v);")),
-         _variant(tmp_path / "whole_warp", "topk_router.cu", redux,
+         _variant(tmp_path / "whole_warp", "topk_router.cu",
                   ("return halves_redux<MAX>(v);", "return warp_redux<MAX>(v);"))], tmp_path / "trees")
-    redux_tree, swapped_tree, whole_tree = variants.values()
+    shuffles_tree, swapped_tree, whole_tree = variants.values()
+    redux_tree = MOE / "kernels"
     shapes = [("biased", 384, 8, {}, torch.bfloat16), ("biased", 160, 8, {}, torch.float32),
               ("grouped", 256, 8, {"n_group": 8, "topk_group": 4}, torch.bfloat16),
               ("softmax", 160, 6, {"renormalize": False}, torch.bfloat16)]
@@ -293,10 +294,10 @@ def test_emulated_lanes_by_redux(emulation, tmp_path):
             x = _logits(tokens, experts, dtype, g)
             for spread in (0.1, 3.0):
                 bias = torch.randn(experts, generator=g) * spread
-                for tree in (redux_tree, swapped_tree, whole_tree):
+                for tree in (redux_tree, shuffles_tree, swapped_tree, whole_tree):
                     ok, msg = ref.check_router(
                         lambda *a, **kw: emulation.route(*a, **kw, kernels=tree), router, x, bias, k, extra)
-                    if tree is redux_tree:
+                    if tree in (redux_tree, shuffles_tree):
                         assert ok, (router, experts, k, tokens, dtype, spread, msg)
                     elif not ok:
                         failed[tree].add((router, experts, tokens, spread))
