@@ -38,6 +38,8 @@
 #                     CUDA graph of 16 calls, L2 flushed before each replay, and in a graph of one, every case checked)
 #   moe-router-profile  kpilot profile --source of the router kernels on $MOE/benchmarks/router_worst.py's cases (each
 #                     launched once; $MOE_ROUTER_WORST_ARGS: its options, e.g. --tokens 1), and each report's diagnosis
+#   moe-router-stages $MOE/benchmarks/router_stages.py $MOE_ROUTER_STAGES_ARGS (the rounds kernel's stages on few tokens,
+#                     by the SM clock read in a build of its own, beside the tree's event time)
 #   moe-one-lane-sweep  $MOE/benchmarks/moe_token_sweep.py $MOE_SWEEP_ARGS: the router with one lane a token up to 32
 #                     experts from 4,096 tokens against the rounds kernel there, over token counts (where to place
 #                     router_launch.h's kOneLaneTokens and kOneLaneWideRowTokens)
@@ -217,6 +219,11 @@ step() {  # name, directory: the step's commands; stdout and stderr go to log.tx
       python3 -m kernelpilot profile --source --kernel topk_router --out "$dir" --name router_worst --json \
           -- python3 "$MOE/benchmarks/router_worst.py" --once ${MOE_ROUTER_WORST_ARGS:-} > "$dir/router_worst.json" || return 1
       python3 -m kernelpilot profile --import "$dir/router_worst.ncu-rep" --source ;;
+    moe-router-stages)   # the clock build's copy made, both extensions built at once, then the run
+      python3 "$MOE/benchmarks/router_stages.py" --make-tree "$dir/stage_clocks" || return 1
+      extension_builds "$dir/stage_clocks/routing_cuda.py" "$MOE/kernels/routing_cuda.py" || return 1
+      python3 "$MOE/benchmarks/router_stages.py" --tree "$dir/stage_clocks" ${MOE_ROUTER_STAGES_ARGS:-} \
+          --out "$dir/router_stages.json" ;;
     moe-one-lane-sweep)   # the tree's kernels with router_launch.h's one-lane thresholds never reached, and at 4,096
       constant_trees "$dir" "kOneLaneTokens|kOneLaneWideRowTokens" rounds:2000000000 one_lane:4096 || return 1
       python3 "$MOE/benchmarks/moe_token_sweep.py" --kernels rounds="$dir/rounds" --kernels one_lane="$dir/one_lane" \

@@ -513,6 +513,22 @@ __device__ inline void prefetch_l1(const void* p) {
 // outputs (gpu_session.sh's step moe-row-prefetch times 1 against 0; results/moe_routers_row_prefetch_h100.json).
 inline constexpr int kRowPrefetch = 1;
 
+// Stage clocks, in a build with MOE_STAGE_CLOCKS defined (benchmarks/router_stages.py): the rounds kernel's first
+// thread reads the SM clock as each stage of its first token ends, the read placed after the stage's value `dep` (a
+// warp issues in order, so the read waits for it), and prints the clocks at its end. Without it nothing is compiled.
+#ifdef MOE_STAGE_CLOCKS
+inline constexpr int kStages = 6;   // entry, shift table made, keys made, rounds done, selection done, weights stored
+__device__ inline long long stage_clock(unsigned dep, unsigned& sink) {
+  long long t;
+  asm volatile("{\n\t.reg .u32 d;\n\txor.b32 d, %2, %1;\n\tmov.u32 %1, d;\n\tmov.u64 %0, %%clock64;\n\t}"
+               : "=l"(t), "+r"(sink) : "r"(dep) : "memory");
+  return t;
+}
+#define MOE_STAGE(n, dep) (stage_at[n] = stage_clock((unsigned)(dep), stage_sink))
+#else
+#define MOE_STAGE(n, dep) ((void)0)
+#endif
+
 // Blocks of 256 threads per SM each build is made for: 3 (80 registers) where that does not spill, else what
 // the registers allow (more than 16 experts per lane; at 16, the fp32 softmax's sums, the grouped selection with
 // fewer than 16 lanes, and fp32 logits on 4 lanes, whose rounds' slots take 4 registers).
@@ -545,6 +561,11 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
   const int heads = 4 * k <= W ? 2 : 3;
   const int per = ROUTER == GROUPED ? experts / n_group : 1;
   const int L = ROUTER == GROUPED && W * P == experts && per % P == 0 ? per / P : 0;   // lanes per group, if whole
+#ifdef MOE_STAGE_CLOCKS
+  long long stage_at[kStages] = {};
+  unsigned stage_sink = 0u;
+  MOE_STAGE(0, 0u);
+#endif
 
   if constexpr (BIAS && kRowPrefetch != 0) {   // the first token's row, fetched while the shift table is made
     const int token0 = first_token<W>();
@@ -558,6 +579,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
   float scale = 0.0f;
   bool quantized = true;
   if constexpr (BIAS) quantized = make_shifts(bias, experts, shift, scale, [](int e) { return shift_slot<W, P>(e); });
+  MOE_STAGE(1, __float_as_uint(scale));
 
   // Each warp takes 32 / W tokens at a time, the grid striding over them (so the bias work above is done once).
   const int warps = gridDim.x * (blockDim.x / 32);
@@ -626,6 +648,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
 #pragma unroll
         for (int j = 0; j < P; ++j) key[j] = first + j < experts ? key[j] : 0u;
       }
+      MOE_STAGE(2, key[0] ^ key[P - 1] ^ __float_as_uint(total));
       // The rounds: k, and for fp32 logits one more, to see that none of the top k shares its 23 bits with the
       // next key (else the token's selection is done on exact keys).
       const int rounds = HALVES || BIAS ? k : min(k + 1, experts);
@@ -662,6 +685,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
         run(std::integral_constant<int, 3>());
       }
       exact = __any_sync(0xffffffffu, alike);   // the top k may be out of order: exact keys decide
+      MOE_STAGE(3, slot[0] ^ slot[R - 1] ^ (unsigned)exact);
 #pragma unroll
       for (int q = 0; q < R; ++q) slot[q] = HALVES ? 0xffffu - (slot[q] & 0xffffu) : 511u - (slot[q] & 511u);
     }
@@ -672,9 +696,18 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
     }
     // Softmax renormalised over the k: no sum over the row (it cancels), the largest logit the first chosen one's.
     if (ROUTER == SOFTMAX && renormalize) row_max = top_logit<T, W>(row, slot[0], lane);
+    MOE_STAGE(4, slot[0] ^ slot[R - 1] ^ __float_as_uint(row_max));
 
     write_weights<T, W, ROUTER>(row, slot, lane, k, renormalize, row_max, total, active,
                                 weights + (size_t)token * k, ids + (size_t)token * k);
+#ifdef MOE_STAGE_CLOCKS
+    MOE_STAGE(5, 0u);
+    if (blockIdx.x == 0 && threadIdx.x == 0 && base == warp_first_token<W>()) {
+      printf("moe-stages router=%d experts=%d k=%d bytes=%d tokens=%d W=%d P=%d sink=%u clocks=%lld,%lld,%lld,%lld,%lld,"
+             "%lld\n", ROUTER, experts, k, (int)sizeof(T), tokens, W, P, stage_sink, stage_at[0], stage_at[1],
+             stage_at[2], stage_at[3], stage_at[4], stage_at[5]);
+    }
+#endif
   }
 }
 

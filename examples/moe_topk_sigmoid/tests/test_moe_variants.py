@@ -1,8 +1,9 @@
 """The case study's benchmarks (moe_variants.py, moe_large.py, moe_routers.py, moe_token_sweep.py,
-moe_build_check.py, launch_shared.py, moe_fresh_inputs.py, approx_sigmoid_error.py and fp32_tie_warps.py) without a
-GPU: the timing sets, the trees variants are laid over, the kernels of several trees loaded side by side in one
-process and timed in turn, the comparisons; the extension's kernels and the approximate sigmoid compiled for sm_90;
-the test on fp32 ties that sends a warp of the sorting-network kernel to a second selection."""
+moe_build_check.py, launch_shared.py, moe_fresh_inputs.py, approx_sigmoid_error.py, fp32_tie_warps.py and
+router_stages.py) without a GPU: the timing sets, the trees variants are laid over, the kernels of several trees
+loaded side by side in one process and timed in turn, the comparisons; the extension's kernels, the approximate
+sigmoid and the router's stage clocks compiled for sm_90; the test on fp32 ties that sends a warp of the
+sorting-network kernel to a second selection."""
 
 import argparse
 import subprocess
@@ -319,3 +320,36 @@ def test_in_graph_refuses_too_few_calls_and_sums_up_both_graph_timings(capsys):
              "ours_graph_of_one_us": 13.5}]
     assert moe_in_graph.summarize(rows) == {"cases": 2, "correct": 1, "geomean_vs_natural_in_graph": 10.0,
                                             "geomean_vs_natural_graph_of_one": 4.899}
+
+
+def test_stage_clocks_are_only_in_their_build_and_their_lines_parse(tmp_path):
+    """router_stages.py: topk_router.cu built with MOE_STAGE_CLOCKS (the copy --make-tree writes) reads the SM clock
+    six times in the rounds kernel and prints them, and the tree's build reads it never; the printed lines parse into
+    each case's cycles a stage (a stage's end to the next's), medians over the launches; a tree that is not the
+    clock build is refused."""
+    require_tool("nvcc")
+    import router_stages
+    from kernelpilot.isa import analyze
+
+    tree = tmp_path / "clocks"
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "router_stages.py"), "--make-tree", str(tree)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    defines = {"MOE_ROUTER": "1", "MOE_W": "16", "MOE_P": "24", "MOE_DTYPE": "__nv_bfloat16"}
+    for kernels, clocks in ((tree, 6), (ROOT / moe_variants.KERNELS, 0)):
+        (rep,) = analyze(str(kernels / "topk_router.cu"), arch="sm_90", defines=defines)
+        assert sum("SR_CLOCKLO" in i.operands for i in rep.isa.instructions) == clocks, kernels
+        assert any(i.opcode.startswith("CALL.ABS") for i in rep.isa.instructions) == bool(clocks)   # vprintf
+    line = "moe-stages router=1 experts=384 k=8 bytes=2 tokens=1 W=16 P=24 sink=7 clocks={}"
+    text = "\n".join([line.format("100,400,500,900,950,1000"), "noise", line.format("0,200,300,700,760,800"),
+                      line.format("0,300,400,800,850,900")])
+    stages = router_stages.parse_stages(text)
+    case = stages[(1, 384, 8, 2, 1)]
+    assert (case["w"], case["p"]) == (16, 24) and case["launches"][0] == [300, 100, 400, 50, 50]
+    assert router_stages.median_stages(case["launches"]) == {"shift_table": 300, "keys": 100, "rounds": 400,
+                                                             "selection": 50, "weights": 50, "total": 900}
+    with pytest.raises(ValueError, match="2 clocks"):
+        router_stages.parse_stages(line.format("1,2"))
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "router_stages.py"), "--tree",
+                           str(ROOT / moe_variants.KERNELS)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "not the clock build" in proc.stderr
