@@ -44,14 +44,19 @@ def environment() -> dict:
     }
 
 
-def _gpus() -> list[str]:
-    """The NVIDIA GPUs' names and driver as nvidia-smi reports them (none where it is missing)."""
+def gpu_query(fields: str) -> list[str]:
+    """nvidia-smi's `--query-gpu=FIELDS` (csv, no header, no units), a line per GPU (none where it is missing)."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [ln.strip() for ln in out.splitlines() if ln.strip()]
+
+
+def _gpus() -> list[str]:
+    """The NVIDIA GPUs' names and driver as nvidia-smi reports them (none where it is missing)."""
+    return gpu_query("name,driver_version")
 
 
 _STAMP: dict = {}

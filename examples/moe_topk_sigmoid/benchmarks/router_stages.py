@@ -42,9 +42,8 @@ CASES = [("biased", "kimi-k2", 384, 8, {}), ("biased", "glm-4.5", 160, 8, {}),
 STAGES = ("shift_table", "keys", "rounds", "selection", "weights")
 LINE = re.compile(r"moe-stages router=(\d+) experts=(\d+) k=(\d+) bytes=(\d+) tokens=(\d+) W=(\d+) P=(\d+) "
                   r"sink=\d+ clocks=([-\d,]+)")
-BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}   # the logit dtypes, and the size the clock lines name
 CLOCKS = "#define MOE_STAGE_CLOCKS 1\n"
-DTYPES = ("bfloat16", "float16", "float32")
 
 
 def clock_tree(tree: Path) -> Path:
@@ -79,56 +78,49 @@ def median_stages(launches: list[list[int]]) -> dict[str, float]:
 
 def sm_clocks_mhz() -> dict | None:
     """The SM clock now and its most (nvidia-smi), to read the cycles as time: None where nvidia-smi cannot say."""
+    from _common import gpu_query
+
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.max.sm", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=30).stdout.split("\n")[0]
-        now, most = (int(v) for v in out.split(","))
-    except (OSError, ValueError, subprocess.SubprocessError):
+        now, most = (int(v) for v in gpu_query("clocks.sm,clocks.max.sm")[0].split(","))
+    except (IndexError, ValueError):
         return None
     return {"now": now, "max": most}
 
 
-def _inputs(router: str, experts: int, tokens: int, dtype: str):
-    import torch
-
-    g = torch.Generator(device="cuda").manual_seed(1)
-    logits = (torch.randn(tokens, experts, device="cuda", generator=g) * 2.0).to(getattr(torch, dtype))
-    bias = torch.randn(experts, device="cuda", generator=g) * 0.1 if router in ("biased", "grouped") else None
-    return logits, bias
-
-
 def child(tree: Path, tokens: list[int], dtypes: list[str], launches: int) -> None:
     """In a process of its own (its stdout holds the kernel's clock lines): every case launched `launches` times
-    on the clock build, each a flushed and event-timed call; prints one JSON line per case with its event times."""
+    on the clock build, each a flushed and event-timed call, then timed on the tree's build alike; prints one JSON
+    line per case with both event times."""
     import moe_large
+    import routing_cuda
     import torch
     from kernelpilot.evaluate.timing import gpu_sampler
+    from router_worst import router_inputs
+    from stream_floor import flushed_median_us
 
     clocked = moe_large.load_kernels("stage_clocks", tree, "routing_cuda.py")
     libc = ctypes.CDLL(None)
     for router, model, experts, k, extra in CASES:
+        args = (extra.get("renormalize", False), extra.get("n_group", 1), extra.get("topk_group", 1))
         for dtype in dtypes:
             for n in tokens:
-                logits, bias = _inputs(router, experts, n, dtype)
-
-                def call():
-                    return clocked.route(router, logits, bias, k, extra.get("renormalize", False),
-                                         extra.get("n_group", 1), extra.get("topk_group", 1))
-
-                sample = gpu_sampler(call)
+                logits, bias = router_inputs(router, experts, n, dtype)
+                sample = gpu_sampler(lambda: clocked.route(router, logits, bias, k, *args))
                 for i in range(-5, 0):
                     sample(i)
                 times = [sample(i) for i in range(launches)]
                 torch.cuda.synchronize()
                 libc.fflush(None)   # the kernel's lines, held in C's stdout buffer, out before this case's record
+                tree_us = flushed_median_us(lambda: routing_cuda.route(router, logits, bias, k, *args))
                 print(json.dumps({"router": router, "model": model, "experts": experts, "k": k, "tokens": n,
-                                  "dtype": dtype, "event_us_clocks": round(statistics.median(times), 3)}), flush=True)
+                                  "dtype": dtype, "event_us": round(tree_us, 3),
+                                  "event_us_clocks": round(statistics.median(times), 3)}), flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, action="append", help="tokens a case (default 1 and 100)")
-    parser.add_argument("--dtype", action="append", choices=DTYPES, help="logit dtypes (default bfloat16)")
+    parser.add_argument("--dtype", action="append", choices=tuple(BYTES), help="logit dtypes (default bfloat16)")
     parser.add_argument("--launches", type=int, default=50, help="launches a case (default 50)")
     parser.add_argument("--out", type=Path, default=MOE / "results" / "router_stages.json")
     parser.add_argument("--make-tree", type=Path, metavar="DIR", help="write the clock build's kernels to DIR, stop")
@@ -159,9 +151,7 @@ def main() -> None:
 
     import routing_cuda
     from _common import environment
-    from stream_floor import flushed_median_us
 
-    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tree = args.tree or clock_tree(Path(tmp) / "stage_clocks")
         cmd = [sys.executable, __file__, "--child", str(tree), "--launches", str(args.launches)]
@@ -170,21 +160,16 @@ def main() -> None:
         if run.returncode != 0:
             sys.exit(f"the clock build's run failed ({run.returncode}):\n{run.stderr[-4000:]}")
     stages = parse_stages(run.stdout)
+    rows = []
     for line in run.stdout.splitlines():
-        if not line.startswith("{"):
-            continue
-        rec = json.loads(line)
-        router, experts, k, n, dtype = rec["router"], rec["experts"], rec["k"], rec["tokens"], rec["dtype"]
-        case = stages.get((routing_cuda.ROUTERS[router], experts, k, BYTES[dtype], n))
-        extra = next(c[4] for c in CASES if c[1] == rec["model"])
-        logits, bias = _inputs(router, experts, n, dtype)
-        rec["event_us"] = round(flushed_median_us(
-            lambda: routing_cuda.route(router, logits, bias, k, extra.get("renormalize", False),
-                                       extra.get("n_group", 1), extra.get("topk_group", 1))), 3)
-        rec["lanes"], rec["experts_a_lane"] = (case["w"], case["p"]) if case else (None, None)
-        rec["cycles"] = median_stages(case["launches"]) if case else None
-        rows.append(rec)
-        print(json.dumps(rec), flush=True)
+        if line.startswith("{"):
+            rec = json.loads(line)
+            case = stages.get((routing_cuda.ROUTERS[rec["router"]], rec["experts"], rec["k"], BYTES[rec["dtype"]],
+                               rec["tokens"]))
+            rec["lanes"], rec["experts_a_lane"] = (case["w"], case["p"]) if case else (None, None)
+            rec["cycles"] = median_stages(case["launches"]) if case else None
+            rows.append(rec)
+            print(json.dumps(rec), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"environment": environment(), "sm_clocks_mhz": sm_clocks_mhz(),
                                     "launches": args.launches, "stages": STAGES, "rows": rows}, indent=1) + "\n")

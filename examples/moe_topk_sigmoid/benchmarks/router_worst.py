@@ -27,6 +27,17 @@ CASES = [("grouped", 256, 8, (8, 4)), ("biased", 384, 8, None), ("biased", 160, 
          ("softmax", 160, 6, None), ("plain", 256, 8, None)]
 
 
+def router_inputs(router: str, experts: int, tokens: int, dtype: str = "bfloat16"):
+    """A case's logits (seeded normal, spread 2) on the GPU, and with a bias (biased, grouped) its bias (spread 0.1,
+    narrow enough for the packed keys); None for the other routers."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(1)
+    logits = (torch.randn(tokens, experts, device="cuda", generator=g) * 2.0).to(getattr(torch, dtype))
+    bias = torch.randn(experts, device="cuda", generator=g) * 0.1 if router in ("biased", "grouped") else None
+    return logits, bias
+
+
 def main() -> None:
     import torch
 
@@ -43,9 +54,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("router_worst.py needs a GPU")
     for router, experts, k, groups in CASES:
-        g = torch.Generator(device="cuda").manual_seed(1)
-        logits = (torch.randn(tokens, experts, device="cuda", generator=g) * 2.0).bfloat16()
-        bias = torch.randn(experts, device="cuda", generator=g) * 0.1 if router in ("biased", "grouped") else None
+        logits, bias = router_inputs(router, experts, tokens)
         n_group, topk_group = groups or (1, 1)
 
         def call():
