@@ -63,6 +63,9 @@
 #   moe-lanes-redux   the biased, grouped and softmax routers with topk_router.cu's kLanesRedux at 0 (a whole warp's or 16
 #                     lanes' max and min by xor shuffles) and at 1 (one warp REDUX, or two), timed in one process on 1
 #                     to 100,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
+#   moe-groups-at-once  the grouped router with topk_router.cu's kGroupsAtOnce at 1 (keep_groups gathers the group keys
+#                     by shuffles each behind a branch of its own) and at 4 (four at once), timed in one process on 1
+#                     to 100,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
 #   moe-large         $MOE/benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
 #                     their stream floors; quick, between full bench.py runs)
 #   moe-sort          $MOE/benchmarks/moe_sort.py (the sorting-network kernel at each experts per thread against the packed-key
@@ -261,6 +264,9 @@ print(sum(1 for b in d['bench'] if b.get('baselines', {}).get('compile')), 'of',
     moe-lanes-redux)   # make_shifts' range and 16 lanes' reductions by shuffles (0) or REDUX (1)
       routers_ab "$dir" kLanesRedux 3 "--variant biased --variant grouped --variant softmax \
           ${MOE_ROUTERS_ARGS:---tokens 1 --tokens 100 --tokens 3000 --tokens 100000}" shuffles:0 redux:1 ;;
+    moe-groups-at-once)   # keep_groups' group keys gathered by shuffles one at a time (1) or four at once (4)
+      routers_ab "$dir" kGroupsAtOnce 3 "--variant grouped \
+          ${MOE_ROUTERS_ARGS:---tokens 1 --tokens 100 --tokens 3000 --tokens 100000}" one:1 four:4 ;;
     moe-large) python3 "$MOE/benchmarks/moe_large.py" ${MOE_LARGE_ARGS:-} && cp "$MOE/results/moe_large.json" "$dir/" ;;
     moe-sort) python3 "$MOE/benchmarks/moe_sort.py" "$dir" ${MOE_SORT_ARGS:-} ;;
     moe-variants) python3 "$MOE/benchmarks/moe_variants.py" "$dir" ${MOE_VARIANTS:?moe-variants needs MOE_VARIANTS} ${MOE_VARIANTS_ARGS:-} ;;

@@ -54,12 +54,13 @@ def stream(logits: torch.Tensor, bias, k: int, rows: int = 16, warps: int = 4):
     return w, ids
 
 
-def flushed_median_us(call, calls: int = 200) -> float:
+def flushed_median_us(call, calls: int = 200, flush_l2: bool = True) -> float:
     """A call timed as `kpilot bench` times a candidate (L2 flushed, the GPU kept busy while the host launches,
-    CUDA events around the call): the median of `calls`, after 20 calls not counted."""
+    CUDA events around the call): the median of `calls`, after 20 calls not counted. With `flush_l2` False the
+    call finds in L2 what the one before left there."""
     from kernelpilot.evaluate.timing import gpu_sampler
 
-    sample = gpu_sampler(call)
+    sample = gpu_sampler(call, flush_l2=flush_l2)
     for i in range(-20, 0):
         sample(i)
     return statistics.median(sample(i) for i in range(calls))

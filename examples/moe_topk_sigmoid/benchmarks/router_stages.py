@@ -1,17 +1,21 @@
 """Where a launch of the rounds kernel (topk_router.cu) spends its time on few tokens, by stage: a copy of kernels/
 built with MOE_STAGE_CLOCKS, whose first thread reads the SM clock as each stage of its first token ends (the shift
-table made, the keys made, the rounds done, the selection done, the weights stored) and prints the clocks. Each
-case is launched as `kpilot bench` times a call (L2 flushed first, CUDA events), the stages' cycles taken as the
-median over the launches, beside the event time of the clock build and of the tree itself (the clocks' own cost):
+table made, the row loaded, the keys made, each lane's best keys kept and, grouped, the groups chosen, the rounds
+done, the selection done, the weights stored) and prints the clocks. Each case is launched as `kpilot bench` times
+a call (L2 flushed first, CUDA events), the stages' cycles taken as the median over the launches, beside the event
+time of the clock build and of the tree itself (the clocks' own cost):
 
     python examples/moe_topk_sigmoid/benchmarks/router_stages.py [--tokens 1 --tokens 100] [--dtype bfloat16 ...]
-                                                                 [--launches 50] [--tree DIR] [--out FILE]
+                                                                 [--launches 50] [--warm] [--tree DIR]
+                                                                 [--out FILE]
 
 --make-tree DIR writes the clock build's copy of kernels/ to DIR and stops (to build its extension beside the
 tree's at once, as gpu_session.sh's step moe-router-stages does); --tree DIR uses it (else a temporary copy).
 Writes examples/moe_topk_sigmoid/results/router_stages.json (or FILE). The stages run in one thread of one warp:
 what the slowest warp of a larger grid waits on is not in them, and the time between the launch and the kernel's
-first instruction, and after its last store, is the event time less the stages' sum.
+first instruction, and after its last store, is the event time less the stages' sum. With --warm no launch is
+preceded by an L2 flush: a stage that reads no memory yet takes longer flushed than warm waits on fetching the
+kernel's instructions.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ CASES = [("biased", "kimi-k2", 384, 8, {}), ("biased", "glm-4.5", 160, 8, {}),
          ("softmax", "deepseek-v2", 160, 6, {"renormalize": False}),
          ("softmax", "mixtral", 8, 2, {"renormalize": True}),
          ("plain", "llama4-maverick", 128, 1, {})]
-STAGES = ("shift_table", "keys", "rounds", "selection", "weights")
+STAGES = ("shift_table", "row", "keys", "heads", "rounds", "selection", "weights")
 LINE = re.compile(r"moe-stages router=(\d+) experts=(\d+) k=(\d+) bytes=(\d+) tokens=(\d+) W=(\d+) P=(\d+) "
                   r"sink=\d+ clocks=([-\d,]+)")
 BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}   # the logit dtypes, and the size the clock lines name
@@ -87,10 +91,11 @@ def sm_clocks_mhz() -> dict | None:
     return {"now": now, "max": most}
 
 
-def child(tree: Path, tokens: list[int], dtypes: list[str], launches: int) -> None:
+def child(tree: Path, tokens: list[int], dtypes: list[str], launches: int, warm: bool) -> None:
     """In a process of its own (its stdout holds the kernel's clock lines): every case launched `launches` times
-    on the clock build, each a flushed and event-timed call, then timed on the tree's build alike; prints one JSON
-    line per case with both event times."""
+    on the clock build, each an event-timed call after an L2 flush (with `warm`, none: the launch before left the
+    row, the bias and the kernel's code in L2), then timed on the tree's build alike; prints one JSON line per case
+    with both event times."""
     import moe_large
     import routing_cuda
     import torch
@@ -105,15 +110,16 @@ def child(tree: Path, tokens: list[int], dtypes: list[str], launches: int) -> No
         for dtype in dtypes:
             for n in tokens:
                 logits, bias = router_inputs(router, experts, n, dtype)
-                sample = gpu_sampler(lambda: clocked.route(router, logits, bias, k, *args))
+                sample = gpu_sampler(lambda: clocked.route(router, logits, bias, k, *args), flush_l2=not warm)
                 for i in range(-5, 0):
                     sample(i)
                 times = [sample(i) for i in range(launches)]
                 torch.cuda.synchronize()
                 libc.fflush(None)   # the kernel's lines, held in C's stdout buffer, out before this case's record
-                tree_us = flushed_median_us(lambda: routing_cuda.route(router, logits, bias, k, *args))
+                tree_us = flushed_median_us(lambda: routing_cuda.route(router, logits, bias, k, *args),
+                                            flush_l2=not warm)
                 print(json.dumps({"router": router, "model": model, "experts": experts, "k": k, "tokens": n,
-                                  "dtype": dtype, "event_us": round(tree_us, 3),
+                                  "dtype": dtype, "l2": "warm" if warm else "flushed", "event_us": round(tree_us, 3),
                                   "event_us_clocks": round(statistics.median(times), 3)}), flush=True)
 
 
@@ -122,6 +128,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, action="append", help="tokens a case (default 1 and 100)")
     parser.add_argument("--dtype", action="append", choices=tuple(BYTES), help="logit dtypes (default bfloat16)")
     parser.add_argument("--launches", type=int, default=50, help="launches a case (default 50)")
+    parser.add_argument("--warm", action="store_true",
+                        help="no L2 flush before a launch (the row, the bias and the code left in L2 by the one before)")
     parser.add_argument("--out", type=Path, default=MOE / "results" / "router_stages.json")
     parser.add_argument("--make-tree", type=Path, metavar="DIR", help="write the clock build's kernels to DIR, stop")
     parser.add_argument("--tree", type=Path, metavar="DIR", help="the clock build's kernels (from --make-tree)")
@@ -146,7 +154,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("router_stages.py needs a GPU")
     if args.child:
-        child(args.child, tokens, dtypes, args.launches)
+        child(args.child, tokens, dtypes, args.launches, args.warm)
         return
 
     import routing_cuda
@@ -155,7 +163,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tree = args.tree or clock_tree(Path(tmp) / "stage_clocks")
         cmd = [sys.executable, __file__, "--child", str(tree), "--launches", str(args.launches)]
-        cmd += [f"--tokens={t}" for t in tokens] + [f"--dtype={d}" for d in dtypes]
+        cmd += [f"--tokens={t}" for t in tokens] + [f"--dtype={d}" for d in dtypes] + ["--warm"] * args.warm
         run = subprocess.run(cmd, capture_output=True, text=True)
         if run.returncode != 0:
             sys.exit(f"the clock build's run failed ({run.returncode}):\n{run.stderr[-4000:]}")
@@ -172,7 +180,8 @@ def main() -> None:
             print(json.dumps(rec), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"environment": environment(), "sm_clocks_mhz": sm_clocks_mhz(),
-                                    "launches": args.launches, "stages": STAGES, "rows": rows}, indent=1) + "\n")
+                                    "launches": args.launches, "l2": "warm" if args.warm else "flushed",
+                                    "stages": STAGES, "rows": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

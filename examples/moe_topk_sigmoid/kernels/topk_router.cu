@@ -203,19 +203,33 @@ __device__ inline void select_rounds(const unsigned (&key)[P], unsigned (&h)[N],
 // For each of a lane's G group keys (its groups `mine` .. `mine` + G - 1), how many of the n_group groups rank ahead
 // of it: a group before it with a key at least its own, or after it with a larger one (the lowest group first
 // among equals). Group o's key is gk[o % G] of lane o / G * stride, gathered by one shuffle a group (independent,
-// one step deep); N (W * G, a constant) bounds the groups, n_group at most N.
+// one step deep); N (W * G, a constant) bounds the groups, n_group at most N. Where n_group is the call's (the
+// rounds kernel's groups), a branch on o < n_group around each shuffle puts every shuffle in a block of its own,
+// each waited on before the next is issued (8 groups: 8 shuffles one after the other on a launch's critical path).
+// kGroupsAtOnce shuffles are issued at once instead, a branch on each such run of groups, the groups past n_group
+// in the last run counting for nothing (1: one at a time). Four, not all N: all at once holds every result in a
+// register at the same time (384 grouped experts, 24 a lane: 127 -> 162 registers in sm_90 builds, 2 -> 1 block an
+// SM); four keeps every build's registers. Taken (4): gpu_session.sh's step moe-groups-at-once times it against 1;
+// NOTES.md has what it found.
+inline constexpr int kGroupsAtOnce = 4;
+
 template <int W, int G, int N>
 __device__ inline void groups_ahead(const unsigned (&gk)[G], int n_group, int stride, int mine, int (&ahead)[G]) {
+  constexpr int A = kGroupsAtOnce < N ? kGroupsAtOnce : N;
 #pragma unroll
   for (int g = 0; g < G; ++g) ahead[g] = 0;
 #pragma unroll
-  for (int o = 0; o < N; ++o) {
-    if (o < n_group) {   // uniform
-      const unsigned other = W > 1 ? __shfl_sync(0xffffffffu, gk[o % G], o / G * stride, W) : gk[o % G];
+  for (int run = 0; run < N; run += A) {
+    if (run < n_group) {   // uniform
 #pragma unroll
-      for (int g = 0; g < G; ++g) {
-        const unsigned own = gk[g];
-        ahead[g] += other > own || (other == own && o < mine + g);
+      for (int o = run; o < run + A && o < N; ++o) {
+        const unsigned other = W > 1 ? __shfl_sync(0xffffffffu, gk[o % G], o / G * stride, W) : gk[o % G];
+        const bool group = A == 1 || o < n_group;
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          const unsigned own = gk[g];
+          ahead[g] += group && (other > own || (other == own && o < mine + g));
+        }
       }
     }
   }
@@ -515,14 +529,24 @@ inline constexpr int kRowPrefetch = 1;
 
 // Stage clocks, in a build with MOE_STAGE_CLOCKS defined (benchmarks/router_stages.py): the rounds kernel's first
 // thread reads the SM clock as each stage of its first token ends, the read placed after the stage's value `dep` (a
-// warp issues in order, so the read waits for it), and prints the clocks at its end. Without it nothing is compiled.
+// warp issues in order, so the read waits for it), and prints the clocks at its end. A stage's value folds its
+// array's first and last elements (ends(): the first alone where there is one, never a constant that would let the
+// read move up). Without MOE_STAGE_CLOCKS nothing is compiled.
 #ifdef MOE_STAGE_CLOCKS
-inline constexpr int kStages = 6;   // entry, shift table made, keys made, rounds done, selection done, weights stored
+// entry, shift table made, row loaded, keys made, heads kept (and groups chosen), rounds done, selection done,
+// weights stored
+inline constexpr int kStages = 8;
 __device__ inline long long stage_clock(unsigned dep, unsigned& sink) {
   long long t;
   asm volatile("{\n\t.reg .u32 d;\n\txor.b32 d, %2, %1;\n\tmov.u32 %1, d;\n\tmov.u64 %0, %%clock64;\n\t}"
                : "=l"(t), "+r"(sink) : "r"(dep) : "memory");
   return t;
+}
+template <int N>
+__device__ inline unsigned ends(const unsigned (&a)[N]) { return N > 1 ? a[0] ^ a[N - 1] : a[0]; }
+template <int N>
+__device__ inline unsigned ends(const float (&a)[N]) {
+  return N > 1 ? __float_as_uint(a[0]) ^ __float_as_uint(a[N - 1]) : __float_as_uint(a[0]);
 }
 #define MOE_STAGE(n, dep) (stage_at[n] = stage_clock((unsigned)(dep), stage_sink))
 #else
@@ -600,6 +624,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
         // 16-bit logits: their order key, then 65535 - expert (exact), two keys a word by byte permutes.
         unsigned w[(P + 1) / 2];
         load_words<T, P>(row, first, experts, vector, w);
+        MOE_STAGE(2, ends(w));
 #pragma unroll
         for (int p = 0; p < (P + 1) / 2; ++p) {
           unsigned hi;
@@ -623,6 +648,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
       } else {
         float x[P];
         load_floats<T, P>(row, first, experts, vector, x);
+        MOE_STAGE(2, ends(x));
         float c[BIAS ? P : 1];
         if constexpr (BIAS) load_shifts<W, P>(shift, lane, c);
         if (ROUTER == SOFTMAX && !renormalize) {   // the row's largest logit, the sum
@@ -648,7 +674,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
 #pragma unroll
         for (int j = 0; j < P; ++j) key[j] = first + j < experts ? key[j] : 0u;
       }
-      MOE_STAGE(2, key[0] ^ key[P - 1] ^ __float_as_uint(total));
+      MOE_STAGE(3, ends(key) ^ __float_as_uint(total));
       // The rounds: k, and for fp32 logits one more, to see that none of the top k shares its 23 bits with the
       // next key (else the token's selection is done on exact keys).
       const int rounds = HALVES || BIAS ? k : min(k + 1, experts);
@@ -677,6 +703,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
         } else {
           best_n<N, P>(key, h);
         }
+        MOE_STAGE(4, ends(h) ^ (unsigned)live);
         select_rounds<W, N, P, R, !HALVES && !BIAS>(key, h, rounds, lane, live, slot, alike);
       };
       if (heads == 2) {
@@ -685,7 +712,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
         run(std::integral_constant<int, 3>());
       }
       exact = __any_sync(0xffffffffu, alike);   // the top k may be out of order: exact keys decide
-      MOE_STAGE(3, slot[0] ^ slot[R - 1] ^ (unsigned)exact);
+      MOE_STAGE(5, ends(slot) ^ (unsigned)exact);
 #pragma unroll
       for (int q = 0; q < R; ++q) slot[q] = HALVES ? 0xffffu - (slot[q] & 0xffffu) : 511u - (slot[q] & 511u);
     }
@@ -696,16 +723,16 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
     }
     // Softmax renormalised over the k: no sum over the row (it cancels), the largest logit the first chosen one's.
     if (ROUTER == SOFTMAX && renormalize) row_max = top_logit<T, W>(row, slot[0], lane);
-    MOE_STAGE(4, slot[0] ^ slot[R - 1] ^ __float_as_uint(row_max));
+    MOE_STAGE(6, ends(slot) ^ __float_as_uint(row_max));
 
     write_weights<T, W, ROUTER>(row, slot, lane, k, renormalize, row_max, total, active,
                                 weights + (size_t)token * k, ids + (size_t)token * k);
 #ifdef MOE_STAGE_CLOCKS
-    MOE_STAGE(5, 0u);
+    MOE_STAGE(7, 0u);
     if (blockIdx.x == 0 && threadIdx.x == 0 && base == warp_first_token<W>()) {
       printf("moe-stages router=%d experts=%d k=%d bytes=%d tokens=%d W=%d P=%d sink=%u clocks=%lld,%lld,%lld,%lld,%lld,"
-             "%lld\n", ROUTER, experts, k, (int)sizeof(T), tokens, W, P, stage_sink, stage_at[0], stage_at[1],
-             stage_at[2], stage_at[3], stage_at[4], stage_at[5]);
+             "%lld,%lld,%lld\n", ROUTER, experts, k, (int)sizeof(T), tokens, W, P, stage_sink, stage_at[0], stage_at[1],
+             stage_at[2], stage_at[3], stage_at[4], stage_at[5], stage_at[6], stage_at[7]);
     }
 #endif
   }

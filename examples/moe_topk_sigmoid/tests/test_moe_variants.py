@@ -324,9 +324,10 @@ def test_in_graph_refuses_too_few_calls_and_sums_up_both_graph_timings(capsys):
 
 def test_stage_clocks_are_only_in_their_build_and_their_lines_parse(tmp_path):
     """router_stages.py: topk_router.cu built with MOE_STAGE_CLOCKS (the copy --make-tree writes) reads the SM clock
-    six times in the rounds kernel and prints them, and the tree's build reads it never; the printed lines parse into
-    each case's cycles a stage (a stage's end to the next's), medians over the launches; a tree that is not the
-    clock build is refused."""
+    at the end of each of eight stages in the rounds kernel (nine reads: the heads' stage in both forms of the rounds,
+    2 and 3 keys a lane) and prints them, and the tree's build reads it never; the printed lines parse into each
+    case's cycles a stage (a stage's end to the next's), medians over the launches; a tree that is not the clock
+    build is refused."""
     require_tool("nvcc")
     import router_stages
     from kernelpilot.isa import analyze
@@ -336,18 +337,19 @@ def test_stage_clocks_are_only_in_their_build_and_their_lines_parse(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     defines = {"MOE_ROUTER": "1", "MOE_W": "16", "MOE_P": "24", "MOE_DTYPE": "__nv_bfloat16"}
-    for kernels, clocks in ((tree, 6), (ROOT / moe_variants.KERNELS, 0)):
+    for kernels, clocks in ((tree, 9), (ROOT / moe_variants.KERNELS, 0)):
         (rep,) = analyze(str(kernels / "topk_router.cu"), arch="sm_90", defines=defines)
         assert sum("SR_CLOCKLO" in i.operands for i in rep.isa.instructions) == clocks, kernels
         assert any(i.opcode.startswith("CALL.ABS") for i in rep.isa.instructions) == bool(clocks)   # vprintf
     line = "moe-stages router=1 experts=384 k=8 bytes=2 tokens=1 W=16 P=24 sink=7 clocks={}"
-    text = "\n".join([line.format("100,400,500,900,950,1000"), "noise", line.format("0,200,300,700,760,800"),
-                      line.format("0,300,400,800,850,900")])
+    text = "\n".join([line.format("100,400,450,500,600,900,950,1000"), "noise",
+                      line.format("0,200,240,300,380,700,760,800"), line.format("0,300,360,400,500,800,850,900")])
     stages = router_stages.parse_stages(text)
     case = stages[(1, 384, 8, 2, 1)]
-    assert (case["w"], case["p"]) == (16, 24) and case["launches"][0] == [300, 100, 400, 50, 50]
-    assert router_stages.median_stages(case["launches"]) == {"shift_table": 300, "keys": 100, "rounds": 400,
-                                                             "selection": 50, "weights": 50, "total": 900}
+    assert (case["w"], case["p"]) == (16, 24) and case["launches"][0] == [300, 50, 50, 100, 300, 50, 50]
+    assert router_stages.median_stages(case["launches"]) == {"shift_table": 300, "row": 50, "keys": 50, "heads": 100,
+                                                             "rounds": 300, "selection": 50, "weights": 50,
+                                                             "total": 900}
     with pytest.raises(ValueError, match="2 clocks"):
         router_stages.parse_stages(line.format("1,2"))
     proc = subprocess.run([sys.executable, str(BENCHMARKS / "router_stages.py"), "--tree",

@@ -306,6 +306,39 @@ def test_emulated_lanes_by_redux(emulation, tmp_path):
     assert not {case for case in failed[whole_tree] if case[2] == 1}
 
 
+def test_emulated_groups_at_once(emulation, tmp_path):
+    """topk_router.cu's kGroupsAtOnce: the tree (4: keep_groups gathers the group keys four shuffles at once, the
+    groups past n_group in the last four counting for nothing) and a variant at 1 (one at a time) route the grouped
+    router right on the rounds kernel (1 and 37 tokens) and the merge kernel, on 8 groups (two whole runs of four),
+    5 groups of 32 (a run of one, the groups reduced over all lanes) and both of 2 groups of 32 kept on 8 lanes (4
+    lanes a group: groups 2 and 3 of the first run are lanes 8 and 12, which a shuffle of 8 lanes wraps to 0 and 4).
+    A plant that lets those groups count fails the 2 groups (the weaker one counted as 2 ahead and dropped), not
+    the 8."""
+    variants = moe_variants.kernel_trees(
+        [_variant(tmp_path / "one", "topk_router.cu", ("constexpr int kGroupsAtOnce = 4;",
+                                                       "constexpr int kGroupsAtOnce = 1;")),
+         _variant(tmp_path / "unmasked", "topk_router.cu",
+                  ("const bool group = A == 1 || o < n_group;", "const bool group = true;"))], tmp_path / "trees")
+    one_tree, unmasked_tree = variants.values()
+    tree = MOE / "kernels"
+    shapes = [(256, 8, 8, 4, torch.bfloat16), (160, 6, 5, 2, torch.float32), (64, 6, 2, 2, torch.bfloat16)]
+    g = torch.Generator().manual_seed(7)
+    failed = set()
+    for experts, k, n_group, topk_group, dtype in shapes:
+        extra = {"n_group": n_group, "topk_group": topk_group}
+        for tokens in (1, 37, *routing_cuda.merge_token_counts("grouped", experts, k)):
+            x = _logits(tokens, experts, dtype, g)
+            bias = torch.randn(experts, generator=g) * 0.1
+            for kernels in (tree, one_tree, unmasked_tree):
+                ok, msg = ref.check_router(lambda *a, **kw: emulation.route(*a, **kw, kernels=kernels), "grouped",
+                                           x, bias, k, extra)
+                if kernels is unmasked_tree:
+                    failed |= set() if ok else {(n_group, tokens)}
+                else:
+                    assert ok, (experts, k, n_group, tokens, dtype, kernels.name, msg)
+    assert {n for n, _ in failed} == {2}, failed
+
+
 def test_emulation_fails_misaligned_and_out_of_bounds_accesses(emulation, tmp_path):
     """A variant with two planted bugs a GPU would show as faults, not as wrong outputs: the grouped router takes
     groups of 15 experts (120 in 8) on the merge kernel, whose chunks then read the shift table's 16-byte vectors
