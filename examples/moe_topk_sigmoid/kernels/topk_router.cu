@@ -763,8 +763,8 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
     MOE_STAGE(7, 0u);
     if (blockIdx.x == 0 && threadIdx.x == 0 && base == warp_first_token<W>()) {
       printf("moe-stages router=%d experts=%d k=%d bytes=%d tokens=%d W=%d P=%d sink=%u clocks=%lld,%lld,%lld,%lld,%lld,"
-             "%lld,%lld,%lld\n", ROUTER, experts, k, (int)sizeof(T), tokens, W, P, stage_sink, stage_at[0], stage_at[1],
-             stage_at[2], stage_at[3], stage_at[4], stage_at[5], stage_at[6], stage_at[7]);
+             "%lld,%lld,%lld\n", ROUTER, experts, k, (int)sizeof(T), tokens, W, P, stage_sink, stage_at[0],
+             stage_at[1], stage_at[2], stage_at[3], stage_at[4], stage_at[5], stage_at[6], stage_at[7]);
     }
 #endif
   }
