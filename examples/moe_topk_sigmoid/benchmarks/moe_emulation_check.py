@@ -46,7 +46,9 @@ def moe_reference():
 
 
 def failures(kernels: Path, dtypes: list[str], tokens: list[int] | None) -> list[str]:
-    """router_failures and sigmoid_failures together."""
+    """router_failures and sigmoid_failures together. The emulation of `kernels` is built first: a build that
+    fails raises EmulationError here, once, where each case would otherwise try the build again and fail alike."""
+    em.library_path(kernels)
     return router_failures(kernels, dtypes, tokens) + sigmoid_failures(kernels, dtypes, tokens)
 
 

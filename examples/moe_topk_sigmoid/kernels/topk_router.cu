@@ -471,8 +471,14 @@ struct Slots {
   unsigned v[R];
 };
 
+#ifdef __CUDACC__
+#define MOE_NOINLINE __noinline__
+#else   // the host compiler of the CPU emulation (emulation/), which has no __noinline__
+#define MOE_NOINLINE __attribute__((noinline))
+#endif
+
 template <typename T, int W, int P, int ROUTER, int R>
-__device__ __noinline__ Slots<R> select_exact_apart(const T* __restrict__ row, const float* __restrict__ bias,
+__device__ MOE_NOINLINE Slots<R> select_exact_apart(const T* __restrict__ row, const float* __restrict__ bias,
                                                    int first, int lane, int experts, int k, int n_group,
                                                    int topk_group, int L, Slots<R> slots) {
   select_exact<T, W, P, ROUTER, R>(row, bias, first, lane, experts, k, n_group, topk_group, L, slots.v);

@@ -168,6 +168,19 @@ def test_emulation_check_fails_a_broken_merge(emulation, tmp_path):
     assert sigmoid and all(a.startswith(("sort", "prune")) for a in sigmoid), bad.stdout[-2000:]
 
 
+def test_emulation_check_stops_on_a_variant_that_does_not_build(emulation, tmp_path):
+    """benchmarks/moe_emulation_check.py on a variant whose topk_router.cu does not compile for the host: one
+    message with the compiler's error and a non-zero exit, at once (within the subprocess's timeout), not a build
+    tried again for every case."""
+    variant = _variant(tmp_path / "no_build", "topk_router.cu",
+                       ("inline constexpr int kRowPrefetch = 1;", "inline constexpr int kRowPrefetch = ;"))
+    script = MOE / "benchmarks" / "moe_emulation_check.py"
+    bad = subprocess.run([sys.executable, str(script), str(variant), "--dtype", "bfloat16"], capture_output=True,
+                         text=True, timeout=300)
+    assert bad.returncode != 0 and "building the emulation failed" in bad.stderr, bad.stderr[-2000:]
+    assert "kRowPrefetch" in bad.stderr and "FAILED" not in bad.stdout, bad.stdout[-2000:]
+
+
 def test_emulation_check_fails_a_one_lane_merge_that_reads_one_chunk(emulation, tmp_path):
     """A variant whose one-lane merge (up to 32 experts) reads only a row's first chunk of 8 experts: on bf16 rows at
     the first of merge_token_counts (8,195 tokens, rows of at most 32 bytes), exactly the shapes of 9 to 16 experts
