@@ -93,13 +93,12 @@ def sm_clocks_mhz() -> dict | None:
 
 def child(tree: Path, tokens: list[int], dtypes: list[str], launches: int, warm: bool) -> None:
     """In a process of its own (its stdout holds the kernel's clock lines): every case launched `launches` times
-    on the clock build, each an event-timed call after an L2 flush (with `warm`, none: the launch before left the
-    row, the bias and the kernel's code in L2), then timed on the tree's build alike; prints one JSON line per case
-    with both event times."""
+    on the clock build (after flushed_median_us's uncounted calls), each an event-timed call after an L2 flush (with
+    `warm`, none: the launch before left the row, the bias and the kernel's code in L2), then timed on the tree's
+    build alike; prints one JSON line per case with both event times."""
     import moe_large
     import routing_cuda
     import torch
-    from kernelpilot.evaluate.timing import gpu_sampler
     from router_worst import router_inputs
     from stream_floor import flushed_median_us
 
@@ -110,17 +109,15 @@ def child(tree: Path, tokens: list[int], dtypes: list[str], launches: int, warm:
         for dtype in dtypes:
             for n in tokens:
                 logits, bias = router_inputs(router, experts, n, dtype)
-                sample = gpu_sampler(lambda: clocked.route(router, logits, bias, k, *args), flush_l2=not warm)
-                for i in range(-5, 0):
-                    sample(i)
-                times = [sample(i) for i in range(launches)]
+                clocks_us = flushed_median_us(lambda: clocked.route(router, logits, bias, k, *args), launches,
+                                              flush_l2=not warm)
                 torch.cuda.synchronize()
                 libc.fflush(None)   # the kernel's lines, held in C's stdout buffer, out before this case's record
                 tree_us = flushed_median_us(lambda: routing_cuda.route(router, logits, bias, k, *args),
                                             flush_l2=not warm)
                 print(json.dumps({"router": router, "model": model, "experts": experts, "k": k, "tokens": n,
                                   "dtype": dtype, "l2": "warm" if warm else "flushed", "event_us": round(tree_us, 3),
-                                  "event_us_clocks": round(statistics.median(times), 3)}), flush=True)
+                                  "event_us_clocks": round(clocks_us, 3)}), flush=True)
 
 
 def main() -> None:
@@ -175,7 +172,8 @@ def main() -> None:
             case = stages.get((routing_cuda.ROUTERS[rec["router"]], rec["experts"], rec["k"], BYTES[rec["dtype"]],
                                rec["tokens"]))
             rec["lanes"], rec["experts_a_lane"] = (case["w"], case["p"]) if case else (None, None)
-            rec["cycles"] = median_stages(case["launches"]) if case else None
+            # a case's last `launches` lines: the lines before are of flushed_median_us's uncounted calls
+            rec["cycles"] = median_stages(case["launches"][-args.launches:]) if case else None
             rows.append(rec)
             print(json.dumps(rec), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
