@@ -126,7 +126,8 @@ def main() -> None:
     parser.add_argument("--dtype", action="append", choices=tuple(BYTES), help="logit dtypes (default bfloat16)")
     parser.add_argument("--launches", type=int, default=50, help="launches a case (default 50)")
     parser.add_argument("--warm", action="store_true",
-                        help="no L2 flush before a launch (the row, the bias and the code left in L2 by the one before)")
+                        help="no L2 flush before a launch (the row, the bias and the code left in L2 by the one "
+                             "before)")
     parser.add_argument("--out", type=Path, default=MOE / "results" / "router_stages.json")
     parser.add_argument("--make-tree", type=Path, metavar="DIR", help="write the clock build's kernels to DIR, stop")
     parser.add_argument("--tree", type=Path, metavar="DIR", help="the clock build's kernels (from --make-tree)")
