@@ -168,6 +168,32 @@ def test_emulation_check_fails_a_broken_merge(emulation, tmp_path):
     assert sigmoid and all(a.startswith(("sort", "prune")) for a in sigmoid), bad.stdout[-2000:]
 
 
+def test_emulated_router_on_random_shapes(emulation):
+    """moe_emulation_check.random_cases: 60 router calls of shapes, rules and inputs drawn at random (seed 0), every
+    router and dtype among them, experts off the path shapes' list, each passing its problem's check."""
+    cases = moe_emulation_check.random_cases(60, 0)
+    assert {c.router for c in cases} == set(routing_cuda.ROUTERS) and {c.dtype for c in cases} == set(
+        moe_emulation_check.DTYPES)
+    listed = {experts for _, experts, _, _ in routing_cuda.path_shapes()}
+    assert any(c.experts not in listed for c in cases) and any(c.tokens > 4096 for c in cases)
+    failed = moe_emulation_check.random_failures(em.KERNELS, cases)
+    assert not failed, failed[:5]
+
+
+def test_emulation_check_random_fails_a_broken_merge(emulation, tmp_path):
+    """benchmarks/moe_emulation_check.py --random on the variant whose merge of two sorted lists skips its last
+    compare-exchanges: exit 1, the failures all at token counts the merge kernel takes (4,096 or more), each line
+    naming its case's seed."""
+    variant = _variant(tmp_path / "broken_merge", "topk_sigmoid_common.cuh",
+                       ("for (int d = N / 2; d > 0; d /= 2) {", "for (int d = N / 2; d > 1; d /= 2) {"))
+    script = MOE / "benchmarks" / "moe_emulation_check.py"
+    bad = subprocess.run([sys.executable, str(script), str(variant), "--random", "60"], capture_output=True,
+                         text=True, timeout=600)
+    assert bad.returncode == 1, bad.stderr[-2000:]
+    failed = [ln.strip() for ln in bad.stdout.splitlines() if ln.startswith("  ")]
+    assert failed and all(int(ln.split("tokens=")[1].split()[0]) > 4096 and " seed=" in ln for ln in failed), failed
+
+
 def test_emulation_check_stops_on_a_variant_that_does_not_build(emulation, tmp_path):
     """benchmarks/moe_emulation_check.py on a variant whose topk_router.cu does not compile for the host: one
     message with the compiler's error and a non-zero exit, at once (within the subprocess's timeout), not a build
