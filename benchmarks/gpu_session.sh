@@ -66,6 +66,9 @@
 #   moe-groups-at-once  the grouped router with topk_router.cu's kGroupsAtOnce at 1 (keep_groups gathers the group keys
 #                     by shuffles each behind a branch of its own) and at 4 (four at once), timed in one process on 1
 #                     to 100,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
+#   moe-piece-groups  the grouped router with router_launch.h's kGroupedPieceGroupsALane at 1 (a group of 4n experts a
+#                     lane) and at 2 (8 such groups two a lane on 4 lanes: 160 experts in groups of 20), timed in one
+#                     process on 8,192 and 100,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
 #   moe-exact-apart   every router with topk_router.cu's kExactApart at 0 (the exact-key selection inlined in the
 #                     rounds kernel) and at 16 (a function of its own after the kernel's code, in builds of up to 16
 #                     experts a lane), timed in one process on 1 to 3,000 tokens ($MOE_ROUTERS_ARGS: other options)
@@ -270,6 +273,9 @@ print(sum(1 for b in d['bench'] if b.get('baselines', {}).get('compile')), 'of',
     moe-groups-at-once)   # keep_groups' group keys gathered by shuffles one at a time (1) or four at once (4)
       routers_ab "$dir" kGroupsAtOnce 3 "--variant grouped \
           ${MOE_ROUTERS_ARGS:---tokens 1 --tokens 100 --tokens 3000 --tokens 100000}" one:1 four:4 ;;
+    moe-piece-groups)   # groups of 4n experts one a lane (1) or two a lane on 4 lanes (2)
+      routers_ab "$dir" kGroupedPieceGroupsALane 3 "--variant grouped ${MOE_ROUTERS_ARGS:---tokens 8192 --tokens 100000}" \
+          one:1 two:2 ;;
     moe-exact-apart)   # the exact-key selection inlined in the rounds kernel (0) or a function of its own (16)
       routers_ab "$dir" kExactApart 3 "${MOE_ROUTERS_ARGS:---tokens 1 --tokens 100 --tokens 3000}" inline:0 apart:16 ;;
     moe-large) python3 "$MOE/benchmarks/moe_large.py" ${MOE_LARGE_ARGS:-} && cp "$MOE/results/moe_large.json" "$dir/" ;;

@@ -93,6 +93,12 @@ constexpr int kMergeTokens = 4096;
 // and 100,000 tokens (gpu_session.sh's step moe-grouped-lanes, results/moe_routers_grouped_lanes_h100.json): the
 // 64-expert groups 0.72 (bf16) and 0.81 (fp32) of the time, the other shapes unchanged.
 constexpr int kGroupedMergeLeastLanes = 4;
+// Groups of 4n experts (n odd) a lane on the grouped merge kernel: 1, one group a lane (8 lanes for 8 groups); 2, with
+// kGroupedMergeLeastLanes 4, 8 such groups of 4, 12 or 20 experts two a lane on 4 lanes, each group's chunks from its
+// first expert (grouped_best_keys_lanes): for 160 experts in groups of 20, 8 merges of lanes' lists a token against
+// 24 and 4 more of a lane's lists, at 80 registers (16-bit logits) against 64. gpu_session.sh's step moe-piece-groups
+// times 2 against 1.
+constexpr int kGroupedPieceGroupsALane = 1;
 constexpr int kOneLaneTokens = 8192;
 constexpr int kOneLaneWideRowTokens = 65536;
 
@@ -109,10 +115,11 @@ template <int SIZE>
 bool route_merge(const Args& a, cudaStream_t stream) {
   if (!merge_serves(a, SIZE)) return false;
   if constexpr (ROUTER == moe::GROUPED) {
-    const moe::RouterShape g = moe::grouped_merge_shape(a.experts, a.n_group, kGroupedMergeLeastLanes);
+    const moe::RouterShape g = moe::grouped_merge_shape(a.experts, a.n_group, kGroupedMergeLeastLanes,
+                                                               kGroupedPieceGroupsALane);
     if (g.g > 1) {
       switch ((g.g * 100 + g.w) * 100 + g.p) {
-        MOE_GROUPS_A_LANE_CASE(4, 2, 2)
+        MOE_GROUPS_A_LANE_CASE(4, 2, 2) MOE_GROUPS_A_LANE_CASE(4, 4, 2) MOE_GROUPS_A_LANE_CASE(4, 6, 2)
       }
       return false;
     }

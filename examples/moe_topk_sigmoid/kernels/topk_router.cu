@@ -949,14 +949,16 @@ __device__ inline float chunk_logit(const uint4 (&raw)[CV], int j) {
 inline constexpr int kMergeShiftLanes = 1;
 
 // Where expert e's shift goes: lanes holding chunk c of the row at lane c % W (no groups) or `span` consecutive
-// experts each (with groups: lane e / span).
-template <int W, int ROUTER>
-__device__ inline int merge_shift_slot(int e, int span) {
+// experts each (with groups: lane e / span; where it holds G > 1 groups of `per` experts, CG chunks each from the
+// group's first expert, expert o of its g-th group is chunk g * CG + o / 8's o % 8).
+template <int W, int ROUTER, int G = 1, int CG = 1>
+__device__ inline int merge_shift_slot(int e, int span, int per = 1) {
   if constexpr (kMergeShiftLanes == 0) return e;
   int l, j;
   if constexpr (ROUTER == GROUPED) {
     l = e / span;
     j = e - l * span;
+    if constexpr (G > 1) j = j / per * CG * 8 + j % per;
   } else {
     l = (e / 8) % W;
     j = e / (8 * W) * 8 + e % 8;
@@ -998,23 +1000,28 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
   const int per = ROUTER == GROUPED ? experts / n_group : 1;   // experts a group
   const int L = ROUTER == GROUPED ? W / n_group : 1;          // lanes a group
   // The first expert of this lane's chunk v: with groups, C consecutive chunks, so that a lane's experts lie in one
-  // group (W / n_group lanes a group, or one lane for a group whose experts are not a multiple of 8: its last chunk
-  // cut at the group's end) or, with G groups a lane, in G whole groups; otherwise every W-th chunk, so that a
-  // token's lanes read neighbouring 16 bytes. `end`: where this lane's experts end. (Written per case: lane / L *
-  // per + lane % L * 8C for every L made the bf16 builds spill.)
-  const int first = ROUTER == GROUPED ? (L == 1 ? lane * per : lane * C * 8) : lane * 8;
-  const auto start = [first](int v) { return first + v * (ROUTER == GROUPED ? 8 : 8 * W); };
-  const int end = ROUTER == GROUPED && L == 1 ? first + per : experts;
+  // group (W / n_group lanes a group) or in G whole groups (one lane a group, G = 1, or fewer lanes than groups), a
+  // group's C / G chunks from its first expert, the last cut at the group's end where its experts are not a multiple
+  // of 8; otherwise every W-th chunk, so that a token's lanes read neighbouring 16 bytes. end(v): where chunk v's
+  // experts end (its group's end, or the row's). (Written per case: lane / L * per + lane % L * 8C for every L made
+  // the bf16 builds spill.)
+  constexpr int CG = C / G;                        // chunks a group, where a lane holds whole groups
+  const bool whole = ROUTER == GROUPED && (G > 1 || L == 1);   // whole groups a lane
+  const int first = ROUTER == GROUPED ? (whole ? lane * G * per : lane * C * 8) : lane * 8;
+  const auto start = [first, per](int v) {
+    return ROUTER == GROUPED ? first + v / CG * per + v % CG * 8 : first + v * 8 * W;
+  };
+  const auto end = [first, per, whole, experts](int v) { return whole ? first + (v / CG + 1) * per : experts; };
 
   // Side by side (kMergeShiftLanes), the slots run to 8 * C * W: up to 8 W - 1 past the experts, where lanes' last
   // chunks are cut at the row's end or their group's.
   __shared__ __align__(16) float shift[BIAS ? (kMergeShiftLanes ? 640 : 512) : 4];
   float scale = 0.0f;
   bool quantized = true;
-  const int span = ROUTER == GROUPED && L == 1 ? per : 8 * C;   // with groups, the experts a lane holds
+  const int span = whole ? G * per : 8 * C;   // with groups, the experts a lane holds
   if constexpr (BIAS) {
     quantized = make_shifts(bias, experts, shift, scale,
-                            [span](int e) { return merge_shift_slot<W, ROUTER>(e, span); });
+                            [span, per](int e) { return merge_shift_slot<W, ROUTER, G, CG>(e, span, per); });
   }
 
   const int warps = gridDim.x * (blockDim.x / 32);
@@ -1024,7 +1031,7 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
     const T* row = logits + (size_t)(active ? token : 0) * experts;
     uint4 raw[C][CV];
 #pragma unroll
-    for (int v = 0; v < C; ++v) load_chunk<T, CV>(row, start(v), end, vector_rows, raw[v]);
+    for (int v = 0; v < C; ++v) load_chunk<T, CV>(row, start(v), end(v), vector_rows, raw[v]);
 
     // Chunk v's keys, as topk_router makes them; 0 past the lane's experts.
     const auto keys_of = [&](int v, unsigned (&keys)[8]) {
@@ -1042,9 +1049,9 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
           keys[j] = BIAS ? biased_key(x, scale, c[j], low) : top23_key(x, low);
         }
       }
-      if (e0 + 8 > end) {
+      if (e0 + 8 > end(v)) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) keys[j] = e0 + j < end ? keys[j] : 0u;
+        for (int j = 0; j < 8; ++j) keys[j] = e0 + j < end(v) ? keys[j] : 0u;
       }
     };
 
@@ -1100,8 +1107,8 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
           for (int j = 0; j < 8; ++j) {
             const int e = e0 + j;
             const float x = chunk_logit<T, CV>(raw[v], j);
-            const unsigned o = exact_key<ROUTER>(x, BIAS && e < end ? bias[e] : 0.0f);
-            keys[j] = e < end ? ((unsigned long long)o << 32) | (511u - (unsigned)e) : 0ull;
+            const unsigned o = exact_key<ROUTER>(x, BIAS && e < end(v) ? bias[e] : 0.0f);
+            keys[j] = e < end(v) ? ((unsigned long long)o << 32) | (511u - (unsigned)e) : 0ull;
           }
         };
         if constexpr (ROUTER == GROUPED) {   // the group's key: the float sum of its two largest scores
@@ -1126,9 +1133,9 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
           float term[8];
 #pragma unroll
           for (int j = 0; j < 8; ++j) term[j] = softmax_term(chunk_logit<T, CV>(raw[v], j), row_max);
-          if (start(v) + 8 > end) {   // a chunk past the end (its logits read as 0) gives nothing
+          if (start(v) + 8 > end(v)) {   // a chunk past the end (its logits read as 0) gives nothing
 #pragma unroll
-            for (int j = 0; j < 8; ++j) term[j] = start(v) + j < end ? term[j] : 0.0f;
+            for (int j = 0; j < 8; ++j) term[j] = start(v) + j < end(v) ? term[j] : 0.0f;
           }
 #pragma unroll
           for (int j = 0; j < 8; ++j) s += term[j];
@@ -1171,17 +1178,23 @@ __host__ inline RouterShape merge_shape(int experts, int size, int router) {
 // lanes a group that allow it; groups of 4n experts: one lane a group, C = its experts / 8 rounded up, the last
 // chunk cut at the group's end. With least_lanes 4 (router_launch.h's kGroupedMergeLeastLanes), groups of a
 // multiple of 8 experts take G = n_group / 4 whole groups a lane on 4 lanes (grouped_best_keys_lanes) where that is
-// at most 2 chunks a lane: 8 groups of 8. (Builds of more chunks a lane spilled: DeepSeek-V3's 8 groups of 32 on 4
-// lanes, 8 chunks a lane, even at 128 registers.) {0, 0} where none serves: other groups, whose chunks would read
-// the shift table's 16-byte vectors off their alignment.
-__host__ inline RouterShape grouped_merge_shape(int experts, int n_group, int least_lanes) {
+// at most 2 chunks a lane: 8 groups of 8; and with piece_groups 2 (router_launch.h's kGroupedPieceGroupsALane), 8
+// groups of 4n experts take 2 a lane where that is at most 6 chunks (groups of 4, 12 and 20: 2, 4 and 6 chunks,
+// each group's last cut at its end). (Builds of more chunks a lane spilled: DeepSeek-V3's 8 groups of 32 on 4
+// lanes, 8 chunks a lane, even at 128 registers, and with the exact keys' chunks read again from memory.) {0, 0}
+// where none serves: other groups, whose chunks would read the shift table's 16-byte vectors off their alignment.
+__host__ inline RouterShape grouped_merge_shape(int experts, int n_group, int least_lanes, int piece_groups = 1) {
   const int per = experts / n_group;
   if (per % 8 == 0 && least_lanes <= 4 && n_group >= 8 && n_group % 4 == 0 && n_group / 4 * per / 8 <= 2) {
     return {4, n_group / 4 * per / 8, n_group / 4};   // 8 groups of 8: 4 lanes of 2 groups, a chunk each
   }
   if (per % 8 != 0) {
-    return per % 4 == 0 && n_group >= 4 && n_group <= 16 && (n_group & (n_group - 1)) == 0 && (per + 7) / 8 <= 6
-               ? RouterShape{n_group, (per + 7) / 8}
+    const int chunks = (per + 7) / 8;   // a group's
+    if (per % 4 == 0 && piece_groups == 2 && least_lanes <= 4 && n_group == 8 && 2 * chunks <= 6) {
+      return {4, 2 * chunks, 2};
+    }
+    return per % 4 == 0 && n_group >= 4 && n_group <= 16 && (n_group & (n_group - 1)) == 0 && chunks <= 6
+               ? RouterShape{n_group, chunks}
                : RouterShape{0, 0};
   }
   for (int lanes = 1; lanes <= 16; lanes *= 2) {

@@ -222,26 +222,32 @@ def test_emulation_check_fails_a_one_lane_merge_that_reads_one_chunk(emulation, 
 
 def test_emulated_grouped_router_on_lanes_of_two_groups(emulation, tmp_path):
     """router_launch.h's kGroupedMergeLeastLanes at 4 (8 groups of 8 experts on 4 lanes of 2 groups each,
-    grouped_best_keys_lanes): the 64-expert grouped selection routes right at the merge kernel's token count in every
-    dtype, with quantized and (a bias spanning more than 1) exact keys, ties common; with the lanes' group vote
-    keeping one group too many, exactly those cases fail, so it is that shape the tree's kernels reach."""
+    grouped_best_keys_lanes), and with kGroupedPieceGroupsALane at 2 also 8 groups of 4, 12 or 20 (each group's
+    chunks from its first expert, the last cut): the 64- and 160-expert grouped selections route right at the merge
+    kernel's token count in every dtype, with quantized and (a bias spanning more than 1) exact keys, ties common;
+    with the lanes' group vote keeping one group too many, they fail, and among the path shapes exactly those of 8
+    groups of 8 (the tree) or of 4, 8, 12 and 20 experts (two a lane), so it is that kernel the kernels reach."""
     vote = ("kept |= (unsigned)(ahead[g] < topk_group) << g;", "kept |= (unsigned)(ahead[g] <= topk_group) << g;")
-    (voted,) = moe_variants.kernel_trees([_variant(tmp_path / "vote", "topk_router.cu", vote)],
-                                         tmp_path / "trees").values()
-    trees = {"tree": MOE / "kernels", "vote": voted}
+    two = ("constexpr int kGroupedPieceGroupsALane = 1;", "constexpr int kGroupedPieceGroupsALane = 2;")
+    _variant(tmp_path / "vote_two", "topk_router.cu", vote)
+    variants = [_variant(tmp_path / "two", "router_launch.h", two), _variant(tmp_path / "vote", "topk_router.cu", vote),
+                _variant(tmp_path / "vote_two", "router_launch.h", two)]
+    trees = dict(zip(("two", "vote", "vote_two"), moe_variants.kernel_trees(variants, tmp_path / "trees").values()))
     (tokens,) = routing_cuda.merge_token_counts("grouped", 64, 6)
-    extra = {"n_group": 8, "topk_group": 4}
     g = torch.Generator().manual_seed(2)
-    for name, tree in trees.items():
-        for dtype in (torch.float32, torch.float16, torch.bfloat16):
-            x = _logits(tokens, 64, dtype, g)
-            for spread in (0.1, 3.0):
-                bias = torch.randn(64, generator=g) * spread
-                ok, msg = ref.check_router(
-                    lambda *a, **kw: emulation.route(*a, **kw, kernels=tree), "grouped", x, bias, 6, extra)
-                assert ok == (name == "tree"), (name, dtype, spread, msg)
-    failed = moe_emulation_check.router_failures(voted, ["bfloat16"], [tokens])
-    assert failed and all(ln.startswith("grouped experts=64 ") for ln in failed), failed[:5]
+    for experts, k, extra in ((64, 6, {"n_group": 8, "topk_group": 4}), (160, 6, {"n_group": 8, "topk_group": 3})):
+        for name, tree in {"tree": MOE / "kernels", **trees}.items():
+            for dtype in (torch.float32, torch.float16, torch.bfloat16):
+                x = _logits(tokens, experts, dtype, g)
+                for spread in (0.1, 3.0):
+                    bias = torch.randn(experts, generator=g) * spread
+                    ok, msg = ref.check_router(
+                        lambda *a, **kw: emulation.route(*a, **kw, kernels=tree), "grouped", x, bias, k, extra)
+                    planted = name == "vote_two" or (name == "vote" and experts == 64)
+                    assert ok != planted, (experts, name, dtype, spread, msg)
+    for name, shapes in (("vote", (64,)), ("vote_two", (32, 64, 96, 160))):
+        failed = moe_emulation_check.router_failures(trees[name], ["bfloat16"], [tokens])
+        assert {ln.split(" k=")[0] for ln in failed} == {f"grouped experts={e}" for e in shapes}, (name, failed[:5])
 
 
 # The merge kernel's biased shapes (Kimi K2, GLM-4.5; 64 experts, which it takes in fp32 too) and grouped ones
@@ -384,8 +390,8 @@ def test_emulation_fails_misaligned_and_out_of_bounds_accesses(emulation, tmp_pa
     groups of 15 experts (120 in 8) on the merge kernel, whose chunks then read the shift table's 16-byte vectors
     off their alignment ("misaligned address"; the table by expert, kMergeShiftLanes 0, as the side-by-side one is
     aligned at any group size); and a chunk's second piece of 4 experts is read even where it starts
-    at or past the row's end (past the logits on the last token: 160 experts in groups of 20, the last lane of 100
-    experts). The emulation fails exactly those cases, each with its cause: the type and source line (simt_host.h's
+    at or past the row's end (past the logits on the last token: 8 groups of 4, 12 or 20 experts, the last lane of
+    100 experts). The emulation fails exactly those cases, each with its cause: the type and source line (simt_host.h's
     alignment handler), or the array and how far past its end (device_memory.h's guard pages)."""
     piece = "e0 + 4 < end ? __ldg(reinterpret_cast<const uint2*>(row + e0 + 4)) : make_uint2(0, 0)"
     variant = _variant(tmp_path / "faults", "topk_router.cu",
@@ -395,8 +401,8 @@ def test_emulation_fails_misaligned_and_out_of_bounds_accesses(emulation, tmp_pa
     (tree,) = moe_variants.kernel_trees([variant], tmp_path / "trees").values()
     failed = moe_emulation_check.router_failures(tree, ["bfloat16"], [4099])
     misaligned = [ln for ln in failed if ln.startswith("grouped experts=120 ")]
-    beyond = [ln for ln in failed if ln.startswith(("grouped experts=160 ", "plain experts=100 ", "biased experts=100 ",
-                                                    "softmax experts=100 "))]
+    beyond = [ln for ln in failed if ln.startswith(("grouped experts=32 ", "grouped experts=96 ", "grouped experts=160 ",
+                                                    "plain experts=100 ", "biased experts=100 ", "softmax experts=100 "))]
     assert len(misaligned) + len(beyond) == len(failed), failed[:5]
     assert misaligned and all("misaligned address: 'const struct float4'" in ln and "topk_router.cu:" in ln
                               for ln in misaligned)
