@@ -274,8 +274,8 @@ print(sum(1 for b in d['bench'] if b.get('baselines', {}).get('compile')), 'of',
       routers_ab "$dir" kGroupsAtOnce 3 "--variant grouped \
           ${MOE_ROUTERS_ARGS:---tokens 1 --tokens 100 --tokens 3000 --tokens 100000}" one:1 four:4 ;;
     moe-piece-groups)   # groups of 4n experts one a lane (1) or two a lane on 4 lanes (2)
-      routers_ab "$dir" kGroupedPieceGroupsALane 3 "--variant grouped ${MOE_ROUTERS_ARGS:---tokens 8192 --tokens 100000}" \
-          one:1 two:2 ;;
+      routers_ab "$dir" kGroupedPieceGroupsALane 3 \
+          "--variant grouped ${MOE_ROUTERS_ARGS:---tokens 8192 --tokens 100000}" one:1 two:2 ;;
     moe-exact-apart)   # the exact-key selection inlined in the rounds kernel (0) or a function of its own (16)
       routers_ab "$dir" kExactApart 3 "${MOE_ROUTERS_ARGS:---tokens 1 --tokens 100 --tokens 3000}" inline:0 apart:16 ;;
     moe-large) python3 "$MOE/benchmarks/moe_large.py" ${MOE_LARGE_ARGS:-} && cp "$MOE/results/moe_large.json" "$dir/" ;;

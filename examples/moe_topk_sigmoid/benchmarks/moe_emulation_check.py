@@ -161,7 +161,8 @@ def random_case_inputs(case: RandomCase):
 
 def random_failures(kernels: Path, cases: list[RandomCase]) -> list[str]:
     """Each RandomCase routed by the emulation of the kernels in `kernels` and checked: a line for each that failed
-    its check or raised."""
+    its check or raised. The emulation is built first, as in `failures`."""
+    em.library_path(kernels)
     out = []
     for case in cases:
         msg = route_failure(kernels, case.router, *random_case_inputs(case), case.k, case.extra)
@@ -217,11 +218,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="moe_emulation_trees_") as tmp:
         for name, kernels in kernel_trees(args.variants, Path(tmp)).items():
             try:
-                if cases:
-                    em.library_path(kernels)
-                    failed = random_failures(kernels, cases)
-                else:
-                    failed = failures(kernels, args.dtype or list(DTYPES), args.tokens)
+                failed = (random_failures(kernels, cases) if cases
+                          else failures(kernels, args.dtype or list(DTYPES), args.tokens))
             except em.EmulationUnavailable as e:
                 sys.exit(str(e))
             except em.EmulationError as e:   # the build failed

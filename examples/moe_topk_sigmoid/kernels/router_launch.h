@@ -115,8 +115,8 @@ template <int SIZE>
 bool route_merge(const Args& a, cudaStream_t stream) {
   if (!merge_serves(a, SIZE)) return false;
   if constexpr (ROUTER == moe::GROUPED) {
-    const moe::RouterShape g = moe::grouped_merge_shape(a.experts, a.n_group, kGroupedMergeLeastLanes,
-                                                               kGroupedPieceGroupsALane);
+    const moe::RouterShape g =
+        moe::grouped_merge_shape(a.experts, a.n_group, kGroupedMergeLeastLanes, kGroupedPieceGroupsALane);
     if (g.g > 1) {
       switch ((g.g * 100 + g.w) * 100 + g.p) {
         MOE_GROUPS_A_LANE_CASE(4, 2, 2) MOE_GROUPS_A_LANE_CASE(4, 4, 2) MOE_GROUPS_A_LANE_CASE(4, 6, 2)

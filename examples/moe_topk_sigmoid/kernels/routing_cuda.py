@@ -147,8 +147,9 @@ def path_shapes() -> list[tuple[str, int, int, dict]]:
     (96 in 16 groups, 120 in 8). At merge_token_counts' tokens, those of k 4 to 8 reach the merge kernel, in each
     of its loads: whole vectors (160, 384), pieces of 4 experts (60, 100; 8 groups of 4, 12 and 20), elements (50),
     and up to 32 experts those of k 1 to 8 (one lane a token: one chunk of 8, 12 in pieces, 24, 32); grouped, a
-    group a lane or more (256, 384) and two groups a lane (8 groups of 4, 8, 12 and 20: 32, 64, 96 and 160); groups
-    of 15 (120 in 8) stay on the rounds kernel. The tests run them on the GPU and in the CPU emulation."""
+    group a lane or more (256, 384; 32, 96 and 160 in 8 groups) and two groups a lane (64 in 8 groups; with
+    router_launch.h's kGroupedPieceGroupsALane 2 also 32, 96 and 160); groups of 15 (120 in 8) stay on the rounds
+    kernel. The tests run them on the GPU and in the CPU emulation."""
     out = []
     for experts, ks in ((8, (1, 2, 8)), (12, (3,)), (16, (16,)), (24, (5,)), (32, (4,)), (50, (5,)), (60, (4,)),
                         (64, (1, 16)), (100, (7,)), (160, (6, 8)), (256, (2, 16)), (384, (8,)), (512, (16,))):
@@ -157,7 +158,8 @@ def path_shapes() -> list[tuple[str, int, int, dict]]:
                     ("softmax", experts, k, {"renormalize": False})]
     out += [("grouped", e, k, {"n_group": g, "topk_group": t}) for e, g, t, k in
             ((256, 8, 4, 8), (160, 8, 3, 6), (384, 8, 4, 8), (64, 8, 4, 6), (16, 4, 2, 3), (512, 16, 8, 16), (8, 8, 8, 2),
-             (96, 16, 6, 16), (120, 8, 4, 8), (96, 8, 4, 8), (32, 8, 2, 4))]
+             (96, 16, 6, 16), (120, 8, 4, 8), (96, 8, 4, 8),
+             (32, 8, 2, 4))]
     return out
 
 

@@ -391,8 +391,8 @@ def test_emulation_fails_misaligned_and_out_of_bounds_accesses(emulation, tmp_pa
     off their alignment ("misaligned address"; the table by expert, kMergeShiftLanes 0, as the side-by-side one is
     aligned at any group size); and a chunk's second piece of 4 experts is read even where it starts
     at or past the row's end (past the logits on the last token: 8 groups of 4, 12 or 20 experts, the last lane of
-    100 experts). The emulation fails exactly those cases, each with its cause: the type and source line (simt_host.h's
-    alignment handler), or the array and how far past its end (device_memory.h's guard pages)."""
+    100 experts). The emulation fails exactly those cases, each with its cause: the type and source line
+    (simt_host.h's alignment handler), or the array and how far past its end (device_memory.h's guard pages)."""
     piece = "e0 + 4 < end ? __ldg(reinterpret_cast<const uint2*>(row + e0 + 4)) : make_uint2(0, 0)"
     variant = _variant(tmp_path / "faults", "topk_router.cu",
                        ("return per % 4 == 0 && n_group >= 4", "return n_group >= 4"),
@@ -401,8 +401,9 @@ def test_emulation_fails_misaligned_and_out_of_bounds_accesses(emulation, tmp_pa
     (tree,) = moe_variants.kernel_trees([variant], tmp_path / "trees").values()
     failed = moe_emulation_check.router_failures(tree, ["bfloat16"], [4099])
     misaligned = [ln for ln in failed if ln.startswith("grouped experts=120 ")]
-    beyond = [ln for ln in failed if ln.startswith(("grouped experts=32 ", "grouped experts=96 ", "grouped experts=160 ",
-                                                    "plain experts=100 ", "biased experts=100 ", "softmax experts=100 "))]
+    beyond = [ln for ln in failed if ln.startswith(("grouped experts=32 ", "grouped experts=96 ",
+                                                    "grouped experts=160 ", "plain experts=100 ",
+                                                    "biased experts=100 ", "softmax experts=100 "))]
     assert len(misaligned) + len(beyond) == len(failed), failed[:5]
     assert misaligned and all("misaligned address: 'const struct float4'" in ln and "topk_router.cu:" in ln
                               for ln in misaligned)
