@@ -147,9 +147,9 @@ def path_shapes() -> list[tuple[str, int, int, dict]]:
     (96 in 16 groups, 120 in 8). At merge_token_counts' tokens, those of k 4 to 8 reach the merge kernel, in each
     of its loads: whole vectors (160, 384), pieces of 4 experts (60, 100; 8 groups of 4, 12 and 20), elements (50),
     and up to 32 experts those of k 1 to 8 (one lane a token: one chunk of 8, 12 in pieces, 24, 32); grouped, a
-    group a lane or more (256, 384; 32, 96 and 160 in 8 groups) and two groups a lane (64 in 8 groups; with
-    router_launch.h's kGroupedPieceGroupsALane 2 also 32, 96 and 160); groups of 15 (120 in 8) stay on the rounds
-    kernel. The tests run them on the GPU and in the CPU emulation."""
+    group a lane or more (256, 384; with router_launch.h's kGroupedPieceGroupsALane at 1, also 32, 96 and 160 in 8
+    groups) and two groups a lane (64 in 8 groups; at 2, the tree's setting, also 32, 96 and 160); groups of 15 (120
+    in 8) stay on the rounds kernel. The tests run them on the GPU and in the CPU emulation."""
     out = []
     for experts, ks in ((8, (1, 2, 8)), (12, (3,)), (16, (16,)), (24, (5,)), (32, (4,)), (50, (5,)), (60, (4,)),
                         (64, (1, 16)), (100, (7,)), (160, (6, 8)), (256, (2, 16)), (384, (8,)), (512, (16,))):

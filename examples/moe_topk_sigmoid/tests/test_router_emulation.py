@@ -222,17 +222,18 @@ def test_emulation_check_fails_a_one_lane_merge_that_reads_one_chunk(emulation, 
 
 def test_emulated_grouped_router_on_lanes_of_two_groups(emulation, tmp_path):
     """router_launch.h's kGroupedMergeLeastLanes at 4 (8 groups of 8 experts on 4 lanes of 2 groups each,
-    grouped_best_keys_lanes), and with kGroupedPieceGroupsALane at 2 also 8 groups of 4, 12 or 20 (each group's
-    chunks from its first expert, the last cut): the 64- and 160-expert grouped selections route right at the merge
-    kernel's token count in every dtype, with quantized and (a bias spanning more than 1) exact keys, ties common;
-    with the lanes' group vote keeping one group too many, they fail, and among the path shapes exactly those of 8
-    groups of 8 (the tree) or of 4, 8, 12 and 20 experts (two a lane), so it is that kernel the kernels reach."""
+    grouped_best_keys_lanes), and with kGroupedPieceGroupsALane at 2 (the tree's) also 8 groups of 4, 12 or 20 (each
+    group's chunks from its first expert, the last cut), or at 1 (one such group a lane): the 64- and 160-expert
+    grouped selections route right at the merge kernel's token count in every dtype, with quantized and (a bias
+    spanning more than 1) exact keys, ties common; with the lanes' group vote keeping one group too many, they fail,
+    and among the path shapes exactly those of 8 groups of 4, 8, 12 and 20 experts (the tree) or of 8 alone (a group
+    a lane), so it is that kernel the kernels reach."""
     vote = ("kept |= (unsigned)(ahead[g] < topk_group) << g;", "kept |= (unsigned)(ahead[g] <= topk_group) << g;")
-    two = ("constexpr int kGroupedPieceGroupsALane = 1;", "constexpr int kGroupedPieceGroupsALane = 2;")
-    _variant(tmp_path / "vote_two", "topk_router.cu", vote)
-    variants = [_variant(tmp_path / "two", "router_launch.h", two), _variant(tmp_path / "vote", "topk_router.cu", vote),
-                _variant(tmp_path / "vote_two", "router_launch.h", two)]
-    trees = dict(zip(("two", "vote", "vote_two"), moe_variants.kernel_trees(variants, tmp_path / "trees").values()))
+    one = ("constexpr int kGroupedPieceGroupsALane = 2;", "constexpr int kGroupedPieceGroupsALane = 1;")
+    _variant(tmp_path / "vote_one", "topk_router.cu", vote)
+    variants = [_variant(tmp_path / "one", "router_launch.h", one), _variant(tmp_path / "vote", "topk_router.cu", vote),
+                _variant(tmp_path / "vote_one", "router_launch.h", one)]
+    trees = dict(zip(("one", "vote", "vote_one"), moe_variants.kernel_trees(variants, tmp_path / "trees").values()))
     (tokens,) = routing_cuda.merge_token_counts("grouped", 64, 6)
     g = torch.Generator().manual_seed(2)
     for experts, k, extra in ((64, 6, {"n_group": 8, "topk_group": 4}), (160, 6, {"n_group": 8, "topk_group": 3})):
@@ -243,16 +244,16 @@ def test_emulated_grouped_router_on_lanes_of_two_groups(emulation, tmp_path):
                     bias = torch.randn(experts, generator=g) * spread
                     ok, msg = ref.check_router(
                         lambda *a, **kw: emulation.route(*a, **kw, kernels=tree), "grouped", x, bias, k, extra)
-                    planted = name == "vote_two" or (name == "vote" and experts == 64)
+                    planted = name == "vote" or (name == "vote_one" and experts == 64)
                     assert ok != planted, (experts, name, dtype, spread, msg)
-    for name, shapes in (("vote", (64,)), ("vote_two", (32, 64, 96, 160))):
+    for name, shapes in (("vote", (32, 64, 96, 160)), ("vote_one", (64,))):
         failed = moe_emulation_check.router_failures(trees[name], ["bfloat16"], [tokens])
         assert {ln.split(" k=")[0] for ln in failed} == {f"grouped experts={e}" for e in shapes}, (name, failed[:5])
 
 
 # The merge kernel's biased shapes (Kimi K2, GLM-4.5; 64 experts, which it takes in fp32 too) and grouped ones
-# (DeepSeek-V3; 160 experts in groups of 20, one lane a group, its last chunk cut; 64 in groups of 8, two groups a
-# lane), each with the logit types that reach it there.
+# (DeepSeek-V3; 160 experts in groups of 20 and 64 in groups of 8, two groups a lane), each with the logit types
+# that reach it there.
 _SHIFT_SHAPES = [("biased", 384, 8, {}, ("bfloat16",)), ("biased", 160, 8, {}, ("bfloat16",)),
                  ("biased", 64, 8, {}, ("bfloat16", "float32")),
                  ("grouped", 256, 8, {"n_group": 8, "topk_group": 4}, ("bfloat16", "float32")),
