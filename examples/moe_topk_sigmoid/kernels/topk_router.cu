@@ -457,34 +457,6 @@ __device__ inline void select_exact(const T* __restrict__ row, const float* __re
   }
 }
 
-// The exact-key selection kept out of the rounds kernel's code in builds of at most kExactApart experts a lane (0:
-// none): a function of its own placed after the kernel's, called, not inlined, the rounds' slots passed and
-// returned by value (by reference they would be put in local memory). Inlined, the selection's code (the grouped
-// one with its own choice of groups) lies between the rounds and the weights, and a launch jumps over it: on a
-// launch of few tokens after an L2 flush, code not yet fetched is fetched from memory, and code past a jump is not
-// fetched ahead. Builds of more experts a lane keep it inlined: called, its registers add to the rounds' (sm_90,
-// 24 a lane: Kimi K2 biased 92 -> 104, 384 grouped experts 127 -> 168), where builds of up to 16 are capped at 80.
-inline constexpr int kExactApart = 0;
-
-template <int R>
-struct Slots {
-  unsigned v[R];
-};
-
-#ifdef __CUDACC__
-#define MOE_NOINLINE __noinline__
-#else   // the host compiler of the CPU emulation (emulation/), which has no __noinline__
-#define MOE_NOINLINE __attribute__((noinline))
-#endif
-
-template <typename T, int W, int P, int ROUTER, int R>
-__device__ MOE_NOINLINE Slots<R> select_exact_apart(const T* __restrict__ row, const float* __restrict__ bias,
-                                                   int first, int lane, int experts, int k, int n_group,
-                                                   int topk_group, int L, Slots<R> slots) {
-  select_exact<T, W, P, ROUTER, R>(row, bias, first, lane, experts, k, n_group, topk_group, L, slots.v);
-  return slots;
-}
-
 // A token's weights and ids from its rounds' experts (slot q of lane l: round q * W + l), their logits read again:
 // the sigmoid, or for softmax exp(logit - row_max) over `total` (or renormalised over the k); with a bias
 // renormalised over the k. Every lane of the warp calls it (the sums' shuffles); `active` ones store.
@@ -746,17 +718,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
     }
     if constexpr (!HALVES) {                  // 16-bit logits' keys are exact
       if (__any_sync(0xffffffffu, exact)) {   // the warp's tokens together: the shuffles take all 32 lanes
-        if constexpr (P <= kExactApart) {
-          Slots<R> slots;
-#pragma unroll
-          for (int q = 0; q < R; ++q) slots.v[q] = slot[q];
-          slots = select_exact_apart<T, W, P, ROUTER, R>(row, bias, first, lane, experts, k, n_group, topk_group, L,
-                                                         slots);
-#pragma unroll
-          for (int q = 0; q < R; ++q) slot[q] = slots.v[q];
-        } else {
-          select_exact<T, W, P, ROUTER, R>(row, bias, first, lane, experts, k, n_group, topk_group, L, slot);
-        }
+        select_exact<T, W, P, ROUTER, R>(row, bias, first, lane, experts, k, n_group, topk_group, L, slot);
       }
     }
     // Softmax renormalised over the k: no sum over the row (it cancels), the largest logit the first chosen one's.
