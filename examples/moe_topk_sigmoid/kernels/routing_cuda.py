@@ -158,8 +158,7 @@ def path_shapes() -> list[tuple[str, int, int, dict]]:
                     ("softmax", experts, k, {"renormalize": False})]
     out += [("grouped", e, k, {"n_group": g, "topk_group": t}) for e, g, t, k in
             ((256, 8, 4, 8), (160, 8, 3, 6), (384, 8, 4, 8), (64, 8, 4, 6), (16, 4, 2, 3), (512, 16, 8, 16), (8, 8, 8, 2),
-             (96, 16, 6, 16), (120, 8, 4, 8), (96, 8, 4, 8),
-             (32, 8, 2, 4))]
+             (96, 16, 6, 16), (120, 8, 4, 8), (96, 8, 4, 8), (32, 8, 2, 4))]
     return out
 
 

@@ -227,7 +227,7 @@ def test_emulated_grouped_router_on_lanes_of_two_groups(emulation, tmp_path):
     grouped selections route right at the merge kernel's token count in every dtype, with quantized and (a bias
     spanning more than 1) exact keys, ties common; with the lanes' group vote keeping one group too many, they fail,
     and among the path shapes exactly those of 8 groups of 4, 8, 12 and 20 experts (the tree) or of 8 alone (a group
-    a lane), so it is that kernel the kernels reach."""
+    a lane), so it is that kernel the tree reaches."""
     vote = ("kept |= (unsigned)(ahead[g] < topk_group) << g;", "kept |= (unsigned)(ahead[g] <= topk_group) << g;")
     one = ("constexpr int kGroupedPieceGroupsALane = 2;", "constexpr int kGroupedPieceGroupsALane = 1;")
     _variant(tmp_path / "vote_one", "topk_router.cu", vote)
