@@ -69,6 +69,9 @@
 #   moe-piece-groups  the grouped router with router_launch.h's kGroupedPieceGroupsALane at 1 (a group of 4n experts a
 #                     lane) and at 2 (8 such groups two a lane on 4 lanes: 160 experts in groups of 20), timed in one
 #                     process on 8,192 and 100,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
+#   moe-key-logits    the plain and softmax routers on 16-bit logits with topk_router.cu's kKeyLogits at 0 (the chosen
+#                     experts' logits and the softmax's row maximum read again from the row) and at 1 (from their exact
+#                     keys), timed in one process on 1 to 100,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
 #   moe-large         $MOE/benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
 #                     their stream floors; quick, between full bench.py runs)
 #   moe-sort          $MOE/benchmarks/moe_sort.py (the sorting-network kernel at each experts per thread against the packed-key
@@ -273,6 +276,9 @@ print(sum(1 for b in d['bench'] if b.get('baselines', {}).get('compile')), 'of',
     moe-piece-groups)   # groups of 4n experts one a lane (1) or two a lane on 4 lanes (2)
       routers_ab "$dir" kGroupedPieceGroupsALane 3 \
           "--variant grouped ${MOE_ROUTERS_ARGS:---tokens 8192 --tokens 100000}" one:1 two:2 ;;
+    moe-key-logits)   # the chosen logits read again from the row (kKeyLogits 0) or from their keys (1)
+      routers_ab "$dir" kKeyLogits 3 "--variant plain --variant softmax ${MOE_ROUTERS_ARGS:---dtype bfloat16 \
+          --dtype float16 --tokens 1 --tokens 100 --tokens 3000 --tokens 8192 --tokens 100000}" row:0 keys:1 ;;
     moe-large) python3 "$MOE/benchmarks/moe_large.py" ${MOE_LARGE_ARGS:-} && cp "$MOE/results/moe_large.json" "$dir/" ;;
     moe-sort) python3 "$MOE/benchmarks/moe_sort.py" "$dir" ${MOE_SORT_ARGS:-} ;;
     moe-variants) python3 "$MOE/benchmarks/moe_variants.py" "$dir" ${MOE_VARIANTS:?moe-variants needs MOE_VARIANTS} ${MOE_VARIANTS_ARGS:-} ;;

@@ -17,7 +17,8 @@
 // within the W lanes) and its lane moves its next key up (select_rounds), lane r % W keeping round r's key. A
 // lane whose kept keys were all taken may hold more of the top k: after the rounds its next key is compared with
 // the last round's, and where it is larger the rounds are done again over all keys. The weights are made after
-// the rounds from the chosen experts' logits (read again, from L1).
+// the rounds from the chosen experts' logits: the top 16 bits of 16-bit logits' exact keys, others read again from
+// the row (from L1; kKeyLogits).
 //
 // Score and weight:
 //   PLAIN    score logit, weight sigmoid(logit)
@@ -457,19 +458,41 @@ __device__ inline void select_exact(const T* __restrict__ row, const float* __re
   }
 }
 
-// A token's weights and ids from its rounds' experts (slot q of lane l: round q * W + l), their logits read again:
-// the sigmoid, or for softmax exp(logit - row_max) over `total` (or renormalised over the k); with a bias
-// renormalised over the k. Every lane of the warp calls it (the sums' shuffles); `active` ones store.
-// The token's largest logit: its first chosen expert's (slot 0 of the token's lane 0, `first`), read again (from
-// L1) and shared over the token's W lanes (one lane: its own).
-template <typename T, int W>
-__device__ inline float top_logit(const T* __restrict__ row, unsigned first, int lane) {
-  if constexpr (W == 1) return to_float<T>(row[first]);
-  return __shfl_sync(0xffffffffu, lane == 0 ? to_float<T>(row[first]) : 0.0f, 0, W);
+// Where 16-bit logits' keys are exact (no bias: the logit's 16 bits in order above 65535 - expert), the chosen
+// experts' logits and the row's largest from their keys (1), or read again from the row (0): each a load that waits
+// on the selection before the weights can be made. Read from the keys, the weights come from the same 16 bits; fp32
+// keys keep 23 bits of the score and biased keys a quantized sum, so those routers read the row at either setting.
+// (gpu_session.sh's step moe-key-logits times 1 against 0; NOTES.md has what it found.)
+inline constexpr int kKeyLogits = 1;
+
+// The logit of a 16-bit exact key (half_keys' layout: its order key in the top 16 bits). The key passes through
+// opaque(): without it, nvcc 13.0's cicc crashed (a segmentation fault) on the merge kernel's plain 16-bit builds
+// of 8 chunks a lane.
+template <typename T>
+__device__ inline float key_logit(unsigned key) {
+  return from_bits<T>(bits_of_order16(opaque(key) >> 16));
 }
 
-template <typename T, int W, int ROUTER, int R>
-__device__ inline void write_weights(const T* __restrict__ row, const unsigned (&slot)[R], int lane, int k,
+// The token's lane 0's `v` in all its W lanes (one lane: its own).
+template <int W>
+__device__ inline float token_lane0(float v) {
+  if constexpr (W == 1) return v;
+  return __shfl_sync(0xffffffffu, v, 0, W);
+}
+
+// The token's largest logit: its first chosen expert's (slot 0 of the token's lane 0, `first`), read again (from
+// L1) and shared over the token's W lanes.
+template <typename T, int W>
+__device__ inline float top_logit(const T* __restrict__ row, unsigned first, int lane) {
+  return token_lane0<W>(lane == 0 ? to_float<T>(row[first]) : 0.0f);
+}
+
+// A token's weights and ids from its chosen experts (slot q of lane l: the (q * W + l)-th) and their logits
+// (logit_of(q): from their keys, or read again from the row): the sigmoid, or for softmax exp(logit - row_max)
+// over `total` (or renormalised over the k); with a bias renormalised over the k. Every lane of the warp calls it
+// (the sums' shuffles); `active` ones store.
+template <int W, int ROUTER, int R, typename LogitOf>
+__device__ inline void write_weights(LogitOf logit_of, const unsigned (&slot)[R], int lane, int k,
                                      int renormalize, float row_max, float total, bool active,
                                      float* __restrict__ wrow, int* __restrict__ irow) {
   float w[R];
@@ -477,7 +500,7 @@ __device__ inline void write_weights(const T* __restrict__ row, const unsigned (
 #pragma unroll
   for (int q = 0; q < R; ++q) {
     const bool have = q * W + lane < k;
-    const float xe = have ? to_float<T>(row[slot[q]]) : 0.0f;
+    const float xe = have ? logit_of(q) : 0.0f;
     if constexpr (ROUTER == SOFTMAX) {
       w[q] = have ? softmax_term(xe, row_max) : 0.0f;
     } else {
@@ -577,6 +600,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
   constexpr int R = (16 + W - 1) / W;         // rounds a lane keeps: round r goes to lane r % W (k <= 16)
   constexpr bool HALVES = (ROUTER == PLAIN || ROUTER == SOFTMAX) && sizeof(T) == 2;   // exact 16-bit keys
   constexpr bool BIAS = ROUTER == BIASED || ROUTER == GROUPED;
+  constexpr bool KEY_LOGITS = HALVES && kKeyLogits != 0;   // the chosen logits from their keys
   const int lane = threadIdx.x % W;
   const int first = lane * P;                 // this lane's experts: first .. first + P - 1
   const bool vector = vector_rows != 0;       // W * P = experts, rows 16-byte aligned
@@ -615,6 +639,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
     unsigned slot[R];                         // keys (or, on the exact path, experts) of this lane's rounds
 #pragma unroll
     for (int q = 0; q < R; ++q) slot[q] = 0u;
+    float chosen[R] = {};                     // the logits of this lane's rounds' experts
     bool exact = !quantized;                  // bias too wide for packed keys
     float row_max = 0.0f, total = 1.0f;
     if (!exact) {
@@ -714,7 +739,10 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
       exact = __any_sync(0xffffffffu, alike);   // the top k may be out of order: exact keys decide
       MOE_STAGE(5, ends(slot) ^ (unsigned)exact);
 #pragma unroll
-      for (int q = 0; q < R; ++q) slot[q] = HALVES ? 0xffffu - (slot[q] & 0xffffu) : 511u - (slot[q] & 511u);
+      for (int q = 0; q < R; ++q) {
+        if constexpr (KEY_LOGITS) chosen[q] = key_logit<T>(slot[q]);
+        slot[q] = HALVES ? 0xffffu - (slot[q] & 0xffffu) : 511u - (slot[q] & 511u);
+      }
     }
     if constexpr (!HALVES) {                  // 16-bit logits' keys are exact
       if (__any_sync(0xffffffffu, exact)) {   // the warp's tokens together: the shuffles take all 32 lanes
@@ -722,11 +750,14 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
       }
     }
     // Softmax renormalised over the k: no sum over the row (it cancels), the largest logit the first chosen one's.
-    if (ROUTER == SOFTMAX && renormalize) row_max = top_logit<T, W>(row, slot[0], lane);
+    if (ROUTER == SOFTMAX && renormalize) {
+      row_max = KEY_LOGITS ? token_lane0<W>(chosen[0]) : top_logit<T, W>(row, slot[0], lane);
+    }
     MOE_STAGE(6, ends(slot) ^ __float_as_uint(row_max));
 
-    write_weights<T, W, ROUTER>(row, slot, lane, k, renormalize, row_max, total, active,
-                                weights + (size_t)token * k, ids + (size_t)token * k);
+    const auto logit_of = [&](int q) { return KEY_LOGITS ? chosen[q] : to_float<T>(row[slot[q]]); };
+    write_weights<W, ROUTER>(logit_of, slot, lane, k, renormalize, row_max, total, active,
+                             weights + (size_t)token * k, ids + (size_t)token * k);
 #ifdef MOE_STAGE_CLOCKS
     MOE_STAGE(7, 0u);
     if (blockIdx.x == 0 && threadIdx.x == 0 && base == warp_first_token<W>()) {
@@ -958,6 +989,7 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
   constexpr bool BIAS = ROUTER == BIASED || ROUTER == GROUPED;
   constexpr bool HALVES = !BIAS && sizeof(T) == 2;   // exact 16-bit keys
   constexpr bool FP32 = !BIAS && !HALVES;            // 23-bit keys, checked
+  constexpr bool KEY_LOGITS = HALVES && kKeyLogits != 0;   // the chosen logits from their keys
   const int lane = threadIdx.x % W;
   const int per = ROUTER == GROUPED ? experts / n_group : 1;   // experts a group
   const int L = ROUTER == GROUPED ? W / n_group : 1;          // lanes a group
@@ -1031,6 +1063,8 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
     unsigned slot[R];
 #pragma unroll
     for (int q = 0; q < R; ++q) slot[q] = 0u;
+    float chosen[R] = {};   // with kKeyLogits, 16-bit logits: the slots' experts' logits, from their keys
+    float first_x = 0.0f;   // and the token's largest logit, from its best key
     // Slot q of this lane: the expert of the token's (q * W + lane)-th best key, held in the key's low bits as
     // `last` - expert.
     const auto take_slots = [&](const auto& top, unsigned last) {
@@ -1059,6 +1093,11 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
         exact = alike;
       }
       take_slots(top, HALVES ? 0xffffu : 511u);
+      if constexpr (KEY_LOGITS) {
+#pragma unroll
+        for (int q = 0; q < R; ++q) chosen[q] = key_logit<T>(q * W + lane < 8 ? pick8(top, q * W + lane) : 0u);
+        first_x = key_logit<T>(top[0]);
+      }
     }
     if constexpr (!HALVES) {
       if (__any_sync(0xffffffffu, exact)) {   // exact keys: the score's order key, then 511 - expert
@@ -1087,7 +1126,7 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
     // over the k, the sum of exp(logit - largest) over the row's experts (renormalised, the sum cancels).
     float row_max = 0.0f, total = 1.0f;
     if constexpr (ROUTER == SOFTMAX) {
-      row_max = top_logit<T, W>(row, slot[0], lane);
+      row_max = KEY_LOGITS ? first_x : top_logit<T, W>(row, slot[0], lane);
       if (!renormalize) {
         float s = 0.0f;
 #pragma unroll
@@ -1105,8 +1144,9 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
         total = lanes_sum<W>(s);
       }
     }
-    write_weights<T, W, ROUTER>(row, slot, lane, k, renormalize, row_max, total, active,
-                                weights + (size_t)token * k, ids + (size_t)token * k);
+    const auto logit_of = [&](int q) { return KEY_LOGITS ? chosen[q] : to_float<T>(row[slot[q]]); };
+    write_weights<W, ROUTER>(logit_of, slot, lane, k, renormalize, row_max, total, active,
+                             weights + (size_t)token * k, ids + (size_t)token * k);
   }
 }
 
