@@ -462,8 +462,8 @@ __device__ inline void select_exact(const T* __restrict__ row, const float* __re
 // experts' logits and the row's largest from their keys (1), or read again from the row (0): each a load that waits
 // on the selection before the weights can be made. Read from the keys, the weights come from the same 16 bits; fp32
 // keys keep 23 bits of the score and biased keys a quantized sum, so those routers read the row at either setting.
-// (gpu_session.sh's step moe-key-logits times 1 against 0; NOTES.md has what it found.)
-inline constexpr int kKeyLogits = 1;
+// At 0 until timed: gpu_session.sh's step moe-key-logits times 1 against 0.
+inline constexpr int kKeyLogits = 0;
 
 // The logit of a 16-bit exact key (half_keys' layout: its order key in the top 16 bits). The key passes through
 // opaque(): without it, nvcc 13.0's cicc crashed (a segmentation fault) on the merge kernel's plain 16-bit builds

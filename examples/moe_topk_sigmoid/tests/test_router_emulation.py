@@ -387,18 +387,18 @@ def test_emulated_groups_at_once(emulation, tmp_path):
 
 
 def test_emulated_key_logits(emulation, tmp_path):
-    """topk_router.cu's kKeyLogits: the tree (1: the chosen experts' logits and the softmax's row maximum from the
-    top 16 bits of 16-bit logits' exact keys) and a variant at 0 (read again from the row) route the plain and
-    softmax routers right on the rounds kernel (1 and 37 tokens) and the merge kernel (its token counts: 4 lanes, 16
-    lanes, one lane a token), in every dtype. A plant that doubles the logit a key gives fails every 16-bit shape on
+    """topk_router.cu's kKeyLogits: the tree (0: the chosen experts' logits and the softmax's row maximum read again
+    from the row) and a variant at 1 (from the top 16 bits of 16-bit logits' exact keys) route the plain and softmax
+    routers right on the rounds kernel (1 and 37 tokens) and the merge kernel (its token counts: 4 lanes, 16 lanes,
+    one lane a token), in every dtype. A plant at 1 that doubles the logit a key gives fails every 16-bit shape on
     both kernels and no fp32 one (fp32 keys keep 23 bits, and those routers read the row at either setting)."""
+    at_one = ("constexpr int kKeyLogits = 0;", "constexpr int kKeyLogits = 1;")
     variants = moe_variants.kernel_trees(
-        [_variant(tmp_path / "row", "topk_router.cu", ("constexpr int kKeyLogits = 1;",
-                                                       "constexpr int kKeyLogits = 0;")),
-         _variant(tmp_path / "doubled", "topk_router.cu",
+        [_variant(tmp_path / "keys", "topk_router.cu", at_one),
+         _variant(tmp_path / "doubled", "topk_router.cu", at_one,
                   ("return from_bits<T>(bits_of_order16(opaque(key) >> 16));",
                    "return 2.0f * from_bits<T>(bits_of_order16(opaque(key) >> 16));"))], tmp_path / "trees")
-    row_tree, doubled_tree = variants.values()
+    keys_tree, doubled_tree = variants.values()
     shapes = [("plain", 100, 8, {}), ("softmax", 160, 6, {"renormalize": False}),
               ("softmax", 128, 8, {"renormalize": True}), ("softmax", 8, 2, {"renormalize": True})]
     g = torch.Generator().manual_seed(8)
@@ -406,7 +406,7 @@ def test_emulated_key_logits(emulation, tmp_path):
         for tokens in (1, 37, *routing_cuda.merge_token_counts(router, experts, k)):
             for dtype in (torch.float32, torch.float16, torch.bfloat16):
                 x = _logits(tokens, experts, dtype, g)
-                for kernels, right in ((MOE / "kernels", True), (row_tree, True),
+                for kernels, right in ((MOE / "kernels", True), (keys_tree, True),
                                        (doubled_tree, dtype == torch.float32)):
                     ok, msg = ref.check_router(lambda *a, **kw: emulation.route(*a, **kw, kernels=kernels), router,
                                                x, None, k, extra)
