@@ -17,8 +17,8 @@
 // within the W lanes) and its lane moves its next key up (select_rounds), lane r % W keeping round r's key. A
 // lane whose kept keys were all taken may hold more of the top k: after the rounds its next key is compared with
 // the last round's, and where it is larger the rounds are done again over all keys. The weights are made after
-// the rounds from the chosen experts' logits: the top 16 bits of 16-bit logits' exact keys, others read again from
-// the row (from L1; kKeyLogits).
+// the rounds from the chosen experts' logits, read again from the row (from L1), or with kKeyLogits at 1 those of
+// 16-bit logits from their exact keys' top 16 bits.
 //
 // Score and weight:
 //   PLAIN    score logit, weight sigmoid(logit)
@@ -639,7 +639,7 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
     unsigned slot[R];                         // keys (or, on the exact path, experts) of this lane's rounds
 #pragma unroll
     for (int q = 0; q < R; ++q) slot[q] = 0u;
-    float chosen[R] = {};                     // the logits of this lane's rounds' experts
+    float chosen[R] = {};                     // with kKeyLogits, 16-bit logits: the rounds' experts' logits
     bool exact = !quantized;                  // bias too wide for packed keys
     float row_max = 0.0f, total = 1.0f;
     if (!exact) {
