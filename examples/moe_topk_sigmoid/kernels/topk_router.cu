@@ -488,19 +488,19 @@ __device__ inline float top_logit(const T* __restrict__ row, unsigned first, int
 }
 
 // A token's weights and ids from its chosen experts (slot q of lane l: the (q * W + l)-th) and their logits
-// (logit_of(q): from their keys, or read again from the row): the sigmoid, or for softmax exp(logit - row_max)
-// over `total` (or renormalised over the k); with a bias renormalised over the k. Every lane of the warp calls it
-// (the sums' shuffles); `active` ones store.
-template <int W, int ROUTER, int R, typename LogitOf>
-__device__ inline void write_weights(LogitOf logit_of, const unsigned (&slot)[R], int lane, int k,
-                                     int renormalize, float row_max, float total, bool active,
+// (KEY_LOGITS: `chosen`, from their keys; else read again from the token's row): the sigmoid, or for softmax
+// exp(logit - row_max) over `total` (or renormalised over the k); with a bias renormalised over the k. Every lane
+// of the warp calls it (the sums' shuffles); `active` ones store.
+template <typename T, int W, int ROUTER, bool KEY_LOGITS, int R>
+__device__ inline void write_weights(const T* __restrict__ row, const float (&chosen)[R], const unsigned (&slot)[R],
+                                     int lane, int k, int renormalize, float row_max, float total, bool active,
                                      float* __restrict__ wrow, int* __restrict__ irow) {
   float w[R];
   float sum = 0.0f;
 #pragma unroll
   for (int q = 0; q < R; ++q) {
     const bool have = q * W + lane < k;
-    const float xe = have ? logit_of(q) : 0.0f;
+    const float xe = !have ? 0.0f : KEY_LOGITS ? chosen[q] : to_float<T>(row[slot[q]]);
     if constexpr (ROUTER == SOFTMAX) {
       w[q] = have ? softmax_term(xe, row_max) : 0.0f;
     } else {
@@ -755,9 +755,8 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
     }
     MOE_STAGE(6, ends(slot) ^ __float_as_uint(row_max));
 
-    const auto logit_of = [&](int q) { return KEY_LOGITS ? chosen[q] : to_float<T>(row[slot[q]]); };
-    write_weights<W, ROUTER>(logit_of, slot, lane, k, renormalize, row_max, total, active,
-                             weights + (size_t)token * k, ids + (size_t)token * k);
+    write_weights<T, W, ROUTER, KEY_LOGITS>(row, chosen, slot, lane, k, renormalize, row_max, total, active,
+                                            weights + (size_t)token * k, ids + (size_t)token * k);
 #ifdef MOE_STAGE_CLOCKS
     MOE_STAGE(7, 0u);
     if (blockIdx.x == 0 && threadIdx.x == 0 && base == warp_first_token<W>()) {
@@ -1066,12 +1065,13 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
     float chosen[R] = {};   // with kKeyLogits, 16-bit logits: the slots' experts' logits, from their keys
     float first_x = 0.0f;   // and the token's largest logit, from its best key
     // Slot q of this lane: the expert of the token's (q * W + lane)-th best key, held in the key's low bits as
-    // `last` - expert.
+    // `last` - expert (and with KEY_LOGITS its logit, from the key's top 16 bits).
     const auto take_slots = [&](const auto& top, unsigned last) {
 #pragma unroll
       for (int q = 0; q < R; ++q) {
         const unsigned key = q * W + lane < 8 ? (unsigned)pick8(top, q * W + lane) : 0u;
         slot[q] = last - (key & last);
+        if constexpr (KEY_LOGITS) chosen[q] = key_logit<T>(key);
       }
     };
     bool exact = !quantized;
@@ -1093,11 +1093,7 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
         exact = alike;
       }
       take_slots(top, HALVES ? 0xffffu : 511u);
-      if constexpr (KEY_LOGITS) {
-#pragma unroll
-        for (int q = 0; q < R; ++q) chosen[q] = key_logit<T>(q * W + lane < 8 ? pick8(top, q * W + lane) : 0u);
-        first_x = key_logit<T>(top[0]);
-      }
+      if constexpr (KEY_LOGITS) first_x = key_logit<T>(top[0]);
     }
     if constexpr (!HALVES) {
       if (__any_sync(0xffffffffu, exact)) {   // exact keys: the score's order key, then 511 - expert
@@ -1144,9 +1140,8 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
         total = lanes_sum<W>(s);
       }
     }
-    const auto logit_of = [&](int q) { return KEY_LOGITS ? chosen[q] : to_float<T>(row[slot[q]]); };
-    write_weights<W, ROUTER>(logit_of, slot, lane, k, renormalize, row_max, total, active,
-                             weights + (size_t)token * k, ids + (size_t)token * k);
+    write_weights<T, W, ROUTER, KEY_LOGITS>(row, chosen, slot, lane, k, renormalize, row_max, total, active,
+                                            weights + (size_t)token * k, ids + (size_t)token * k);
   }
 }
 
