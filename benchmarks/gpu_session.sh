@@ -72,6 +72,9 @@
 #   moe-key-logits    the plain and softmax routers on 16-bit logits with topk_router.cu's kKeyLogits at 0 (the chosen
 #                     experts' logits and the softmax's row maximum read again from the row) and at 1 (from their exact
 #                     keys), timed in one process on 1 to 100,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
+#   moe-half-chunks   the grouped router with topk_router.cu's kHalfChunks at 0 (a group's last chunk of 4 experts made
+#                     and sorted as 8 whose last 4 are 0) and at 1 (its 4 keys alone, a network of 4), timed in one
+#                     process on 8,192 and 100,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
 #   moe-large         $MOE/benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
 #                     their stream floors; quick, between full bench.py runs)
 #   moe-sort          $MOE/benchmarks/moe_sort.py (the sorting-network kernel at each experts per thread against the packed-key
@@ -279,6 +282,9 @@ print(sum(1 for b in d['bench'] if b.get('baselines', {}).get('compile')), 'of',
     moe-key-logits)   # the chosen logits read again from the row (kKeyLogits 0) or from their keys (1)
       routers_ab "$dir" kKeyLogits 3 "--variant plain --variant softmax ${MOE_ROUTERS_ARGS:---dtype bfloat16 \
           --dtype float16 --tokens 1 --tokens 100 --tokens 3000 --tokens 8192 --tokens 100000}" row:0 keys:1 ;;
+    moe-half-chunks)   # a group's last chunk of 4 experts as a chunk of 8 (kHalfChunks 0) or as 4 (1)
+      routers_ab "$dir" kHalfChunks 3 "--variant grouped ${MOE_ROUTERS_ARGS:---tokens 8192 --tokens 100000}" \
+          eight:0 four:1 ;;
     moe-large) python3 "$MOE/benchmarks/moe_large.py" ${MOE_LARGE_ARGS:-} && cp "$MOE/results/moe_large.json" "$dir/" ;;
     moe-sort) python3 "$MOE/benchmarks/moe_sort.py" "$dir" ${MOE_SORT_ARGS:-} ;;
     moe-variants) python3 "$MOE/benchmarks/moe_variants.py" "$dir" ${MOE_VARIANTS:?moe-variants needs MOE_VARIANTS} ${MOE_VARIANTS_ARGS:-} ;;

@@ -17,8 +17,8 @@
 // within the W lanes) and its lane moves its next key up (select_rounds), lane r % W keeping round r's key. A
 // lane whose kept keys were all taken may hold more of the top k: after the rounds its next key is compared with
 // the last round's, and where it is larger the rounds are done again over all keys. The weights are made after
-// the rounds from the chosen experts' logits, read again from the row (from L1), or with kKeyLogits at 1 those of
-// 16-bit logits from their exact keys' top 16 bits.
+// the rounds from the chosen experts' logits: the top 16 bits of 16-bit logits' exact keys, others read again from
+// the row (from L1; kKeyLogits).
 //
 // Score and weight:
 //   PLAIN    score logit, weight sigmoid(logit)
@@ -462,8 +462,10 @@ __device__ inline void select_exact(const T* __restrict__ row, const float* __re
 // experts' logits and the row's largest from their keys (1), or read again from the row (0): each a load that waits
 // on the selection before the weights can be made. Read from the keys, the weights come from the same 16 bits; fp32
 // keys keep 23 bits of the score and biased keys a quantized sum, so those routers read the row at either setting.
-// At 0 until timed: gpu_session.sh's step moe-key-logits times 1 against 0.
-inline constexpr int kKeyLogits = 0;
+// Taken (1): on the plain and softmax router cases of 1 to 100,000 16-bit tokens (gpu_session.sh's step
+// moe-key-logits, results/moe_routers_key_logits_h100.json) 1.010x by geometric mean, 60 of 60 right; Llama 4
+// Maverick at 100,000 tokens 1.030x, DeepSeek-V2's softmax there 1.009 to 1.014x, Qwen3-MoE's 0.995x.
+inline constexpr int kKeyLogits = 1;
 
 // The logit of a 16-bit exact key (half_keys' layout: its order key in the top 16 bits). The key passes through
 // opaque(): without it, nvcc 13.0's cicc crashed (a segmentation fault) on the merge kernel's plain 16-bit builds
@@ -800,6 +802,53 @@ __host__ inline RouterShape router_shape(int experts, int n_group = 1) {
 // bits, the best key left out tracked through the merges; a warp where two of a token's top k + 1 share those
 // bits selects again on exact 64-bit keys, as does a bias spanning more than 1.
 
+// The best 8 of a sorted list and a sorted 4, sorted, into `top`: merge_best's bitonic merge with the 4 as the
+// best of 8 whose last 4 are the least keys, so that top[0..3] keep their place before the sorter.
+template <typename Key>
+__device__ inline void merge_best_four(Key (&top)[8], const Key (&four)[4]) {
+#pragma unroll
+  for (int j = 4; j < 8; ++j) top[j] = max(top[j], four[7 - j]);
+#pragma unroll
+  for (int d = 4; d > 0; d /= 2) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      if ((i / d) % 2 == 0) cx(top[i], top[i + d]);
+    }
+  }
+}
+
+// Groups of 4n experts (n odd: 12 or 20) two a lane end in a chunk of 4 experts: its 4 keys made alone and sorted by a
+// network of 4 (1), or made as a chunk of 8 whose last 4 are 0 (0). Timed on every grouped router case of 8,192 and
+// 100,000 tokens (gpu_session.sh's step moe-half-chunks, results/moe_routers_half_chunks_h100.json): 160 experts in
+// groups of 20 at 100,000 bf16 tokens 1.065x (fp32 0.993x); the shapes that never end in 4 (DeepSeek-V3, groups of 8
+// and 48) 0.98 to 0.99x from the branch alone, so only builds of 2 or more chunks a group take it (2 groups a lane
+// on 4 lanes of 4 or 6 chunks: only groups of 12 and 20 reach those), and every other build is the same as at 0.
+inline constexpr int kHalfChunks = 1;
+
+// A lane's best 8 keys of one group's CHUNKS chunks (keys_of(v, keys): chunk v's 8 keys, or with an array of 4 its
+// first 4), sorted. Where `half_last` (each group's last chunk cut at its end after 4 experts: the call's groups,
+// uniform over the warp), that chunk's 4 keys alone, sorted by a network of 4 and merged in: 4 keys made of 8
+// (their sigmoids and shifts) and 5 + 12 compare-exchanges for 19 + 12.
+template <typename Key, int CHUNKS, typename KeysOf>
+__device__ inline void group_lane_keys(KeysOf keys_of, Key (&top)[8], Key& below, bool half_last) {
+  if constexpr (kHalfChunks == 0 || CHUNKS == 1) {   // every chunk of 8 (lane_best_keys)
+    lane_best_keys<Key, 8, CHUNKS>(keys_of, top, below);
+    return;
+  }
+  lane_best_keys<Key, 8, CHUNKS - 1>(keys_of, top, below);
+  if (half_last) {
+    Key four[4];
+    keys_of(CHUNKS - 1, four);
+    sort_network<4>(four);
+    merge_best_four(top, four);
+  } else {
+    Key keys[8];
+    keys_of(CHUNKS - 1, keys);
+    sort_network<8>(keys);
+    merge_best<8>(top, keys, below);
+  }
+}
+
 // The best 8 keys of a token under DeepSeek-V3's groups, in every one of its W lanes: each lane's list of its chunks
 // (keys_of; all its experts in one group of L lanes), its group kept or dropped by keep_groups on the group's two
 // largest keys (high(key): the 32 bits group_key sums), the lists of dropped groups emptied, then the lanes' lists
@@ -836,10 +885,10 @@ __device__ inline unsigned keep_lane_groups(const unsigned (&gk)[G], int lane, i
 // g-th group's): fewer lanes a token than a group a lane, so fewer merges of lanes' lists, the costliest step where
 // groups are small (8 lanes of one chunk each: 3 merges of lists a lane for one chunk's sort). A sorted list a
 // group, the group's key from its two largest, the lists of dropped groups emptied and the lane's merged, then the
-// lanes'.
+// lanes'. `half_last`: each group's last chunk is 4 experts (group_lane_keys).
 template <typename Key, int W, int C, int G, typename KeysOf, typename High, typename GroupKey>
 __device__ inline void grouped_best_keys_lanes(KeysOf keys_of, Key (&top)[8], int lane, int topk_group, High high,
-                                               GroupKey group_key) {
+                                               GroupKey group_key, bool half_last) {
   static_assert(G >= 2 && C % G == 0, "whole groups of whole chunks");
   constexpr int CG = C / G;   // chunks a group
   unsigned gk[G];
@@ -847,7 +896,7 @@ __device__ inline void grouped_best_keys_lanes(KeysOf keys_of, Key (&top)[8], in
   Key list[G][8];
 #pragma unroll
   for (int g = 0; g < G; ++g) {
-    lane_best_keys<Key, 8, CG>([&](int v, Key (&keys)[8]) { keys_of(g * CG + v, keys); }, list[g], below);
+    group_lane_keys<Key, CG>([&](int v, auto& keys) { keys_of(g * CG + v, keys); }, list[g], below, half_last);
     gk[g] = group_key(high(list[g][0]), high(list[g][1]));
   }
   const unsigned kept = keep_lane_groups<W, G>(gk, lane, topk_group);
@@ -958,14 +1007,18 @@ __device__ inline int merge_shift_slot(int e, int span, int per = 1) {
   return ((j / 4) * W + l) * 4 + j % 4;
 }
 
-// Lane `lane`'s chunk v (its first expert e0) of shifts, as merge_shift_slot lays them out.
-template <int W>
+// Lane `lane`'s chunk v (its first expert e0) of shifts, as merge_shift_slot lays them out: the first N (8, or 4
+// for a chunk of 4 experts).
+template <int W, int N = 8>
 __device__ inline void merge_shifts(const float* shift, int e0, int v, int lane, float (&c)[8]) {
   const float* at0 = kMergeShiftLanes ? shift + (2 * v * W + lane) * 4 : shift + e0;
-  const float* at1 = kMergeShiftLanes ? shift + ((2 * v + 1) * W + lane) * 4 : shift + e0 + 4;
   const float4 a = *reinterpret_cast<const float4*>(at0);
-  const float4 b = *reinterpret_cast<const float4*>(at1);
-  c[0] = a.x; c[1] = a.y; c[2] = a.z; c[3] = a.w; c[4] = b.x; c[5] = b.y; c[6] = b.z; c[7] = b.w;
+  c[0] = a.x; c[1] = a.y; c[2] = a.z; c[3] = a.w;
+  if constexpr (N == 8) {
+    const float* at1 = kMergeShiftLanes ? shift + ((2 * v + 1) * W + lane) * 4 : shift + e0 + 4;
+    const float4 b = *reinterpret_cast<const float4*>(at1);
+    c[4] = b.x; c[5] = b.y; c[6] = b.z; c[7] = b.w;
+  }
 }
 
 // Blocks per SM the merge kernel is built for: registers for C chunks of raw logits, the list, a chunk's keys and
@@ -1026,25 +1079,27 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
 #pragma unroll
     for (int v = 0; v < C; ++v) load_chunk<T, CV>(row, start(v), end(v), vector_rows, raw[v]);
 
-    // Chunk v's keys, as topk_router makes them; 0 past the lane's experts.
-    const auto keys_of = [&](int v, unsigned (&keys)[8]) {
+    // Chunk v's keys, as topk_router makes them (its first N of 8: N the array's length, 4 for a group's last chunk
+    // cut after 4); 0 past the lane's experts.
+    const auto keys_of = [&](int v, auto& keys) {
+      constexpr int N = sizeof(keys) / sizeof(keys[0]);
       const int e0 = start(v);
       if constexpr (HALVES) {
 #pragma unroll
-        for (int p = 0; p < 4; ++p) half_keys(chunk_word<CV>(raw[v], p), e0 + 2 * p, keys[2 * p], keys[2 * p + 1]);
+        for (int p = 0; p < N / 2; ++p) half_keys(chunk_word<CV>(raw[v], p), e0 + 2 * p, keys[2 * p], keys[2 * p + 1]);
       } else {
         float c[8];
-        if constexpr (BIAS) merge_shifts<W>(shift, e0, v, lane, c);
+        if constexpr (BIAS) merge_shifts<W, N>(shift, e0, v, lane, c);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
+        for (int j = 0; j < N; ++j) {
           const float x = chunk_logit<T, CV>(raw[v], j);
           const unsigned low = 511u - (unsigned)(e0 + j);
           keys[j] = BIAS ? biased_key(x, scale, c[j], low) : top23_key(x, low);
         }
       }
-      if (e0 + 8 > end(v)) {
+      if (e0 + N > end(v)) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) keys[j] = e0 + j < end(v) ? keys[j] : 0u;
+        for (int j = 0; j < N; ++j) keys[j] = e0 + j < end(v) ? keys[j] : 0u;
       }
     };
 
@@ -1053,7 +1108,8 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
     const auto grouped_top = [&](auto keys_of_v, auto& top, auto high, auto group_key) {
       using Key = std::remove_reference_t<decltype(top[0])>;
       if constexpr (G > 1) {
-        grouped_best_keys_lanes<Key, W, C, G>(keys_of_v, top, lane, topk_group, high, group_key);
+        grouped_best_keys_lanes<Key, W, C, G>(keys_of_v, top, lane, topk_group, high, group_key,
+                                               kHalfChunks != 0 && per % 8 != 0);
       } else {
         grouped_best_keys<Key, W, C>(keys_of_v, top, lane, per, L, n_group, topk_group, high, group_key);
       }
@@ -1098,10 +1154,10 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
     if constexpr (!HALVES) {
       if (__any_sync(0xffffffffu, exact)) {   // exact keys: the score's order key, then 511 - expert
         unsigned long long top[8];
-        const auto exact_keys_of = [&](int v, unsigned long long (&keys)[8]) {
+        const auto exact_keys_of = [&](int v, auto& keys) {   // as keys_of, N keys
           const int e0 = start(v);
 #pragma unroll
-          for (int j = 0; j < 8; ++j) {
+          for (int j = 0; j < (int)(sizeof(keys) / sizeof(keys[0])); ++j) {
             const int e = e0 + j;
             const float x = chunk_logit<T, CV>(raw[v], j);
             const unsigned o = exact_key<ROUTER>(x, BIAS && e < end(v) ? bias[e] : 0.0f);

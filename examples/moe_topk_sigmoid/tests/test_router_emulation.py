@@ -251,6 +251,37 @@ def test_emulated_grouped_router_on_lanes_of_two_groups(emulation, tmp_path):
         assert {ln.split(" k=")[0] for ln in failed} == {f"grouped experts={e}" for e in shapes}, (name, failed[:5])
 
 
+def test_emulated_half_chunks(emulation, tmp_path):
+    """topk_router.cu's kHalfChunks: the tree (1: with two groups a lane, a group's last chunk of 4 experts made and
+    sorted as 4), a variant at 0 (as a chunk of 8 whose last 4 are 0) and one with one such group a lane
+    (router_launch.h's kGroupedPieceGroupsALane 1, where every chunk is made as 8) route 8 groups of 4, 12 and 20
+    experts right at the merge kernel's token count in every dtype, with quantized and (a bias spanning more than 1)
+    exact keys, ties common. A plant in the tree that leaves those 4 keys unsorted fails exactly the path shapes of
+    groups of 12 and 20 (groups of 4, one chunk a group, keep the chunk of 8), so the tree takes the path of 4 there
+    and only there."""
+    one = ("constexpr int kGroupedPieceGroupsALane = 2;", "constexpr int kGroupedPieceGroupsALane = 1;")
+    eight = ("constexpr int kHalfChunks = 1;", "constexpr int kHalfChunks = 0;")
+    unsorted = ("    keys_of(CHUNKS - 1, four);\n    sort_network<4>(four);\n", "    keys_of(CHUNKS - 1, four);\n")
+    variants = [_variant(tmp_path / "eight", "topk_router.cu", eight),
+                _variant(tmp_path / "one", "router_launch.h", one),
+                _variant(tmp_path / "unsorted", "topk_router.cu", unsorted)]
+    trees = dict(zip(("eight", "one", "unsorted"), moe_variants.kernel_trees(variants, tmp_path / "trees").values()))
+    g = torch.Generator().manual_seed(5)
+    for experts, k, extra in ((32, 4, {"n_group": 8, "topk_group": 2}), (96, 8, {"n_group": 8, "topk_group": 4}),
+                              (160, 6, {"n_group": 8, "topk_group": 3})):
+        (tokens,) = routing_cuda.merge_token_counts("grouped", experts, k)
+        for name, tree in (("tree", MOE / "kernels"), ("eight", trees["eight"]), ("one", trees["one"])):
+            for dtype in (torch.float32, torch.float16, torch.bfloat16):
+                x = _logits(tokens, experts, dtype, g)
+                for spread in (0.1, 3.0):
+                    bias = torch.randn(experts, generator=g) * spread
+                    ok, msg = ref.check_router(
+                        lambda *a, **kw: emulation.route(*a, **kw, kernels=tree), "grouped", x, bias, k, extra)
+                    assert ok, (experts, name, dtype, spread, msg)
+    failed = moe_emulation_check.router_failures(trees["unsorted"], ["bfloat16"], [4099])
+    assert {ln.split(" k=")[0] for ln in failed} == {f"grouped experts={e}" for e in (96, 160)}, failed[:5]
+
+
 # The merge kernel's biased shapes (Kimi K2, GLM-4.5; 64 experts, which it takes in fp32 too) and grouped ones
 # (DeepSeek-V3; 160 experts in groups of 20 and 64 in groups of 8, two groups a lane), each with the logit types
 # that reach it there.
@@ -387,18 +418,19 @@ def test_emulated_groups_at_once(emulation, tmp_path):
 
 
 def test_emulated_key_logits(emulation, tmp_path):
-    """topk_router.cu's kKeyLogits: the tree (0: the chosen experts' logits and the softmax's row maximum read again
-    from the row) and a variant at 1 (from the top 16 bits of 16-bit logits' exact keys) route the plain and softmax
+    """topk_router.cu's kKeyLogits: the tree (1: the chosen experts' logits and the softmax's row maximum from the top
+    16 bits of 16-bit logits' exact keys) and a variant at 0 (read again from the row) route the plain and softmax
     routers right on the rounds kernel (1 and 37 tokens) and the merge kernel (its token counts: 4 lanes, 16 lanes,
-    one lane a token), in every dtype. A plant at 1 that doubles the logit a key gives fails every 16-bit shape on
-    both kernels and no fp32 one (fp32 keys keep 23 bits, and those routers read the row at either setting)."""
-    at_one = ("constexpr int kKeyLogits = 0;", "constexpr int kKeyLogits = 1;")
+    one lane a token), in every dtype. A plant in the tree that doubles the logit a key gives fails every 16-bit
+    shape on both kernels and no fp32 one (fp32 keys keep 23 bits, and those routers read the row at either
+    setting), so the tree takes the keys' logits on every 16-bit path."""
     variants = moe_variants.kernel_trees(
-        [_variant(tmp_path / "keys", "topk_router.cu", at_one),
-         _variant(tmp_path / "doubled", "topk_router.cu", at_one,
+        [_variant(tmp_path / "row", "topk_router.cu",
+                  ("constexpr int kKeyLogits = 1;", "constexpr int kKeyLogits = 0;")),
+         _variant(tmp_path / "doubled", "topk_router.cu",
                   ("return from_bits<T>(bits_of_order16(opaque(key) >> 16));",
                    "return 2.0f * from_bits<T>(bits_of_order16(opaque(key) >> 16));"))], tmp_path / "trees")
-    keys_tree, doubled_tree = variants.values()
+    row_tree, doubled_tree = variants.values()
     shapes = [("plain", 100, 8, {}), ("softmax", 160, 6, {"renormalize": False}),
               ("softmax", 128, 8, {"renormalize": True}), ("softmax", 8, 2, {"renormalize": True})]
     g = torch.Generator().manual_seed(8)
@@ -406,7 +438,7 @@ def test_emulated_key_logits(emulation, tmp_path):
         for tokens in (1, 37, *routing_cuda.merge_token_counts(router, experts, k)):
             for dtype in (torch.float32, torch.float16, torch.bfloat16):
                 x = _logits(tokens, experts, dtype, g)
-                for kernels, right in ((MOE / "kernels", True), (keys_tree, True),
+                for kernels, right in ((MOE / "kernels", True), (row_tree, True),
                                        (doubled_tree, dtype == torch.float32)):
                     ok, msg = ref.check_router(lambda *a, **kw: emulation.route(*a, **kw, kernels=kernels), router,
                                                x, None, k, extra)
