@@ -220,6 +220,26 @@ def test_emulation_check_fails_a_one_lane_merge_that_reads_one_chunk(emulation, 
     assert all(" experts=12 k=3 " in ln and f"tokens={tokens} " in ln for ln in failed), failed[:5]
 
 
+def _grouped_checks(emulation, tree, tokens, experts, k, extra, g):
+    """The grouped router on `tree` in every dtype, with quantized keys (a bias spread of 0.1) and exact ones (3.0:
+    a bias spanning more than 1), ties common: (dtype, spread, ok, message) of each call's check."""
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        x = _logits(tokens, experts, dtype, g)
+        for spread in (0.1, 3.0):
+            bias = torch.randn(experts, generator=g) * spread
+            ok, msg = ref.check_router(
+                lambda *a, **kw: emulation.route(*a, **kw, kernels=tree), "grouped", x, bias, k, extra)
+            yield dtype, spread, ok, msg
+
+
+def _failed_grouped_experts(tree, tokens) -> set[int]:
+    """The expert counts of the path shapes whose bfloat16 routing fails on `tree` at `tokens`, all of them grouped
+    (else the assertion fails)."""
+    failed = moe_emulation_check.router_failures(tree, ["bfloat16"], [tokens])
+    assert all(ln.startswith("grouped experts=") for ln in failed), failed[:5]
+    return {int(ln.split(" k=")[0].removeprefix("grouped experts=")) for ln in failed}
+
+
 def test_emulated_grouped_router_on_lanes_of_two_groups(emulation, tmp_path):
     """router_launch.h's kGroupedMergeLeastLanes at 4 (8 groups of 8 experts on 4 lanes of 2 groups each,
     grouped_best_keys_lanes), and with kGroupedPieceGroupsALane at 2 (the tree's) also 8 groups of 4, 12 or 20 (each
@@ -238,17 +258,11 @@ def test_emulated_grouped_router_on_lanes_of_two_groups(emulation, tmp_path):
     g = torch.Generator().manual_seed(2)
     for experts, k, extra in ((64, 6, {"n_group": 8, "topk_group": 4}), (160, 6, {"n_group": 8, "topk_group": 3})):
         for name, tree in {"tree": MOE / "kernels", **trees}.items():
-            for dtype in (torch.float32, torch.float16, torch.bfloat16):
-                x = _logits(tokens, experts, dtype, g)
-                for spread in (0.1, 3.0):
-                    bias = torch.randn(experts, generator=g) * spread
-                    ok, msg = ref.check_router(
-                        lambda *a, **kw: emulation.route(*a, **kw, kernels=tree), "grouped", x, bias, k, extra)
-                    planted = name == "vote" or (name == "vote_one" and experts == 64)
-                    assert ok != planted, (experts, name, dtype, spread, msg)
-    for name, shapes in (("vote", (32, 64, 96, 160)), ("vote_one", (64,))):
-        failed = moe_emulation_check.router_failures(trees[name], ["bfloat16"], [tokens])
-        assert {ln.split(" k=")[0] for ln in failed} == {f"grouped experts={e}" for e in shapes}, (name, failed[:5])
+            for dtype, spread, ok, msg in _grouped_checks(emulation, tree, tokens, experts, k, extra, g):
+                planted = name == "vote" or (name == "vote_one" and experts == 64)
+                assert ok != planted, (experts, name, dtype, spread, msg)
+    assert _failed_grouped_experts(trees["vote"], tokens) == {32, 64, 96, 160}
+    assert _failed_grouped_experts(trees["vote_one"], tokens) == {64}
 
 
 def test_emulated_half_chunks(emulation, tmp_path):
@@ -271,15 +285,9 @@ def test_emulated_half_chunks(emulation, tmp_path):
                               (160, 6, {"n_group": 8, "topk_group": 3})):
         (tokens,) = routing_cuda.merge_token_counts("grouped", experts, k)
         for name, tree in (("tree", MOE / "kernels"), ("eight", trees["eight"]), ("one", trees["one"])):
-            for dtype in (torch.float32, torch.float16, torch.bfloat16):
-                x = _logits(tokens, experts, dtype, g)
-                for spread in (0.1, 3.0):
-                    bias = torch.randn(experts, generator=g) * spread
-                    ok, msg = ref.check_router(
-                        lambda *a, **kw: emulation.route(*a, **kw, kernels=tree), "grouped", x, bias, k, extra)
-                    assert ok, (experts, name, dtype, spread, msg)
-    failed = moe_emulation_check.router_failures(trees["unsorted"], ["bfloat16"], [4099])
-    assert {ln.split(" k=")[0] for ln in failed} == {f"grouped experts={e}" for e in (96, 160)}, failed[:5]
+            for dtype, spread, ok, msg in _grouped_checks(emulation, tree, tokens, experts, k, extra, g):
+                assert ok, (experts, name, dtype, spread, msg)
+    assert _failed_grouped_experts(trees["unsorted"], 4099) == {96, 160}
 
 
 # The merge kernel's biased shapes (Kimi K2, GLM-4.5; 64 experts, which it takes in fp32 too) and grouped ones
