@@ -462,9 +462,7 @@ __device__ inline void select_exact(const T* __restrict__ row, const float* __re
 // experts' logits and the row's largest from their keys (1), or read again from the row (0): each a load that waits
 // on the selection before the weights can be made. Read from the keys, the weights come from the same 16 bits; fp32
 // keys keep 23 bits of the score and biased keys a quantized sum, so those routers read the row at either setting.
-// Taken (1): on the plain and softmax router cases of 1 to 100,000 16-bit tokens (gpu_session.sh's step
-// moe-key-logits, results/moe_routers_key_logits_h100.json) 1.010x by geometric mean, 60 of 60 right; Llama 4
-// Maverick at 100,000 tokens 1.030x, DeepSeek-V2's softmax there 1.009 to 1.014x, Qwen3-MoE's 0.995x.
+// Taken (1): gpu_session.sh's step moe-key-logits times it against 0 (NOTES.md has what it found).
 inline constexpr int kKeyLogits = 1;
 
 // The logit of a 16-bit exact key (half_keys' layout: its order key in the top 16 bits). The key passes through
@@ -802,33 +800,17 @@ __host__ inline RouterShape router_shape(int experts, int n_group = 1) {
 // bits, the best key left out tracked through the merges; a warp where two of a token's top k + 1 share those
 // bits selects again on exact 64-bit keys, as does a bias spanning more than 1.
 
-// The best 8 of a sorted list and a sorted 4, sorted, into `top`: merge_best's bitonic merge with the 4 as the
-// best of 8 whose last 4 are the least keys, so that top[0..3] keep their place before the sorter.
-template <typename Key>
-__device__ inline void merge_best_four(Key (&top)[8], const Key (&four)[4]) {
-#pragma unroll
-  for (int j = 4; j < 8; ++j) top[j] = max(top[j], four[7 - j]);
-#pragma unroll
-  for (int d = 4; d > 0; d /= 2) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      if ((i / d) % 2 == 0) cx(top[i], top[i + d]);
-    }
-  }
-}
-
 // Groups of 4n experts (n odd: 12 or 20) two a lane end in a chunk of 4 experts: its 4 keys made alone and sorted by a
-// network of 4 (1), or made as a chunk of 8 whose last 4 are 0 (0). Timed on every grouped router case of 8,192 and
-// 100,000 tokens (gpu_session.sh's step moe-half-chunks, results/moe_routers_half_chunks_h100.json): 160 experts in
-// groups of 20 at 100,000 bf16 tokens 1.065x (fp32 0.993x); the shapes that never end in 4 (DeepSeek-V3, groups of 8
-// and 48) 0.98 to 0.99x from the branch alone, so only builds of 2 or more chunks a group take it (2 groups a lane
-// on 4 lanes of 4 or 6 chunks: only groups of 12 and 20 reach those), and every other build is the same as at 0.
+// network of 4 (1), or made as a chunk of 8 whose last 4 are 0 (0). Only builds of 2 or more chunks a group have
+// the branch (two groups a lane on 4 lanes of 4 or 6 chunks, which only groups of 12 and 20 reach): in the others it
+// is never taken and its code alone slowed them. gpu_session.sh's step moe-half-chunks times 1 against 0 (NOTES.md).
 inline constexpr int kHalfChunks = 1;
 
 // A lane's best 8 keys of one group's CHUNKS chunks (keys_of(v, keys): chunk v's 8 keys, or with an array of 4 its
 // first 4), sorted. Where `half_last` (each group's last chunk cut at its end after 4 experts: the call's groups,
-// uniform over the warp), that chunk's 4 keys alone, sorted by a network of 4 and merged in: 4 keys made of 8
-// (their sigmoids and shifts) and 5 + 12 compare-exchanges for 19 + 12.
+// uniform over the warp), that chunk's 4 keys alone, sorted by a network of 4 and merged in as 8 whose last 4 are
+// the least keys (merge_best's first maxima then keep top[0..3]): 4 keys made of 8 (their sigmoids and shifts) and
+// 5 compare-exchanges for 19 before the same merge.
 template <typename Key, int CHUNKS, typename KeysOf>
 __device__ inline void group_lane_keys(KeysOf keys_of, Key (&top)[8], Key& below, bool half_last) {
   if constexpr (kHalfChunks == 0 || CHUNKS == 1) {   // every chunk of 8 (lane_best_keys)
@@ -840,7 +822,9 @@ __device__ inline void group_lane_keys(KeysOf keys_of, Key (&top)[8], Key& below
     Key four[4];
     keys_of(CHUNKS - 1, four);
     sort_network<4>(four);
-    merge_best_four(top, four);
+    const Key eight[8] = {four[0], four[1], four[2], four[3], least_key<Key>(), least_key<Key>(), least_key<Key>(),
+                          least_key<Key>()};
+    merge_best<8>(top, eight, below);
   } else {
     Key keys[8];
     keys_of(CHUNKS - 1, keys);
@@ -1108,8 +1092,7 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
     const auto grouped_top = [&](auto keys_of_v, auto& top, auto high, auto group_key) {
       using Key = std::remove_reference_t<decltype(top[0])>;
       if constexpr (G > 1) {
-        grouped_best_keys_lanes<Key, W, C, G>(keys_of_v, top, lane, topk_group, high, group_key,
-                                               kHalfChunks != 0 && per % 8 != 0);
+        grouped_best_keys_lanes<Key, W, C, G>(keys_of_v, top, lane, topk_group, high, group_key, per % 8 != 0);
       } else {
         grouped_best_keys<Key, W, C>(keys_of_v, top, lane, per, L, n_group, topk_group, high, group_key);
       }
@@ -1154,10 +1137,11 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
     if constexpr (!HALVES) {
       if (__any_sync(0xffffffffu, exact)) {   // exact keys: the score's order key, then 511 - expert
         unsigned long long top[8];
-        const auto exact_keys_of = [&](int v, auto& keys) {   // as keys_of, N keys
+        const auto exact_keys_of = [&](int v, auto& keys) {   // as keys_of, its first N
+          constexpr int N = sizeof(keys) / sizeof(keys[0]);
           const int e0 = start(v);
 #pragma unroll
-          for (int j = 0; j < (int)(sizeof(keys) / sizeof(keys[0])); ++j) {
+          for (int j = 0; j < N; ++j) {
             const int e = e0 + j;
             const float x = chunk_logit<T, CV>(raw[v], j);
             const unsigned o = exact_key<ROUTER>(x, BIAS && e < end(v) ? bias[e] : 0.0f);
