@@ -75,6 +75,9 @@
 #   moe-half-chunks   the grouped router with topk_router.cu's kHalfChunks at 0 (a group's last chunk of 4 experts made
 #                     and sorted as 8 whose last 4 are 0) and at 1 (its 4 keys alone, a network of 4), timed in one
 #                     process on 8,192 and 100,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
+#   moe-four-lists    the plain, biased and softmax routers with topk_router.cu's kFourLists at 0 (the merge kernel's
+#                     lists of best keys hold 8 whatever k) and at 1 (4 where k is 4 or less), timed in one process on
+#                     8,192 and 100,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
 #   moe-large         $MOE/benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
 #                     their stream floors; quick, between full bench.py runs)
 #   moe-sort          $MOE/benchmarks/moe_sort.py (the sorting-network kernel at each experts per thread against the packed-key
@@ -285,6 +288,9 @@ print(sum(1 for b in d['bench'] if b.get('baselines', {}).get('compile')), 'of',
     moe-half-chunks)   # a group's last chunk of 4 experts as a chunk of 8 (kHalfChunks 0) or as 4 (1)
       routers_ab "$dir" kHalfChunks 3 "--variant grouped ${MOE_ROUTERS_ARGS:---tokens 8192 --tokens 100000}" \
           eight:0 four:1 ;;
+    moe-four-lists)   # the merge kernel's lists of 8 whatever k (kFourLists 0) or of 4 at k 4 or less (1)
+      routers_ab "$dir" kFourLists 3 "${MOE_ROUTERS_ARGS:---variant softmax --variant plain --variant biased \
+          --tokens 8192 --tokens 100000}" eight:0 four:1 ;;
     moe-large) python3 "$MOE/benchmarks/moe_large.py" ${MOE_LARGE_ARGS:-} && cp "$MOE/results/moe_large.json" "$dir/" ;;
     moe-sort) python3 "$MOE/benchmarks/moe_sort.py" "$dir" ${MOE_SORT_ARGS:-} ;;
     moe-variants) python3 "$MOE/benchmarks/moe_variants.py" "$dir" ${MOE_VARIANTS:?moe-variants needs MOE_VARIANTS} ${MOE_VARIANTS_ARGS:-} ;;

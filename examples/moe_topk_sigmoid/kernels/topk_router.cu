@@ -796,15 +796,24 @@ __host__ inline RouterShape router_shape(int experts, int n_group = 1) {
 // merges them into its best 8 (best_keys, as the sorting-network kernel does); the token's lanes then merge their
 // lists by xor shuffles, log2(W) steps, and every lane holds the token's best 8: no rounds, and no lane that can
 // run out of kept keys, so a lane can hold many experts (4 lanes of 64 for 256 bf16 experts, where the rounds
-// took 16 lanes of 16 and a round's maxima every 2 tokens a warp). fp32 logits keep their order key's top 23
-// bits, the best key left out tracked through the merges; a warp where two of a token's top k + 1 share those
-// bits selects again on exact 64-bit keys, as does a bias spanning more than 1.
+// took 16 lanes of 16 and a round's maxima every 2 tokens a warp). With kFourLists, the lists hold 4 at k 4 or
+// less (but for the grouped router). fp32 logits keep their order key's top 23 bits, the best key left out
+// tracked through the merges; a warp where two of a token's top k + 1 share those bits selects again on exact
+// 64-bit keys, as does a bias spanning more than 1.
 
 // Groups of 4n experts (n odd: 12 or 20) two a lane end in a chunk of 4 experts: its 4 keys made alone and sorted by a
 // network of 4 (1), or made as a chunk of 8 whose last 4 are 0 (0). Only builds of 2 or more chunks a group have
 // the branch (two groups a lane on 4 lanes of 4 or 6 chunks, which only groups of 12 and 20 reach): in the others it
 // is never taken and its code alone slowed them. gpu_session.sh's step moe-half-chunks times 1 against 0 (NOTES.md).
 inline constexpr int kHalfChunks = 1;
+
+// Where a call's k is 4 or less, the plain, biased and softmax routers' lists of best keys hold 4 (1): a lane sorts
+// each chunk's keys as two fours (5 compare-exchanges each) and merges each four into its list (4 max and 4
+// compare-exchanges), and the lanes merge lists of 4 (half the shuffles), where lists of 8 take 19 compare-exchanges
+// to sort a chunk and 8 max and 12 to merge it; or lists of 8 whatever k (0). The grouped router keeps lists of 8.
+// gpu_session.sh's step moe-four-lists times 1 against 0; until it has run, the tree keeps the lists of 8 it was
+// timed with (every sm_90 build at 0 is byte-identical to one without the lists of 4).
+inline constexpr int kFourLists = 0;
 
 // A lane's best 8 keys of one group's CHUNKS chunks (keys_of(v, keys): chunk v's 8 keys, or with an array of 4 its
 // first 4), sorted. Where `half_last` (each group's last chunk cut at its end after 4 experts: the call's groups,
@@ -895,13 +904,20 @@ __device__ inline void grouped_best_keys_lanes(KeysOf keys_of, Key (&top)[8], in
   merge_lanes<Key, 8, W>(top, below);
 }
 
-// v[i] (i < 8) by a tree of selects on i's bits: indexed by a lane's place, the array would go to local memory.
-template <typename Key>
-__device__ inline Key pick8(const Key (&v)[8], int i) {
+// v[i] (i < N, N 4 or 8) by a tree of selects on i's bits: indexed by a lane's place, the array would go to local
+// memory.
+template <typename Key, int N>
+__device__ inline Key pick(const Key (&v)[N], int i) {
+  static_assert(N == 4 || N == 8, "lists of 4 or 8");
   const bool odd = i & 1;
-  const Key a0 = odd ? v[1] : v[0], a1 = odd ? v[3] : v[2], a2 = odd ? v[5] : v[4], a3 = odd ? v[7] : v[6];
-  const Key b0 = i & 2 ? a1 : a0, b1 = i & 2 ? a3 : a2;
-  return i & 4 ? b1 : b0;
+  const Key a0 = odd ? v[1] : v[0], a1 = odd ? v[3] : v[2];
+  if constexpr (N == 4) {
+    return i & 2 ? a1 : a0;
+  } else {
+    const Key a2 = odd ? v[5] : v[4], a3 = odd ? v[7] : v[6];
+    const Key b0 = i & 2 ? a1 : a0, b1 = i & 2 ? a3 : a2;
+    return i & 4 ? b1 : b0;
+  }
 }
 
 // Word i of a chunk's 16-byte vectors.
@@ -1104,58 +1120,75 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
     float chosen[R] = {};   // with kKeyLogits, 16-bit logits: the slots' experts' logits, from their keys
     float first_x = 0.0f;   // and the token's largest logit, from its best key
     // Slot q of this lane: the expert of the token's (q * W + lane)-th best key, held in the key's low bits as
-    // `last` - expert (and with KEY_LOGITS its logit, from the key's top 16 bits).
+    // `last` - expert (and with KEY_LOGITS its logit, from the key's top 16 bits). A key of a list of 4 passes
+    // through opaque(): without it nvcc 13.0's cicc crashed (a segmentation fault) on the plain 16-bit builds of 8
+    // chunks a lane.
     const auto take_slots = [&](const auto& top, unsigned last) {
+      constexpr int N = sizeof(top) / sizeof(top[0]);   // the list's keys, 4 or 8
 #pragma unroll
       for (int q = 0; q < R; ++q) {
-        const unsigned key = q * W + lane < 8 ? (unsigned)pick8(top, q * W + lane) : 0u;
+        const unsigned picked = q * W + lane < N ? (unsigned)pick(top, q * W + lane) : 0u;
+        const unsigned key = N == 4 ? opaque(picked) : picked;
         slot[q] = last - (key & last);
         if constexpr (KEY_LOGITS) chosen[q] = key_logit<T>(key);
       }
     };
     bool exact = !quantized;
-    if (!exact) {
-      unsigned top[8], below;
-      if constexpr (ROUTER == GROUPED) {   // the group's key: its two largest scores' quantized bits summed
-        grouped_top(keys_of, top, [](unsigned key) { return key; },
-                    [](unsigned a, unsigned b) { return (a >> 9) + (b >> 9); });
-      } else {
-        best_keys<unsigned, 8, W, C, FP32>(keys_of, top, below);
-      }
-      if constexpr (FP32) {   // two of the top k + 1 sharing their top 23 bits: exact keys decide
-        bool alike = false;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const unsigned next = j + 1 < 8 ? top[j + 1] : below;
-          alike |= j < k && next != 0u && (top[j] >> 9) == (next >> 9);
+    // The selection on lists of N keys (N 4 or 8: kFourLists), into the slots (and `chosen`, `first_x`).
+    const auto select = [&](auto lists) {
+      constexpr int N = decltype(lists)::value;
+      if (!exact) {
+        unsigned top[N], below;
+        if constexpr (ROUTER == GROUPED) {   // the group's key: its two largest scores' quantized bits summed
+          grouped_top(keys_of, top, [](unsigned key) { return key; },
+                      [](unsigned a, unsigned b) { return (a >> 9) + (b >> 9); });
+        } else {
+          best_keys<unsigned, N, W, C, FP32>(keys_of, top, below);
         }
-        exact = alike;
-      }
-      take_slots(top, HALVES ? 0xffffu : 511u);
-      if constexpr (KEY_LOGITS) first_x = key_logit<T>(top[0]);
-    }
-    if constexpr (!HALVES) {
-      if (__any_sync(0xffffffffu, exact)) {   // exact keys: the score's order key, then 511 - expert
-        unsigned long long top[8];
-        const auto exact_keys_of = [&](int v, auto& keys) {   // as keys_of, its first N
-          constexpr int N = sizeof(keys) / sizeof(keys[0]);
-          const int e0 = start(v);
+        if constexpr (FP32) {   // two of the top k + 1 sharing their top 23 bits: exact keys decide
+          bool alike = false;
 #pragma unroll
           for (int j = 0; j < N; ++j) {
-            const int e = e0 + j;
-            const float x = chunk_logit<T, CV>(raw[v], j);
-            const unsigned o = exact_key<ROUTER>(x, BIAS && e < end(v) ? bias[e] : 0.0f);
-            keys[j] = e < end(v) ? ((unsigned long long)o << 32) | (511u - (unsigned)e) : 0ull;
+            const unsigned next = j + 1 < N ? top[j + 1] : below;
+            alike |= j < k && next != 0u && (top[j] >> 9) == (next >> 9);
           }
-        };
-        if constexpr (ROUTER == GROUPED) {   // the group's key: the float sum of its two largest scores
-          grouped_top(exact_keys_of, top, [](unsigned long long key) { return (unsigned)(key >> 32); },
-                      [](unsigned a, unsigned b) { return order_key(from_order_key(a) + from_order_key(b)); });
-        } else {
-          best_keys<unsigned long long, 8, W, C>(exact_keys_of, top);
+          exact = alike;
         }
-        take_slots(top, 511u);
+        take_slots(top, HALVES ? 0xffffu : 511u);
+        if constexpr (KEY_LOGITS) first_x = key_logit<T>(top[0]);
       }
+      if constexpr (!HALVES) {
+        if (__any_sync(0xffffffffu, exact)) {   // exact keys: the score's order key, then 511 - expert
+          unsigned long long top[N];
+          const auto exact_keys_of = [&](int v, auto& keys) {   // as keys_of, its first M
+            constexpr int M = sizeof(keys) / sizeof(keys[0]);
+            const int e0 = start(v);
+#pragma unroll
+            for (int j = 0; j < M; ++j) {
+              const int e = e0 + j;
+              const float x = chunk_logit<T, CV>(raw[v], j);
+              const unsigned o = exact_key<ROUTER>(x, BIAS && e < end(v) ? bias[e] : 0.0f);
+              keys[j] = e < end(v) ? ((unsigned long long)o << 32) | (511u - (unsigned)e) : 0ull;
+            }
+          };
+          if constexpr (ROUTER == GROUPED) {   // the group's key: the float sum of its two largest scores
+            grouped_top(exact_keys_of, top, [](unsigned long long key) { return (unsigned)(key >> 32); },
+                        [](unsigned a, unsigned b) { return order_key(from_order_key(a) + from_order_key(b)); });
+          } else {
+            best_keys<unsigned long long, N, W, C>(exact_keys_of, top);
+          }
+          take_slots(top, 511u);
+        }
+      }
+    };
+    if constexpr (kFourLists != 0 && ROUTER != GROUPED) {
+      if (k <= 4) {
+        select(std::integral_constant<int, 4>{});
+      } else {
+        select(std::integral_constant<int, 8>{});
+      }
+    } else {
+      select(std::integral_constant<int, 8>{});
     }
 
     // Softmax: the row's largest logit (the first chosen expert's) and, where the weights are not renormalised

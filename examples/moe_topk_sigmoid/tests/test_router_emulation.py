@@ -453,6 +453,43 @@ def test_emulated_key_logits(emulation, tmp_path):
                     assert ok == right, (router, experts, k, tokens, dtype, kernels.name, msg)
 
 
+def test_emulated_four_lists(emulation, tmp_path):
+    """topk_router.cu's kFourLists: at 1 (at k 4 or less the merge kernel's plain, biased and softmax lists hold 4
+    keys) and at 0 (lists of 8 whatever k), the tree at its setting and a variant at the other, the routers route
+    right on the rounds kernel (37 tokens) and the merge kernel (its token counts: 4 lanes of 4 chunks, 8 of 6, 4 of
+    2 read element by element, one lane of 3 chunks and of 1), in every dtype, with quantized and (a bias spanning
+    more than 1) exact keys, ties common. A plant at 1 whose lists of 4 leave a lane's last chunk out fails exactly
+    the merge kernel's calls of more than one chunk a lane (not one lane of one chunk, nor fp32's 384 experts, which
+    take the rounds kernel), so those calls take the lists of 4, on every key path."""
+    text = (MOE / "kernels" / "topk_router.cu").read_text()
+    now = 1 if "constexpr int kFourLists = 1;" in text else 0
+    setting = (f"constexpr int kFourLists = {now};", "constexpr int kFourLists = 1;")
+    select = "best_keys<unsigned, N, W, C, FP32>(keys_of, top, below);"
+    exact = "best_keys<unsigned long long, N, W, C>(exact_keys_of, top);"
+    variants = [_variant(tmp_path / "other", "topk_router.cu",
+                         (setting[0], f"constexpr int kFourLists = {1 - now};")),
+                _variant(tmp_path / "dropped", "topk_router.cu", setting,
+                         (select, select.replace("W, C,", "W, (N == 4 && C > 1 ? C - 1 : C),")),
+                         (exact, exact.replace("W, C>", "W, (N == 4 && C > 1 ? C - 1 : C)>")))]
+    other_tree, dropped_tree = moe_variants.kernel_trees(variants, tmp_path / "trees").values()
+    # (router, experts, k, extra, whether a lane of the merge kernel holds more than one chunk in each dtype)
+    shapes = [("plain", 128, 4, {}, lambda d: True), ("biased", 384, 4, {}, lambda d: d != torch.float32),
+              ("softmax", 50, 4, {"renormalize": False}, lambda d: True),
+              ("softmax", 24, 2, {"renormalize": True}, lambda d: True), ("biased", 8, 3, {}, lambda d: False)]
+    g = torch.Generator().manual_seed(9)
+    for router, experts, k, extra, chunks in shapes:
+        for tokens in (37, *routing_cuda.merge_token_counts(router, experts, k)):
+            for dtype in (torch.float32, torch.float16, torch.bfloat16):
+                x = _logits(tokens, experts, dtype, g)
+                for spread in (0.1, 3.0) if router == "biased" else (None,):
+                    bias = None if spread is None else torch.randn(experts, generator=g) * spread
+                    for kernels, right in ((MOE / "kernels", True), (other_tree, True),
+                                           (dropped_tree, tokens == 37 or not chunks(dtype))):
+                        ok, msg = ref.check_router(lambda *a, **kw: emulation.route(*a, **kw, kernels=kernels),
+                                                   router, x, bias, k, extra)
+                        assert ok == right, (router, experts, k, tokens, dtype, spread, kernels.name, msg)
+
+
 def test_emulation_fails_misaligned_and_out_of_bounds_accesses(emulation, tmp_path):
     """A variant with two planted bugs a GPU would show as faults, not as wrong outputs: the grouped router takes
     groups of 15 experts (120 in 8) on the merge kernel, whose chunks then read the shift table's 16-byte vectors
