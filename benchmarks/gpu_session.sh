@@ -78,6 +78,9 @@
 #   moe-four-lists    the plain, biased and softmax routers with topk_router.cu's kFourLists at 0 (the merge kernel's
 #                     lists of best keys hold 8 whatever k) and at 1 (4 where k is 4 or less), timed in one process on
 #                     8,192 and 100,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
+#   moe-term-fma      the softmax router with topk_router.cu's kTermFma at 0 (a softmax term's exponent by an FADD and an
+#                     FMUL) and at 1 (one FFMA), timed in one process on 3,000 to 100,000 tokens ($MOE_ROUTERS_ARGS:
+#                     other options instead)
 #   moe-large         $MOE/benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
 #                     their stream floors; quick, between full bench.py runs)
 #   moe-sort          $MOE/benchmarks/moe_sort.py (the sorting-network kernel at each experts per thread against the packed-key
@@ -291,6 +294,9 @@ print(sum(1 for b in d['bench'] if b.get('baselines', {}).get('compile')), 'of',
     moe-four-lists)   # the merge kernel's lists of 8 whatever k (kFourLists 0) or of 4 at k 4 or less (1)
       routers_ab "$dir" kFourLists 3 "${MOE_ROUTERS_ARGS:---variant softmax --variant plain --variant biased \
           --tokens 8192 --tokens 100000}" eight:0 four:1 ;;
+    moe-term-fma)   # a softmax term's exponent by an FADD and an FMUL (kTermFma 0) or by one FFMA (1)
+      routers_ab "$dir" kTermFma 3 \
+          "--variant softmax ${MOE_ROUTERS_ARGS:---tokens 3000 --tokens 8192 --tokens 100000}" mul:0 fma:1 ;;
     moe-large) python3 "$MOE/benchmarks/moe_large.py" ${MOE_LARGE_ARGS:-} && cp "$MOE/results/moe_large.json" "$dir/" ;;
     moe-sort) python3 "$MOE/benchmarks/moe_sort.py" "$dir" ${MOE_SORT_ARGS:-} ;;
     moe-variants) python3 "$MOE/benchmarks/moe_variants.py" "$dir" ${MOE_VARIANTS:?moe-variants needs MOE_VARIANTS} ${MOE_VARIANTS_ARGS:-} ;;

@@ -480,6 +480,20 @@ __device__ inline float token_lane0(float v) {
   return __shfl_sync(0xffffffffu, v, 0, W);
 }
 
+// A row's softmax terms e^(x - m), m its largest logit: with kTermFma 1, 2^(x log2(e) - m log2(e)), one FFMA a term
+// (m log2(e) made once a row), where softmax_term's (x - m) log2(e) takes an FADD and an FMUL (0). The argument
+// differs from softmax_term's by the rounding of m log2(e), a relative error of the term below 1e-6.
+// gpu_session.sh's step moe-term-fma times 1 against 0.
+inline constexpr int kTermFma = 0;
+
+struct RowTerms {
+  float m, scaled;
+  __device__ explicit RowTerms(float m) : m(m), scaled(m * 1.4426950408889634f) {}
+  __device__ float operator()(float x) const {
+    return kTermFma ? exp2_ftz(fmaf(x, 1.4426950408889634f, -scaled)) : softmax_term(x, m);
+  }
+};
+
 // The token's largest logit: its first chosen expert's (slot 0 of the token's lane 0, `first`), read again (from
 // L1) and shared over the token's W lanes.
 template <typename T, int W>
@@ -497,12 +511,13 @@ __device__ inline void write_weights(const T* __restrict__ row, const float (&ch
                                      float* __restrict__ wrow, int* __restrict__ irow) {
   float w[R];
   float sum = 0.0f;
+  const RowTerms term(row_max);
 #pragma unroll
   for (int q = 0; q < R; ++q) {
     const bool have = q * W + lane < k;
     const float xe = !have ? 0.0f : KEY_LOGITS ? chosen[q] : to_float<T>(row[slot[q]]);
     if constexpr (ROUTER == SOFTMAX) {
-      w[q] = have ? softmax_term(xe, row_max) : 0.0f;
+      w[q] = have ? term(xe) : 0.0f;
     } else {
       w[q] = have ? sigmoid(xe) : 0.0f;
     }
@@ -662,11 +677,12 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
           for (int j = 0; j < P; ++j) m = max(m, first + j < experts || !tail ? key[j] : 0u);
           const unsigned o = lanes_max<W>(m) >> 16;
           row_max = from_bits<T>(bits_of_order16(o));
+          const RowTerms term(row_max);
           float s = 0.0f;
 #pragma unroll
           for (int j = 0; j < P; ++j) {
             const float v = from_bits<T>(j % 2 ? w[j / 2] >> 16 : w[j / 2] & 0xffffu);
-            s += first + j < experts || !tail ? softmax_term(v, row_max) : 0.0f;
+            s += first + j < experts || !tail ? term(v) : 0.0f;
           }
           total = lanes_sum<W>(s);
         }
@@ -681,8 +697,9 @@ __global__ __launch_bounds__(256, router_min_blocks<T, W, P, ROUTER>()) void top
 #pragma unroll
           for (int j = 0; j < P; ++j) m = fmaxf(m, first + j < experts || !tail ? x[j] : neg_inf());
           row_max = from_order_key(lanes_max<W>(order_key(m)));
+          const RowTerms term(row_max);
 #pragma unroll
-          for (int j = 0; j < P; ++j) s += first + j < experts || !tail ? softmax_term(x[j], row_max) : 0.0f;
+          for (int j = 0; j < P; ++j) s += first + j < experts || !tail ? term(x[j]) : 0.0f;
           total = lanes_sum<W>(s);
         }
 #pragma unroll
@@ -1197,12 +1214,13 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
     if constexpr (ROUTER == SOFTMAX) {
       row_max = KEY_LOGITS ? first_x : top_logit<T, W>(row, slot[0], lane);
       if (!renormalize) {
+        const RowTerms row_term(row_max);
         float s = 0.0f;
 #pragma unroll
         for (int v = 0; v < C; ++v) {
           float term[8];
 #pragma unroll
-          for (int j = 0; j < 8; ++j) term[j] = softmax_term(chunk_logit<T, CV>(raw[v], j), row_max);
+          for (int j = 0; j < 8; ++j) term[j] = row_term(chunk_logit<T, CV>(raw[v], j));
           if (start(v) + 8 > end(v)) {   // a chunk past the end (its logits read as 0) gives nothing
 #pragma unroll
             for (int j = 0; j < 8; ++j) term[j] = start(v) + j < end(v) ? term[j] : 0.0f;

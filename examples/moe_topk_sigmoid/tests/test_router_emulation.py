@@ -490,6 +490,33 @@ def test_emulated_four_lists(emulation, tmp_path):
                         assert ok == right, (router, experts, k, tokens, dtype, spread, kernels.name, msg)
 
 
+def test_emulated_term_fma(emulation, tmp_path):
+    """topk_router.cu's kTermFma: the tree at its setting and a variant at the other (1: a softmax term by one FFMA,
+    0: by an FADD and an FMUL) route the softmax router right on the rounds kernel (1 and 37 tokens) and the merge
+    kernel (its token counts: 4 lanes, 16 lanes of fp32, one lane a token), renormalised over the k or not, in every
+    dtype, ties common. A plant at 1 that halves the terms' slope fails every one of those calls but k 1's
+    renormalised (its one weight is 1 whatever the slope), so every softmax term of both kernels, the sums and the
+    weights, goes through it."""
+    text = (MOE / "kernels" / "topk_router.cu").read_text()
+    now = 1 if "constexpr int kTermFma = 1;" in text else 0
+    setting = (f"constexpr int kTermFma = {now};", "constexpr int kTermFma = 1;")
+    slope = "exp2_ftz(fmaf(x, 1.4426950408889634f, -scaled))"
+    variants = [_variant(tmp_path / "other", "topk_router.cu", (setting[0], f"constexpr int kTermFma = {1 - now};")),
+                _variant(tmp_path / "halved", "topk_router.cu", setting,
+                         (slope, slope.replace("1.4426950408889634f", "0.7213475204444817f")))]
+    other_tree, halved_tree = moe_variants.kernel_trees(variants, tmp_path / "trees").values()
+    g = torch.Generator().manual_seed(10)
+    for experts, k, renormalize in ((60, 4, False), (160, 6, True), (128, 8, False), (8, 2, True), (24, 1, True)):
+        for tokens in (1, 37, *routing_cuda.merge_token_counts("softmax", experts, k)):
+            for dtype in (torch.float32, torch.float16, torch.bfloat16):
+                x = _logits(tokens, experts, dtype, g)
+                trees = ((MOE / "kernels", True), (other_tree, True), (halved_tree, k == 1 and renormalize))
+                for kernels, right in trees:
+                    ok, msg = ref.check_router(lambda *a, **kw: emulation.route(*a, **kw, kernels=kernels),
+                                               "softmax", x, None, k, {"renormalize": renormalize})
+                    assert ok == right, (experts, k, renormalize, tokens, dtype, kernels.name, msg)
+
+
 def test_emulation_fails_misaligned_and_out_of_bounds_accesses(emulation, tmp_path):
     """A variant with two planted bugs a GPU would show as faults, not as wrong outputs: the grouped router takes
     groups of 15 experts (120 in 8) on the merge kernel, whose chunks then read the shift table's 16-byte vectors
