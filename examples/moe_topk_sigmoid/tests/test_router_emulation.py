@@ -453,6 +453,16 @@ def test_emulated_key_logits(emulation, tmp_path):
                     assert ok == right, (router, experts, k, tokens, dtype, kernels.name, msg)
 
 
+def _setting_trees(tmp_path, constant: str, *plant: tuple[str, str]):
+    """Two variants of topk_router.cu's `constant` (0 or 1): the tree at the other setting, and at 1 with the edits
+    `plant` (the tree keeps whichever setting it has)."""
+    now = 1 if f"constexpr int {constant} = 1;" in (MOE / "kernels" / "topk_router.cu").read_text() else 0
+    at = f"constexpr int {constant} = {now};"
+    variants = [_variant(tmp_path / "other", "topk_router.cu", (at, f"constexpr int {constant} = {1 - now};")),
+                _variant(tmp_path / "planted", "topk_router.cu", (at, f"constexpr int {constant} = 1;"), *plant)]
+    return moe_variants.kernel_trees(variants, tmp_path / "trees").values()
+
+
 def test_emulated_four_lists(emulation, tmp_path):
     """topk_router.cu's kFourLists: at 1 (at k 4 or less the merge kernel's plain, biased and softmax lists hold 4
     keys) and at 0 (lists of 8 whatever k), the tree at its setting and a variant at the other, the routers route
@@ -461,17 +471,11 @@ def test_emulated_four_lists(emulation, tmp_path):
     more than 1) exact keys, ties common. A plant at 1 whose lists of 4 leave a lane's last chunk out fails exactly
     the merge kernel's calls of more than one chunk a lane (not one lane of one chunk, nor fp32's 384 experts, which
     take the rounds kernel), so those calls take the lists of 4, on every key path."""
-    text = (MOE / "kernels" / "topk_router.cu").read_text()
-    now = 1 if "constexpr int kFourLists = 1;" in text else 0
-    setting = (f"constexpr int kFourLists = {now};", "constexpr int kFourLists = 1;")
     select = "best_keys<unsigned, N, W, C, FP32>(keys_of, top, below);"
     exact = "best_keys<unsigned long long, N, W, C>(exact_keys_of, top);"
-    variants = [_variant(tmp_path / "other", "topk_router.cu",
-                         (setting[0], f"constexpr int kFourLists = {1 - now};")),
-                _variant(tmp_path / "dropped", "topk_router.cu", setting,
-                         (select, select.replace("W, C,", "W, (N == 4 && C > 1 ? C - 1 : C),")),
-                         (exact, exact.replace("W, C>", "W, (N == 4 && C > 1 ? C - 1 : C)>")))]
-    other_tree, dropped_tree = moe_variants.kernel_trees(variants, tmp_path / "trees").values()
+    other_tree, dropped_tree = _setting_trees(
+        tmp_path, "kFourLists", (select, select.replace("W, C,", "W, (N == 4 && C > 1 ? C - 1 : C),")),
+        (exact, exact.replace("W, C>", "W, (N == 4 && C > 1 ? C - 1 : C)>")))
     # (router, experts, k, extra, whether a lane of the merge kernel holds more than one chunk in each dtype)
     shapes = [("plain", 128, 4, {}, lambda d: True), ("biased", 384, 4, {}, lambda d: d != torch.float32),
               ("softmax", 50, 4, {"renormalize": False}, lambda d: True),
@@ -497,14 +501,9 @@ def test_emulated_term_fma(emulation, tmp_path):
     dtype, ties common. A plant at 1 that halves the terms' slope fails every one of those calls but k 1's
     renormalised (its one weight is 1 whatever the slope), so every softmax term of both kernels, the sums and the
     weights, goes through it."""
-    text = (MOE / "kernels" / "topk_router.cu").read_text()
-    now = 1 if "constexpr int kTermFma = 1;" in text else 0
-    setting = (f"constexpr int kTermFma = {now};", "constexpr int kTermFma = 1;")
     slope = "exp2_ftz(fmaf(x, 1.4426950408889634f, -scaled))"
-    variants = [_variant(tmp_path / "other", "topk_router.cu", (setting[0], f"constexpr int kTermFma = {1 - now};")),
-                _variant(tmp_path / "halved", "topk_router.cu", setting,
-                         (slope, slope.replace("1.4426950408889634f", "0.7213475204444817f")))]
-    other_tree, halved_tree = moe_variants.kernel_trees(variants, tmp_path / "trees").values()
+    other_tree, halved_tree = _setting_trees(
+        tmp_path, "kTermFma", (slope, slope.replace("1.4426950408889634f", "0.7213475204444817f")))
     g = torch.Generator().manual_seed(10)
     for experts, k, renormalize in ((60, 4, False), (160, 6, True), (128, 8, False), (8, 2, True), (24, 1, True)):
         for tokens in (1, 37, *routing_cuda.merge_token_counts("softmax", experts, k)):
