@@ -488,9 +488,9 @@ inline constexpr int kTermFma = 0;
 
 struct RowTerms {
   float m, scaled;
-  __device__ explicit RowTerms(float m) : m(m), scaled(m * 1.4426950408889634f) {}
+  __device__ explicit RowTerms(float m) : m(m), scaled(m * kLog2E) {}
   __device__ float operator()(float x) const {
-    return kTermFma ? exp2_ftz(fmaf(x, 1.4426950408889634f, -scaled)) : softmax_term(x, m);
+    return kTermFma ? exp2_ftz(fmaf(x, kLog2E, -scaled)) : softmax_term(x, m);
   }
 };
 

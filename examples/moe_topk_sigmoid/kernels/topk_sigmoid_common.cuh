@@ -204,13 +204,16 @@ __device__ inline float exp2_ftz(float y) {
 #endif
 }
 
+// log2(e): e^x is computed as 2^(x log2(e)), the hardware having a 2^x (ex2) and no e^x.
+inline constexpr float kLog2E = 1.4426950408889634f;
+
 // 1 / (1 + e^-x) with the hardware's approximate 2^x, subnormal results flushed (where e^-x is that small the
 // weight is 1 either way): a few instructions, where an IEEE division takes a branch to a slow path.
-__device__ inline float sigmoid(float x) { return __fdividef(1.0f, 1.0f + exp2_ftz(x * -1.4426950408889634f)); }
+__device__ inline float sigmoid(float x) { return __fdividef(1.0f, 1.0f + exp2_ftz(x * -kLog2E)); }
 
 // A softmax's term e^(x - m), m the row's largest logit: the difference's 2^ by exp2_ftz (a term flushed to 0 is
 // below 1e-38, nothing beside the largest term, 1).
-__device__ inline float softmax_term(float x, float m) { return exp2_ftz((x - m) * 1.4426950408889634f); }
+__device__ inline float softmax_term(float x, float m) { return exp2_ftz((x - m) * kLog2E); }
 
 // P consecutive elements of type T, loaded as wide as they allow (16 or 8 bytes; the caller keeps rows
 // 16-byte aligned): from global memory through the read-only path (__ldg), or, with SHARED, from shared memory.
