@@ -1,5 +1,6 @@
-"""The router kernel's farthest cases from the stream floor (100,000 bf16 tokens: DeepSeek-V3's grouped selection,
-Kimi K2's and GLM-4.5's biased sigmoid, Qwen3-MoE's and DeepSeek-V2's softmax, a plain 256-expert router), run
+"""The router kernel's farthest cases from the stream floor (100,000 bf16 tokens: DeepSeek-V3's grouped selection
+and 64 experts in 8 groups, Kimi K2's and GLM-4.5's biased sigmoid, Qwen3-MoE's, DeepSeek-V2's and Qwen1.5-MoE's
+softmax, a plain 256-expert router), run
 through routing_cuda: timed (L2 flushed, events, median), or with --once each launched once, for a profiler:
 
     python examples/moe_topk_sigmoid/benchmarks/router_worst.py
@@ -23,8 +24,8 @@ sys.path[:0] = [str(ROOT / "src"), str(MOE), str(MOE / "kernels")]
 
 TOKENS = 100_000
 # (router, experts, k, groups): the shipped models' shapes farthest from the floor
-CASES = [("grouped", 256, 8, (8, 4)), ("biased", 384, 8, None), ("biased", 160, 8, None), ("softmax", 128, 8, None),
-         ("softmax", 160, 6, None), ("plain", 256, 8, None)]
+CASES = [("grouped", 256, 8, (8, 4)), ("grouped", 64, 6, (8, 4)), ("biased", 384, 8, None), ("biased", 160, 8, None),
+         ("softmax", 128, 8, None), ("softmax", 160, 6, None), ("softmax", 60, 4, None), ("plain", 256, 8, None)]
 
 
 def router_inputs(router: str, experts: int, tokens: int, dtype: str = "bfloat16"):
