@@ -501,9 +501,8 @@ def test_emulated_term_fma(emulation, tmp_path):
     dtype, ties common. A plant at 1 that halves the terms' slope fails every one of those calls but k 1's
     renormalised (its one weight is 1 whatever the slope), so every softmax term of both kernels, the sums and the
     weights, goes through it."""
-    slope = "exp2_ftz(fmaf(x, 1.4426950408889634f, -scaled))"
-    other_tree, halved_tree = _setting_trees(
-        tmp_path, "kTermFma", (slope, slope.replace("1.4426950408889634f", "0.7213475204444817f")))
+    slope = "exp2_ftz(fmaf(x, kLog2E, -scaled))"
+    other_tree, halved_tree = _setting_trees(tmp_path, "kTermFma", (slope, slope.replace("kLog2E", "0.5f * kLog2E")))
     g = torch.Generator().manual_seed(10)
     for experts, k, renormalize in ((60, 4, False), (160, 6, True), (128, 8, False), (8, 2, True), (24, 1, True)):
         for tokens in (1, 37, *routing_cuda.merge_token_counts("softmax", experts, k)):
