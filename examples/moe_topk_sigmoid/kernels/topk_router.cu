@@ -483,7 +483,7 @@ __device__ inline float token_lane0(float v) {
 // A row's softmax terms e^(x - m), m its largest logit: with kTermFma 1, 2^(x log2(e) - m log2(e)), one FFMA a term
 // (m log2(e) made once a row), where softmax_term's (x - m) log2(e) takes an FADD and an FMUL (0). The argument
 // differs from softmax_term's by the rounding of m log2(e), a relative error of the term below 1e-6.
-// gpu_session.sh's step moe-lists-terms times 1 against 0.
+// gpu_session.sh's step moe-lists-terms times 1 against 0 (NOTES.md).
 inline constexpr int kTermFma = 0;
 
 struct RowTerms {
@@ -828,8 +828,9 @@ inline constexpr int kHalfChunks = 1;
 // each chunk's keys as two fours (5 compare-exchanges each) and merges each four into its list (4 max and 4
 // compare-exchanges), and the lanes merge lists of 4 (half the shuffles), where lists of 8 take 19 compare-exchanges
 // to sort a chunk and 8 max and 12 to merge it; or lists of 8 whatever k (0). The grouped router keeps lists of 8.
-// gpu_session.sh's step moe-lists-terms times 1 against 0; until it has run, the tree keeps the lists of 8 it was
-// timed with (every sm_90 build at 0 is byte-identical to one without the lists of 4).
+// gpu_session.sh's step moe-lists-terms times 1 against 0 (NOTES.md). At 1 the fp32 softmax build of 4 lanes of 4
+// chunks spills 8 bytes at 128 registers for sm_90, so the tree keeps 0 (every sm_90 build at 0 is byte-identical
+// to one without the lists of 4).
 inline constexpr int kFourLists = 0;
 
 // A lane's best 8 keys of one group's CHUNKS chunks (keys_of(v, keys): chunk v's 8 keys, or with an array of 4 its
