@@ -79,6 +79,10 @@
 #                     at 0 (base), kFourLists at 1 (four: the merge kernel's lists of best keys of 4 where k is 4 or
 #                     less, of 8 at 0), kTermFma at 1 (fma: a softmax term's exponent by one FFMA, by an FADD and an
 #                     FMUL at 0); 3,000, 8,192 and 100,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
+#   moe-four-lists    the plain, biased and softmax routers (the shapes the dispatcher sends to routing_cuda) with
+#                     topk_router.cu's kFourLists at 0 (the merge kernel's lists of best keys of 8 whatever k) and at 1
+#                     (of 4 where k is 4 or less), timed in one process on 100, 3,000 and 100,000 tokens
+#                     ($MOE_ROUTERS_ARGS: other options instead)
 #   moe-large         $MOE/benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
 #                     their stream floors; quick, between full bench.py runs)
 #   moe-sort          $MOE/benchmarks/moe_sort.py (the sorting-network kernel at each experts per thread against the packed-key
@@ -292,6 +296,9 @@ print(sum(1 for b in d['bench'] if b.get('baselines', {}).get('compile')), 'of',
     moe-lists-terms)   # kFourLists and kTermFma each at 1 against both at 0, sharing the base tree's build
       routers_ab "$dir" "kFourLists|kTermFma" 3 "${MOE_ROUTERS_ARGS:---variant softmax --tokens 3000 --tokens 8192 \
           --tokens 100000}" base:0,0 four:1,0 fma:0,1 ;;
+    moe-four-lists)   # lists of best keys of 8 whatever k (kFourLists 0) or of 4 where k is 4 or less (1)
+      routers_ab "$dir" kFourLists 3 "--router-only --variant plain --variant biased --variant softmax \
+          ${MOE_ROUTERS_ARGS:---tokens 100 --tokens 3000 --tokens 100000}" eight:0 four:1 ;;
     moe-large) python3 "$MOE/benchmarks/moe_large.py" ${MOE_LARGE_ARGS:-} && cp "$MOE/results/moe_large.json" "$dir/" ;;
     moe-sort) python3 "$MOE/benchmarks/moe_sort.py" "$dir" ${MOE_SORT_ARGS:-} ;;
     moe-variants) python3 "$MOE/benchmarks/moe_variants.py" "$dir" ${MOE_VARIANTS:?moe-variants needs MOE_VARIANTS} ${MOE_VARIANTS_ARGS:-} ;;

@@ -813,8 +813,8 @@ __host__ inline RouterShape router_shape(int experts, int n_group = 1) {
 // merges them into its best 8 (best_keys, as the sorting-network kernel does); the token's lanes then merge their
 // lists by xor shuffles, log2(W) steps, and every lane holds the token's best 8: no rounds, and no lane that can
 // run out of kept keys, so a lane can hold many experts (4 lanes of 64 for 256 bf16 experts, where the rounds
-// took 16 lanes of 16 and a round's maxima every 2 tokens a warp). With kFourLists, the lists hold 4 at k 4 or
-// less (but for the grouped router). fp32 logits keep their order key's top 23 bits, the best key left out
+// took 16 lanes of 16 and a round's maxima every 2 tokens a warp). With kFourLists, the lists of quantized keys
+// hold 4 at k 4 or less (but for the grouped router). fp32 logits keep their order key's top 23 bits, the best key left out
 // tracked through the merges; a warp where two of a token's top k + 1 share those bits selects again on exact
 // 64-bit keys, as does a bias spanning more than 1.
 
@@ -824,13 +824,13 @@ __host__ inline RouterShape router_shape(int experts, int n_group = 1) {
 // is never taken and its code alone slowed them. gpu_session.sh's step moe-half-chunks times 1 against 0 (NOTES.md).
 inline constexpr int kHalfChunks = 1;
 
-// Where a call's k is 4 or less, the plain, biased and softmax routers' lists of best keys hold 4 (1): a lane sorts
-// each chunk's keys as two fours (5 compare-exchanges each) and merges each four into its list (4 max and 4
-// compare-exchanges), and the lanes merge lists of 4 (half the shuffles), where lists of 8 take 19 compare-exchanges
-// to sort a chunk and 8 max and 12 to merge it; or lists of 8 whatever k (0). The grouped router keeps lists of 8.
-// gpu_session.sh's step moe-lists-terms times 1 against 0 (NOTES.md). At 1 the fp32 softmax build of 4 lanes of 4
-// chunks spills 8 bytes at 128 registers for sm_90, so the tree keeps 0 (every sm_90 build at 0 is byte-identical
-// to one without the lists of 4).
+// Where a call's k is 4 or less, the plain, biased and softmax routers' lists of best quantized keys hold 4 (1): a
+// lane sorts each chunk's keys as two fours (5 compare-exchanges each) and merges each four into its list (4 max and
+// 4 compare-exchanges), and the lanes merge lists of 4 (half the shuffles), where lists of 8 take 19
+// compare-exchanges to sort a chunk and 8 max and 12 to merge it; or lists of 8 whatever k (0). The grouped router,
+// and the rare selection on exact keys, keep lists of 8. gpu_session.sh's steps moe-lists-terms (softmax) and
+// moe-four-lists (plain, biased and softmax) time 1 against 0 (NOTES.md). At 0 every build is byte-identical to
+// one without the lists of 4.
 inline constexpr int kFourLists = 0;
 
 // A lane's best 8 keys of one group's CHUNKS chunks (keys_of(v, keys): chunk v's 8 keys, or with an array of 4 its
@@ -1152,61 +1152,65 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_
       }
     };
     bool exact = !quantized;
-    // The selection on lists of N keys (N 4 or 8: kFourLists), into the slots (and `chosen`, `first_x`).
+    // The selection on lists of N keys (N 4 or 8: kFourLists) of the quantized keys, into the slots (and `chosen`,
+    // `first_x`); `exact` where they cannot decide.
     const auto select = [&](auto lists) {
       constexpr int N = decltype(lists)::value;
-      if (!exact) {
-        unsigned top[N], below;
-        if constexpr (ROUTER == GROUPED) {   // the group's key: its two largest scores' quantized bits summed
-          grouped_top(keys_of, top, [](unsigned key) { return key; },
-                      [](unsigned a, unsigned b) { return (a >> 9) + (b >> 9); });
-        } else {
-          best_keys<unsigned, N, W, C, FP32>(keys_of, top, below);
-        }
-        if constexpr (FP32) {   // two of the top k + 1 sharing their top 23 bits: exact keys decide
-          bool alike = false;
-#pragma unroll
-          for (int j = 0; j < N; ++j) {
-            const unsigned next = j + 1 < N ? top[j + 1] : below;
-            alike |= j < k && next != 0u && (top[j] >> 9) == (next >> 9);
-          }
-          exact = alike;
-        }
-        take_slots(top, HALVES ? 0xffffu : 511u);
-        if constexpr (KEY_LOGITS) first_x = key_logit<T>(top[0]);
+      unsigned top[N], below;
+      if constexpr (ROUTER == GROUPED) {   // the group's key: its two largest scores' quantized bits summed
+        grouped_top(keys_of, top, [](unsigned key) { return key; },
+                    [](unsigned a, unsigned b) { return (a >> 9) + (b >> 9); });
+      } else {
+        best_keys<unsigned, N, W, C, FP32>(keys_of, top, below);
       }
-      if constexpr (!HALVES) {
-        if (__any_sync(0xffffffffu, exact)) {   // exact keys: the score's order key, then 511 - expert
-          unsigned long long top[N];
-          const auto exact_keys_of = [&](int v, auto& keys) {   // as keys_of, its first M
-            constexpr int M = sizeof(keys) / sizeof(keys[0]);
-            const int e0 = start(v);
+      if constexpr (FP32) {   // two of the top k + 1 sharing their top 23 bits: exact keys decide
+        bool alike = false;
 #pragma unroll
-            for (int j = 0; j < M; ++j) {
-              const int e = e0 + j;
-              const float x = chunk_logit<T, CV>(raw[v], j);
-              const unsigned o = exact_key<ROUTER>(x, BIAS && e < end(v) ? bias[e] : 0.0f);
-              keys[j] = e < end(v) ? ((unsigned long long)o << 32) | (511u - (unsigned)e) : 0ull;
-            }
-          };
-          if constexpr (ROUTER == GROUPED) {   // the group's key: the float sum of its two largest scores
-            grouped_top(exact_keys_of, top, [](unsigned long long key) { return (unsigned)(key >> 32); },
-                        [](unsigned a, unsigned b) { return order_key(from_order_key(a) + from_order_key(b)); });
-          } else {
-            best_keys<unsigned long long, N, W, C>(exact_keys_of, top);
-          }
-          take_slots(top, 511u);
+        for (int j = 0; j < N; ++j) {
+          const unsigned next = j + 1 < N ? top[j + 1] : below;
+          alike |= j < k && next != 0u && (top[j] >> 9) == (next >> 9);
         }
+        exact = alike;
       }
+      take_slots(top, HALVES ? 0xffffu : 511u);
+      if constexpr (KEY_LOGITS) first_x = key_logit<T>(top[0]);
     };
-    if constexpr (kFourLists != 0 && ROUTER != GROUPED) {
-      if (k <= 4) {
-        select(std::integral_constant<int, 4>{});
+    if (!exact) {
+      if constexpr (kFourLists != 0 && ROUTER != GROUPED) {
+        if (k <= 4) {
+          select(std::integral_constant<int, 4>{});
+        } else {
+          select(std::integral_constant<int, 8>{});
+        }
       } else {
         select(std::integral_constant<int, 8>{});
       }
-    } else {
-      select(std::integral_constant<int, 8>{});
+    }
+    // Exact keys (the score's order key, then 511 - expert) where any of the warp's tokens needs them, on lists of 8
+    // whatever k: the selection is rare (fp32 ties in the top 23 bits, wide biases) and made once, not once a list
+    // size.
+    if constexpr (!HALVES) {
+      if (__any_sync(0xffffffffu, exact)) {
+        unsigned long long top[8];
+        const auto exact_keys_of = [&](int v, auto& keys) {   // as keys_of, its first M
+          constexpr int M = sizeof(keys) / sizeof(keys[0]);
+          const int e0 = start(v);
+#pragma unroll
+          for (int j = 0; j < M; ++j) {
+            const int e = e0 + j;
+            const float x = chunk_logit<T, CV>(raw[v], j);
+            const unsigned o = exact_key<ROUTER>(x, BIAS && e < end(v) ? bias[e] : 0.0f);
+            keys[j] = e < end(v) ? ((unsigned long long)o << 32) | (511u - (unsigned)e) : 0ull;
+          }
+        };
+        if constexpr (ROUTER == GROUPED) {   // the group's key: the float sum of its two largest scores
+          grouped_top(exact_keys_of, top, [](unsigned long long key) { return (unsigned)(key >> 32); },
+                      [](unsigned a, unsigned b) { return order_key(from_order_key(a) + from_order_key(b)); });
+        } else {
+          best_keys<unsigned long long, 8, W, C>(exact_keys_of, top);
+        }
+        take_slots(top, 511u);
+      }
     }
 
     // Softmax: the row's largest logit (the first chosen expert's) and, where the weights are not renormalised

@@ -5,6 +5,7 @@ the emulator's warp collectives and barriers behave as CUDA's."""
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
 import sys
@@ -464,18 +465,19 @@ def _setting_trees(tmp_path, constant: str, *plant: tuple[str, str]):
 
 
 def test_emulated_four_lists(emulation, tmp_path):
-    """topk_router.cu's kFourLists: at 1 (at k 4 or less the merge kernel's plain, biased and softmax lists hold 4
-    keys) and at 0 (lists of 8 whatever k), the tree at its setting and a variant at the other, the routers route
-    right on the rounds kernel (37 tokens) and the merge kernel (its token counts: 4 lanes of 4 chunks, 8 of 6, 4 of
-    2 read element by element, one lane of 3 chunks and of 1), in every dtype, with quantized and (a bias spanning
-    more than 1) exact keys, ties common. A plant at 1 whose lists of 4 leave a lane's last chunk out fails exactly
-    the merge kernel's calls of more than one chunk a lane (not one lane of one chunk, nor fp32's 384 experts, which
-    take the rounds kernel), so those calls take the lists of 4, on every key path."""
+    """topk_router.cu's kFourLists: at 1 (at k 4 or less the merge kernel's plain, biased and softmax lists of
+    quantized keys hold 4) and at 0 (lists of 8 whatever k), the tree at its setting and a variant at the other, the
+    routers route right on the rounds kernel (37 tokens) and the merge kernel (its token counts: 4 lanes of 4 chunks,
+    8 of 6, 4 of 2 read element by element, one lane of 3 chunks and of 1), in every dtype, with quantized and (a
+    bias spanning more than 1) exact keys, ties common (and fp32 logits without ties, which the quantized keys
+    decide). A plant at 1 whose lists of 4 leave a lane's last chunk out fails exactly the merge kernel's calls of
+    more than one chunk a lane on quantized keys (not one lane of one chunk, nor fp32's 384 experts, which take the
+    rounds kernel, nor a bias spanning more than 1, whose exact keys take lists of 8), so those calls take the lists
+    of 4 and the exact keys do not. (fp32 logits with ties are not asked of the plant: a warp where two of a token's
+    top k + 1 share their quantized bits selects again on exact keys, and most warps hold such a token.)"""
     select = "best_keys<unsigned, N, W, C, FP32>(keys_of, top, below);"
-    exact = "best_keys<unsigned long long, N, W, C>(exact_keys_of, top);"
     other_tree, dropped_tree = _setting_trees(
-        tmp_path, "kFourLists", (select, select.replace("W, C,", "W, (N == 4 && C > 1 ? C - 1 : C),")),
-        (exact, exact.replace("W, C>", "W, (N == 4 && C > 1 ? C - 1 : C)>")))
+        tmp_path, "kFourLists", (select, select.replace("W, C,", "W, (N == 4 && C > 1 ? C - 1 : C),")))
     # (router, experts, k, extra, whether a lane of the merge kernel holds more than one chunk in each dtype)
     shapes = [("plain", 128, 4, {}, lambda d: True), ("biased", 384, 4, {}, lambda d: d != torch.float32),
               ("softmax", 50, 4, {"renormalize": False}, lambda d: True),
@@ -484,14 +486,19 @@ def test_emulated_four_lists(emulation, tmp_path):
     for router, experts, k, extra, chunks in shapes:
         for tokens in (37, *routing_cuda.merge_token_counts(router, experts, k)):
             for dtype in (torch.float32, torch.float16, torch.bfloat16):
-                x = _logits(tokens, experts, dtype, g)
-                for spread in (0.1, 3.0) if router == "biased" else (None,):
+                fp32_exact = dtype == torch.float32 and router != "biased"   # ties take exact keys
+                tied = [(True, _logits(tokens, experts, dtype, g))]
+                untied = [(False, torch.randn(tokens, experts, generator=g) * 2)] if fp32_exact else []
+                for (ties, x), spread in itertools.product(tied + untied,
+                                                           (0.1, 3.0) if router == "biased" else (None,)):
                     bias = None if spread is None else torch.randn(experts, generator=g) * spread
-                    for kernels, right in ((MOE / "kernels", True), (other_tree, True),
-                                           (dropped_tree, tokens == 37 or not chunks(dtype))):
+                    trees = [(MOE / "kernels", True), (other_tree, True)]
+                    if not (ties and fp32_exact):
+                        trees.append((dropped_tree, tokens == 37 or not chunks(dtype) or spread == 3.0))
+                    for kernels, right in trees:
                         ok, msg = ref.check_router(lambda *a, **kw: emulation.route(*a, **kw, kernels=kernels),
                                                    router, x, bias, k, extra)
-                        assert ok == right, (router, experts, k, tokens, dtype, spread, kernels.name, msg)
+                        assert ok == right, (router, experts, k, tokens, dtype, spread, ties, kernels.name, msg)
 
 
 def test_emulated_term_fma(emulation, tmp_path):
