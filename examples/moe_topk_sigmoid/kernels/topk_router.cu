@@ -829,9 +829,8 @@ inline constexpr int kHalfChunks = 1;
 // 4 compare-exchanges), and the lanes merge lists of 4 (half the shuffles), where lists of 8 take 19
 // compare-exchanges to sort a chunk and 8 max and 12 to merge it; or lists of 8 whatever k (0). The grouped router,
 // and the rare selection on exact keys, keep lists of 8. gpu_session.sh's steps moe-lists-terms (softmax) and
-// moe-four-lists (plain, biased and softmax) time 1 against 0 (NOTES.md). At 0 every build is byte-identical to
-// one without the lists of 4.
-inline constexpr int kFourLists = 0;
+// moe-four-lists (plain, biased and softmax) time 1 against 0 (NOTES.md).
+inline constexpr int kFourLists = 1;
 
 // A lane's best 8 keys of one group's CHUNKS chunks (keys_of(v, keys): chunk v's 8 keys, or with an array of 4 its
 // first 4), sorted. Where `half_last` (each group's last chunk cut at its end after 4 experts: the call's groups,
