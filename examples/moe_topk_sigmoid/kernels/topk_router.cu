@@ -814,9 +814,9 @@ __host__ inline RouterShape router_shape(int experts, int n_group = 1) {
 // lists by xor shuffles, log2(W) steps, and every lane holds the token's best 8: no rounds, and no lane that can
 // run out of kept keys, so a lane can hold many experts (4 lanes of 64 for 256 bf16 experts, where the rounds
 // took 16 lanes of 16 and a round's maxima every 2 tokens a warp). With kFourLists, the lists of quantized keys
-// hold 4 at k 4 or less (but for the grouped router). fp32 logits keep their order key's top 23 bits, the best key left out
-// tracked through the merges; a warp where two of a token's top k + 1 share those bits selects again on exact
-// 64-bit keys, as does a bias spanning more than 1.
+// hold 4 at k 4 or less (but for the grouped router). fp32 logits keep their order key's top 23 bits, the best key
+// left out tracked through the merges; a warp where two of a token's top k + 1 share those bits selects again on
+// exact 64-bit keys, as does a bias spanning more than 1.
 
 // Groups of 4n experts (n odd: 12 or 20) two a lane end in a chunk of 4 experts: its 4 keys made alone and sorted by a
 // network of 4 (1), or made as a chunk of 8 whose last 4 are 0 (0). Only builds of 2 or more chunks a group have
