@@ -1042,14 +1042,27 @@ __device__ inline void merge_shifts(const float* shift, int e0, int v, int lane,
 // the merges' partners. 16-bit logits fit 64 registers (4 blocks) up to 4 chunks a lane and 80 (3 blocks) up to 8
 // without spilling, at every shape the dispatch gives; fp32 ones fit 80 up to 2 chunks, 128 beyond. With G groups
 // a lane (a list a group beside the chunks), 16-bit logits fit 80 at 2 chunks, fp32 ones 128.
-template <typename T, int C, int G = 1>
+// With kMergeMoreBlocks 1, the builds of the routers farthest from the stream floor that fit a tier more without
+// spilling for sm_90 take it (every merge build compiled at each tier): the 16-bit softmax 48 registers (5 blocks)
+// up to 4 chunks and 64 (4) above; 2 groups a lane of one chunk each 64 (4) in every dtype; the fp32 grouped
+// router 80 (3) at 3 to 5 chunks. The other builds are the same at 0 and 1. gpu_session.sh's step
+// moe-merge-blocks times 1 against 0 (NOTES.md).
+inline constexpr int kMergeMoreBlocks = 0;
+
+template <typename T, int C, int G, int ROUTER>
 __host__ __device__ constexpr int merge_min_blocks() {
-  if constexpr (G > 1) return sizeof(T) == 2 ? 3 : 2;
-  return sizeof(T) == 2 ? (C <= 4 ? 4 : 3) : C <= 2 ? 3 : 2;
+  constexpr bool SIXTEEN = sizeof(T) == 2;
+  if constexpr (kMergeMoreBlocks != 0) {
+    if constexpr (ROUTER == SOFTMAX && SIXTEEN) return C <= 4 ? 5 : 4;
+    if constexpr (ROUTER == GROUPED && G == 2 && C == 2) return 4;
+    if constexpr (ROUTER == GROUPED && G == 1 && !SIXTEEN && C >= 3 && C <= 5) return 3;
+  }
+  if constexpr (G > 1) return SIXTEEN ? 3 : 2;
+  return SIXTEEN ? (C <= 4 ? 4 : 3) : C <= 2 ? 3 : 2;
 }
 
 template <typename T, int W, int C, int ROUTER, int G = 1>
-__global__ __launch_bounds__(256, merge_min_blocks<T, C, G>()) void topk_router_merge(
+__global__ __launch_bounds__(256, merge_min_blocks<T, C, G, ROUTER>()) void topk_router_merge(
     const T* __restrict__ logits, const float* __restrict__ bias, float* __restrict__ weights, int* __restrict__ ids,
     int tokens, int experts, int k, int renormalize, int n_group, int topk_group, int vector_rows) {
   static_assert(W == 1 || W == 2 || W == 4 || W == 8 || W == 16, "a power of two of lanes per token, 16 at most");
