@@ -83,10 +83,10 @@
 #                     topk_router.cu's kFourLists at 0 (the merge kernel's lists of best keys of 8 whatever k) and at 1
 #                     (of 4 where k is 4 or less), timed in one process on 100, 3,000 and 100,000 tokens
 #                     ($MOE_ROUTERS_ARGS: other options instead)
-#   moe-merge-blocks  the softmax and grouped routers with topk_router.cu's kMergeMoreBlocks at 0 (the merge kernel's
-#                     blocks per SM by logit size and chunks) and at 1 (a tier more for the builds that fit it without
-#                     spilling), timed in one process on 8,192, 65,536 and 100,000 tokens ($MOE_ROUTERS_ARGS: other
-#                     options instead)
+#   moe-merge-blocks  every router with topk_router.cu's kMergeMoreBlocks at 0 (the merge kernel's blocks per SM by
+#                     logit size and chunks) and at 1 (the exact keys' chunks read again, and a tier more for the
+#                     builds that then fit it without spilling), timed in one process on 8,192 and 100,000 tokens
+#                     ($MOE_ROUTERS_ARGS: other options instead)
 #   moe-large         $MOE/benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
 #                     their stream floors; quick, between full bench.py runs)
 #   moe-sort          $MOE/benchmarks/moe_sort.py (the sorting-network kernel at each experts per thread against the packed-key
@@ -304,8 +304,8 @@ print(sum(1 for b in d['bench'] if b.get('baselines', {}).get('compile')), 'of',
       routers_ab "$dir" kFourLists 3 "--router-only --variant plain --variant biased --variant softmax \
           ${MOE_ROUTERS_ARGS:---tokens 100 --tokens 3000 --tokens 100000}" eight:0 four:1 ;;
     moe-merge-blocks)   # the merge kernel's blocks per SM by logit size and chunks (0) or a tier more where it fits (1)
-      routers_ab "$dir" kMergeMoreBlocks 3 "--router-only --variant softmax --variant grouped \
-          ${MOE_ROUTERS_ARGS:---tokens 8192 --tokens 65536 --tokens 100000}" tiers:0 more:1 ;;
+      routers_ab "$dir" kMergeMoreBlocks 3 "--router-only ${MOE_ROUTERS_ARGS:---tokens 8192 --tokens 100000}" \
+          tiers:0 more:1 ;;
     moe-large) python3 "$MOE/benchmarks/moe_large.py" ${MOE_LARGE_ARGS:-} && cp "$MOE/results/moe_large.json" "$dir/" ;;
     moe-sort) python3 "$MOE/benchmarks/moe_sort.py" "$dir" ${MOE_SORT_ARGS:-} ;;
     moe-variants) python3 "$MOE/benchmarks/moe_variants.py" "$dir" ${MOE_VARIANTS:?moe-variants needs MOE_VARIANTS} ${MOE_VARIANTS_ARGS:-} ;;

@@ -1042,10 +1042,12 @@ __device__ inline void merge_shifts(const float* shift, int e0, int v, int lane,
 // the merges' partners. 16-bit logits fit 64 registers (4 blocks) up to 4 chunks a lane and 80 (3 blocks) up to 8
 // without spilling, at every shape the dispatch gives; fp32 ones fit 80 up to 2 chunks, 128 beyond. With G groups
 // a lane (a list a group beside the chunks), 16-bit logits fit 80 at 2 chunks, fp32 ones 128.
-// With kMergeMoreBlocks 1, the builds of the routers farthest from the stream floor that fit a tier more without
-// spilling for sm_90 take it (every merge build compiled at each tier): the 16-bit softmax 48 registers (5 blocks)
-// up to 4 chunks and 64 (4) above; 2 groups a lane of one chunk each 64 (4) in every dtype; the fp32 grouped
-// router 80 (3) at 3 to 5 chunks. The other builds are the same at 0 and 1. gpu_session.sh's step
+// With kMergeMoreBlocks 1, the selection on exact keys (rare: fp32 ties, a bias spanning more than 1) reads its
+// chunks again from the row (L1 or L2) where a lane holds one group or none, so that the raw chunks need not stay
+// in registers through the whole selection, and the builds of the routers farthest from the stream floor take a
+// tier more where they then fit it without spilling for sm_90 (every merge build compiled at each tier): 16-bit
+// logits 64 registers (4 blocks) at 5 and 6 chunks a lane, the softmax's 48 (5) up to 4; 2 groups a lane of one
+// chunk each 64 (4) in every dtype; the fp32 grouped router 80 (3) at 3 to 5 chunks. gpu_session.sh's step
 // moe-merge-blocks times 1 against 0 (NOTES.md).
 inline constexpr int kMergeMoreBlocks = 0;
 
@@ -1053,7 +1055,8 @@ template <typename T, int C, int G, int ROUTER>
 __host__ __device__ constexpr int merge_min_blocks() {
   constexpr bool SIXTEEN = sizeof(T) == 2;
   if constexpr (kMergeMoreBlocks != 0) {
-    if constexpr (ROUTER == SOFTMAX && SIXTEEN) return C <= 4 ? 5 : 4;
+    if constexpr (ROUTER == SOFTMAX && SIXTEEN && C <= 4) return 5;
+    if constexpr (SIXTEEN && G == 1 && C >= 5) return 4;
     if constexpr (ROUTER == GROUPED && G == 2 && C == 2) return 4;
     if constexpr (ROUTER == GROUPED && G == 1 && !SIXTEEN && C >= 3 && C <= 5) return 3;
   }
@@ -1207,12 +1210,21 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G, ROUTER>()) void topk
         const auto exact_keys_of = [&](int v, auto& keys) {   // as keys_of, its first M
           constexpr int M = sizeof(keys) / sizeof(keys[0]);
           const int e0 = start(v);
+          const auto make = [&](const uint4(&chunk)[CV]) {
 #pragma unroll
-          for (int j = 0; j < M; ++j) {
-            const int e = e0 + j;
-            const float x = chunk_logit<T, CV>(raw[v], j);
-            const unsigned o = exact_key<ROUTER>(x, BIAS && e < end(v) ? bias[e] : 0.0f);
-            keys[j] = e < end(v) ? ((unsigned long long)o << 32) | (511u - (unsigned)e) : 0ull;
+            for (int j = 0; j < M; ++j) {
+              const int e = e0 + j;
+              const float x = chunk_logit<T, CV>(chunk, j);
+              const unsigned o = exact_key<ROUTER>(x, BIAS && e < end(v) ? bias[e] : 0.0f);
+              keys[j] = e < end(v) ? ((unsigned long long)o << 32) | (511u - (unsigned)e) : 0ull;
+            }
+          };
+          if constexpr (kMergeMoreBlocks != 0 && G == 1) {   // the chunk read again (but where a lane holds groups)
+            uint4 again[CV];
+            load_chunk<T, CV>(row, e0, end(v), vector_rows, again);
+            make(again);
+          } else {
+            make(raw[v]);
           }
         };
         if constexpr (ROUTER == GROUPED) {   // the group's key: the float sum of its two largest scores
