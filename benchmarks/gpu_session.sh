@@ -84,9 +84,9 @@
 #                     (of 4 where k is 4 or less), timed in one process on 100, 3,000 and 100,000 tokens
 #                     ($MOE_ROUTERS_ARGS: other options instead)
 #   moe-merge-blocks  every router with topk_router.cu's kMergeMoreBlocks at 0 (the merge kernel's blocks per SM by
-#                     logit size and chunks) and at 1 (the exact keys' chunks read again, and a tier more for the
-#                     builds that then fit it without spilling), timed in one process on 8,192 and 100,000 tokens
-#                     ($MOE_ROUTERS_ARGS: other options instead)
+#                     logit size and chunks) and at 1 (the grouped and fp32 selection on exact keys reading its chunks
+#                     again, and a tier more for the grouped builds that then fit it without spilling), timed in one
+#                     process on 8,192 and 100,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
 #   moe-large         $MOE/benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
 #                     their stream floors; quick, between full bench.py runs)
 #   moe-sort          $MOE/benchmarks/moe_sort.py (the sorting-network kernel at each experts per thread against the packed-key

@@ -1042,23 +1042,23 @@ __device__ inline void merge_shifts(const float* shift, int e0, int v, int lane,
 // the merges' partners. 16-bit logits fit 64 registers (4 blocks) up to 4 chunks a lane and 80 (3 blocks) up to 8
 // without spilling, at every shape the dispatch gives; fp32 ones fit 80 up to 2 chunks, 128 beyond. With G groups
 // a lane (a list a group beside the chunks), 16-bit logits fit 80 at 2 chunks, fp32 ones 128.
-// With kMergeMoreBlocks 1, the selection on exact keys (rare: fp32 ties, a bias spanning more than 1) reads its
-// chunks again from the row (L1 or L2) where a lane holds one group or none, so that the raw chunks need not stay
-// in registers through the whole selection, and the builds of the routers farthest from the stream floor take a
-// tier more where they then fit it without spilling for sm_90 (every merge build compiled at each tier): 16-bit
-// logits 64 registers (4 blocks) at 5 and 6 chunks a lane, the softmax's 48 (5) up to 4; 2 groups a lane of one
-// chunk each 64 (4) in every dtype; the fp32 grouped router 80 (3) at 3 to 5 chunks. gpu_session.sh's step
-// moe-merge-blocks times 1 against 0 (NOTES.md).
-inline constexpr int kMergeMoreBlocks = 0;
+// With kMergeMoreBlocks 1, the grouped router's selection on exact keys (rare: a bias spanning more than 1) and that
+// of fp32 logits without a bias (ties in the top 23 bits) read their chunks again from the row where a lane holds
+// one group or none and more than one chunk, so that the raw chunks need not stay in registers through the whole
+// quantized selection; and the grouped router's builds take a tier more where they then fit it without spilling
+// for sm_90 (every merge build compiled at each tier): 2 groups a lane of one chunk 64 registers (4 blocks) in every
+// dtype, one group a lane of 5 or 6 chunks 64 for 16-bit logits, of 3 to 5 chunks 80 (3 blocks) for fp32.
+// gpu_session.sh's step moe-merge-blocks times 1 against 0 (NOTES.md has what it found, and why the other routers'
+// builds keep 0's blocks).
+inline constexpr int kMergeMoreBlocks = 1;
 
 template <typename T, int C, int G, int ROUTER>
 __host__ __device__ constexpr int merge_min_blocks() {
   constexpr bool SIXTEEN = sizeof(T) == 2;
-  if constexpr (kMergeMoreBlocks != 0) {
-    if constexpr (ROUTER == SOFTMAX && SIXTEEN && C <= 4) return 5;
-    if constexpr (SIXTEEN && G == 1 && C >= 5) return 4;
-    if constexpr (ROUTER == GROUPED && G == 2 && C == 2) return 4;
-    if constexpr (ROUTER == GROUPED && G == 1 && !SIXTEEN && C >= 3 && C <= 5) return 3;
+  if constexpr (kMergeMoreBlocks != 0 && ROUTER == GROUPED) {
+    if constexpr (G == 2 && C == 2) return 4;
+    if constexpr (G == 1 && SIXTEEN && C >= 5) return 4;
+    if constexpr (G == 1 && !SIXTEEN && C >= 3 && C <= 5) return 3;
   }
   if constexpr (G > 1) return SIXTEEN ? 3 : 2;
   return SIXTEEN ? (C <= 4 ? 4 : 3) : C <= 2 ? 3 : 2;
@@ -1219,7 +1219,7 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G, ROUTER>()) void topk
               keys[j] = e < end(v) ? ((unsigned long long)o << 32) | (511u - (unsigned)e) : 0ull;
             }
           };
-          if constexpr (kMergeMoreBlocks != 0 && G == 1) {   // the chunk read again (but where a lane holds groups)
+          if constexpr (kMergeMoreBlocks != 0 && G == 1 && C > 1 && (ROUTER == GROUPED || FP32)) {   // read again
             uint4 again[CV];
             load_chunk<T, CV>(row, e0, end(v), vector_rows, again);
             make(again);

@@ -269,7 +269,7 @@ def test_cuda_router_compiles_for_sm_90_with_shuffles_and_no_spills(router, w, p
     (0, 4, 8, "__nv_bfloat16", 1), (1, 8, 6, "__half", 1), (2, 4, 4, "float", 1), (1, 4, 3, "float", 1),
     (2, 8, 6, "__half", 1), (1, 16, 4, "__nv_bfloat16", 1), (3, 8, 4, "__nv_bfloat16", 1), (3, 8, 6, "float", 1),
     (2, 1, 1, "__nv_bfloat16", 1), (0, 1, 2, "float", 1), (0, 1, 4, "__half", 1), (3, 4, 2, "__nv_bfloat16", 2),
-    (3, 4, 2, "float", 2)])
+    (3, 4, 2, "float", 2), (3, 4, 4, "__half", 1), (3, 8, 6, "__nv_bfloat16", 1)])
 def test_cuda_merge_router_compiles_for_sm_90_with_networks_and_no_spills(router, w, c, dtype, g):
     """The merge kernel of topk_router.cu (sorting networks, k up to 8) compiled for sm_90 at shapes routing_cuda
     launches (and the grouped one of 2 groups a lane that kGroupedMergeLeastLanes 4 gives): its chunks load as 16-byte
