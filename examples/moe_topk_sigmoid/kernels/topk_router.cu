@@ -1052,6 +1052,12 @@ __device__ inline void merge_shifts(const float* shift, int e0, int v, int lane,
 // builds keep 0's blocks).
 inline constexpr int kMergeMoreBlocks = 1;
 
+// The experts a lane of the merge kernel holds at most: fp32 logits 32, 16-bit ones 64 for the plain router and 48
+// for the others (whose scores' work or sums keep more registers; at 64 the bf16 softmax spills).
+__host__ __device__ constexpr int merge_most(int size, int router) {
+  return size == 4 ? 32 : router == PLAIN ? 64 : 48;
+}
+
 template <typename T, int C, int G, int ROUTER>
 __host__ __device__ constexpr int merge_min_blocks() {
   constexpr bool SIXTEEN = sizeof(T) == 2;
@@ -1069,6 +1075,8 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G, ROUTER>()) void topk
     const T* __restrict__ logits, const float* __restrict__ bias, float* __restrict__ weights, int* __restrict__ ids,
     int tokens, int experts, int k, int renormalize, int n_group, int topk_group, int vector_rows) {
   static_assert(W == 1 || W == 2 || W == 4 || W == 8 || W == 16, "a power of two of lanes per token, 16 at most");
+  static_assert(C >= 1 && (ROUTER == GROUPED ? C <= 6 : C * 8 <= merge_most(sizeof(T), ROUTER)),
+                "at most merge_most experts a lane (the grouped router: 6 chunks), the shapes the dispatch builds");
   constexpr int R = (8 + W - 1) / W;          // round r (the r-th best) goes to lane r % W, slot r / W
   constexpr int CV = 8 * (int)sizeof(T) / 16;   // 16-byte vectors a chunk
   constexpr bool BIAS = ROUTER == BIASED || ROUTER == GROUPED;
@@ -1263,12 +1271,6 @@ __global__ __launch_bounds__(256, merge_min_blocks<T, C, G, ROUTER>()) void topk
     write_weights<T, W, ROUTER, KEY_LOGITS>(row, chosen, slot, lane, k, renormalize, row_max, total, active,
                                             weights + (size_t)token * k, ids + (size_t)token * k);
   }
-}
-
-// The experts a lane of the merge kernel holds at most: fp32 logits 32, 16-bit ones 64 for the plain router and 48
-// for the others (whose scores' work or sums keep more registers; at 64 the bf16 softmax spills).
-__host__ __device__ constexpr int merge_most(int size, int router) {
-  return size == 4 ? 32 : router == PLAIN ? 64 : 48;
 }
 
 // The merge kernel's lanes per token and chunks per lane (W, C) for an expert count, logit size and router, or
