@@ -541,6 +541,8 @@ def test_wrong_shape_fails_with_the_shapes(outcome, key):
 def test_bench_of_a_correct_candidate_rechecks_its_outputs(outcome, key):
     res = outcome(key)
     assert res.error is None and not [f for f in res.flags if f.level == "error"]
+    # a bench job's worker starts cold: the L2 set-aside its context starts with is not the candidate's
+    assert "l2-persisting" not in ids(res), [f.message for f in res.flags]
     (b,) = res.bench
     assert b.check_ok and b.checked >= 1 and b.timing.n >= TINY_TIMING["min_n"]
     assert b.timing.method == ("cuda-events" if key.startswith("gpu/") else "cpu-wall-clock")
