@@ -315,11 +315,11 @@ print(sum(1 for b in d['bench'] if b.get('baselines', {}).get('compile')), 'of',
           && cp -r "$MOE"/results/* "$dir/" ;;
     moe-bench-dtypes-plain|moe-bench-dtypes-biased|moe-bench-dtypes-softmax|moe-bench-dtypes-grouped)
       extension_builds "$MOE/kernels/routing_cuda.py" "$MOE/kernels/topk_sigmoid_cuda.py" || return 1
-      for dtype in ${MOE_DTYPES:-float16 float32}; do
+      for dtype in ${MOE_DTYPES:-float16 float32}; do   # each dtype's rows copied as it ends: a cut-off run keeps them
         python3 "$MOE/bench.py" --dtype $dtype --variant "${name#moe-bench-dtypes-}" --kernel dispatch.py \
             ${MOE_BUDGET:+--budget $MOE_BUDGET} || return 1
-      done
-      cp -r "$MOE"/results/* "$dir/" ;;
+        cp -r "$MOE"/results/* "$dir/"
+      done ;;
     *) echo "unknown step $name"; return 2 ;;
   esac
 }
