@@ -87,6 +87,10 @@
 #                     logit size and chunks) and at 1 (the grouped and fp32 selection on exact keys reading its chunks
 #                     again, and a tier more for the grouped builds that then fit it without spilling), timed in one
 #                     process on 8,192 and 100,000 tokens ($MOE_ROUTERS_ARGS: other options instead)
+#   moe-merge-wide    every router with router_launch.h's kMergeWideTokens at 0 (the merge kernel's shapes whatever the
+#                     tokens) and at 1,000,000 (twice the lanes a token, half the chunks a lane, at every token count
+#                     where wide_merge_shape gives a shape), timed in one process on 8,192 and 65,536 tokens
+#                     ($MOE_ROUTERS_ARGS: other options instead)
 #   moe-large         $MOE/benchmarks/moe_large.py $MOE_LARGE_ARGS (the CUDA algorithms on the large cases, checked, and
 #                     their stream floors; quick, between full bench.py runs)
 #   moe-sort          $MOE/benchmarks/moe_sort.py (the sorting-network kernel at each experts per thread against the packed-key
@@ -306,6 +310,9 @@ print(sum(1 for b in d['bench'] if b.get('baselines', {}).get('compile')), 'of',
     moe-merge-blocks)   # the merge kernel's blocks per SM by logit size and chunks (0) or a tier more where it fits (1)
       routers_ab "$dir" kMergeMoreBlocks 3 "--router-only ${MOE_ROUTERS_ARGS:---tokens 8192 --tokens 100000}" \
           tiers:0 more:1 ;;
+    moe-merge-wide)   # the merge kernel's shapes (0), or twice the lanes a token where there is such a shape (1,000,000)
+      routers_ab "$dir" kMergeWideTokens 3 "--router-only ${MOE_ROUTERS_ARGS:---tokens 8192 --tokens 65536}" \
+          shapes:0 wide:1000000 ;;
     moe-large) python3 "$MOE/benchmarks/moe_large.py" ${MOE_LARGE_ARGS:-} && cp "$MOE/results/moe_large.json" "$dir/" ;;
     moe-sort) python3 "$MOE/benchmarks/moe_sort.py" "$dir" ${MOE_SORT_ARGS:-} ;;
     moe-variants) python3 "$MOE/benchmarks/moe_variants.py" "$dir" ${MOE_VARIANTS:?moe-variants needs MOE_VARIANTS} ${MOE_VARIANTS_ARGS:-} ;;

@@ -103,6 +103,12 @@ constexpr int kGroupedMergeLeastLanes = 4;
 constexpr int kGroupedPieceGroupsALane = 2;
 constexpr int kOneLaneTokens = 8192;
 constexpr int kOneLaneWideRowTokens = 65536;
+// Calls of fewer tokens than this (and at least kMergeTokens) on the merge kernel take twice its lanes a token and
+// half its chunks a lane where moe::wide_merge_shape gives a shape: at 8,192 tokens a grid of 4 or 8 lanes a token
+// leaves each SM 8 to 16 warps, and a warp's single pass over its tokens (its latency) sets the time; 0, never
+// (and the wider shapes are not built). gpu_session.sh's step moe-merge-wide times 0 against wider shapes at every
+// token count.
+constexpr int kMergeWideTokens = 0;
 
 inline bool merge_serves(const Args& a, int size) {
   if (a.k > 8) return false;
@@ -119,6 +125,15 @@ bool route_merge(const Args& a, cudaStream_t stream) {
   if constexpr (ROUTER == moe::GROUPED) {
     const moe::RouterShape g =
         moe::grouped_merge_shape(a.experts, a.n_group, kGroupedMergeLeastLanes, kGroupedPieceGroupsALane);
+    if constexpr (kMergeWideTokens > 0) {
+      const moe::RouterShape wide = moe::wide_merge_shape(g, a.experts / a.n_group);
+      if (a.tokens < kMergeWideTokens && wide.w != 0) {
+        switch (wide.w * 100 + wide.p) {
+          MOE_GROUPED_MERGE_CASE(8, 1) MOE_GROUPED_MERGE_CASE(8, 2) MOE_GROUPED_MERGE_CASE(8, 3)
+          MOE_GROUPED_MERGE_CASE(16, 1) MOE_GROUPED_MERGE_CASE(16, 2) MOE_GROUPED_MERGE_CASE(16, 3)
+        }
+      }
+    }
     if (g.g > 1) {
       switch ((g.g * 100 + g.w) * 100 + g.p) {
         MOE_GROUPS_A_LANE_CASE(4, 2, 2) MOE_GROUPS_A_LANE_CASE(4, 4, 2) MOE_GROUPS_A_LANE_CASE(4, 6, 2)
@@ -136,6 +151,19 @@ bool route_merge(const Args& a, cudaStream_t stream) {
     return false;
   }
   const moe::RouterShape s = moe::merge_shape(a.experts, SIZE, ROUTER);
+  if constexpr (kMergeWideTokens > 0) {
+    const moe::RouterShape wide = moe::wide_merge_shape(s);
+    if (a.tokens < kMergeWideTokens && wide.w != 0) {
+      if constexpr (SIZE == 4) {   // of 4 lanes of up to 32 experts
+        switch (wide.w * 100 + wide.p) { MOE_MERGE_CASE(8, 1) MOE_MERGE_CASE(8, 2) }
+      } else {
+        switch (wide.w * 100 + wide.p) {
+          MOE_MERGE_CASE(8, 1) MOE_MERGE_CASE(8, 2) MOE_MERGE_CASE(8, 3) MOE_MERGE_CASE(8, 4)
+          MOE_MERGE_CASE(16, 2) MOE_MERGE_CASE(16, 3) MOE_MERGE_CASE(16, 4)
+        }
+      }
+    }
+  }
   switch (s.w * 100 + s.p) { MOE_MERGE_CASE(1, 1) MOE_MERGE_CASE(1, 2) MOE_MERGE_CASE(1, 3) MOE_MERGE_CASE(1, 4) }
   if constexpr (SIZE == 4) {   // 4 lanes of up to 32 experts
     switch (s.w * 100 + s.p) { MOE_MERGE_CASE(4, 2) MOE_MERGE_CASE(4, 3) MOE_MERGE_CASE(4, 4) }

@@ -180,12 +180,15 @@ def _launch_constant(name: str, kernels: Path) -> int:
 def merge_token_counts(router: str, experts: int, k: int, kernels: Path = HERE) -> tuple[int, ...]:
     """Token counts, each just above a threshold of router_launch.h's merge_serves (that of the folder `kernels`),
     at which the merge kernel takes a call of (router, experts, k) in some logit type: what the tests route to reach
-    it; () where it never does. The rule is restated here from the header's; test_router_emulation.py checks every
+    it (and, where kMergeWideTokens is set, just above it too: below it the wider shapes); () where it never does. The rule is restated here from the header's; test_router_emulation.py checks every
     path shape's counts against merge_serves itself, compiled."""
     if k > 8:
         return ()
     if router == "grouped" or experts > 32:
-        return (_launch_constant("kMergeTokens", kernels) + 3,) if k >= 4 else ()
+        if k < 4:
+            return ()
+        wide = _launch_constant("kMergeWideTokens", kernels)   # below it, wider shapes: both reached
+        return (_launch_constant("kMergeTokens", kernels) + 3,) + ((wide + 3,) if wide > 0 else ())
     # One lane a token: a row of at most 32 bytes from kOneLaneTokens, a wider one from kOneLaneWideRowTokens, the
     # logits taking 2 (16-bit) or 4 (fp32) bytes an expert.
     counts = []

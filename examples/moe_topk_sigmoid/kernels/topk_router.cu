@@ -1292,6 +1292,16 @@ __host__ inline RouterShape merge_shape(int experts, int size, int router) {
   return {0, 0};
 }
 
+// A merge shape of 4 or 8 lanes a token at twice the lanes and half the chunks a lane (rounded up), for calls of
+// few tokens (router_launch.h's kMergeWideTokens): their grid gives the SMs few warps, and a token's lanes each
+// select over fewer experts. With groups (`per` experts a group, 0 without), where a group's lanes double with
+// whole chunks: one group on L lanes (G 1) of groups of a multiple of 8 experts, C even. {0, 0} where there is none.
+__host__ inline RouterShape wide_merge_shape(RouterShape s, int per = 0) {
+  if (s.w < 4 || s.w > 8 || s.g != 1) return {0, 0};
+  if (per != 0 && (per % 8 != 0 || s.p % 2 != 0)) return {0, 0};
+  return {2 * s.w, (s.p + 1) / 2};
+}
+
 // The grouped router on the merge kernel: W = n_group * L lanes (4 to 16), each lane C chunks of one group (C at
 // most 6: a biased score's registers). Groups of a multiple of 8 experts: C = experts a group / 8L, L the fewest
 // lanes a group that allow it; groups of 4n experts: one lane a group, C = its experts / 8 rounded up, the last

@@ -501,6 +501,36 @@ def test_emulated_four_lists(emulation, tmp_path):
                         assert ok == right, (router, experts, k, tokens, dtype, spread, ties, kernels.name, msg)
 
 
+def test_emulated_wide_merge_shapes(emulation, tmp_path):
+    """router_launch.h's kMergeWideTokens set (the tree's 0 builds no wider shape): below it the merge kernel takes
+    twice the lanes a token and half the chunks a lane (moe::wide_merge_shape), and the routers route right there
+    (4,099 tokens: plain 128 experts on 8 lanes of 2 chunks, biased 160 16-bit on 8 of 3, softmax 384 16-bit on 16
+    of 3, DeepSeek-V3's groups on 16 lanes of 2, two a group) and above it (16,387 tokens: the tree's shapes), in
+    every dtype, ties common, with quantized and (a bias spanning more than 1) exact keys. A plant whose wider shape
+    rounds a lane's chunks down fails exactly the 16-bit biased 160 experts below the threshold (5 chunks a lane to
+    2 of 8 lanes: 32 experts left out; the even ones lose none, fp32 160 takes the rounds kernel), so those calls take
+    the wider shapes."""
+    at = ("constexpr int kMergeWideTokens = 0;", "constexpr int kMergeWideTokens = 16384;")
+    down = ("return {2 * s.w, (s.p + 1) / 2};", "return {2 * s.w, s.p / 2 > 0 ? s.p / 2 : 1};")
+    variants = [_variant(tmp_path / "wide", "router_launch.h", at), _variant(tmp_path / "down", "router_launch.h", at)]
+    _variant(tmp_path / "down", "topk_router.cu", down)
+    wide, planted = moe_variants.kernel_trees(variants, tmp_path / "trees").values()
+    assert routing_cuda.merge_token_counts("plain", 128, 8, wide) == (4099, 16387)
+    shapes = [("plain", 128, 8, {}), ("biased", 160, 8, {}), ("softmax", 384, 8, {"renormalize": True}),
+              ("grouped", 256, 8, {"n_group": 8, "topk_group": 4})]
+    g = torch.Generator().manual_seed(11)
+    for router, experts, k, extra in shapes:
+        for tokens, dtype in itertools.product((4099, 16387), (torch.float32, torch.float16, torch.bfloat16)):
+            x = _logits(tokens, experts, dtype, g)
+            for spread in (0.1, 3.0) if router in ("biased", "grouped") else (None,):
+                bias = None if spread is None else torch.randn(experts, generator=g) * spread
+                short = router == "biased" and tokens == 4099 and dtype != torch.float32
+                for kernels, right in ((wide, True), (planted, not short)):
+                    ok, msg = ref.check_router(lambda *a, **kw: emulation.route(*a, **kw, kernels=kernels),
+                                               router, x, bias, k, extra)
+                    assert ok == right, (router, experts, k, tokens, dtype, spread, kernels.name, msg)
+
+
 def test_emulated_term_fma(emulation, tmp_path):
     """topk_router.cu's kTermFma: the tree at its setting and a variant at the other (1: a softmax term by one FFMA,
     0: by an FADD and an FMUL) route the softmax router right on the rounds kernel (1 and 37 tokens) and the merge
