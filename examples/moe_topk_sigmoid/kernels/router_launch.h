@@ -123,16 +123,11 @@ template <int SIZE>
 bool route_merge(const Args& a, cudaStream_t stream) {
   if (!merge_serves(a, SIZE)) return false;
   if constexpr (ROUTER == moe::GROUPED) {
-    const moe::RouterShape g =
+    moe::RouterShape g =
         moe::grouped_merge_shape(a.experts, a.n_group, kGroupedMergeLeastLanes, kGroupedPieceGroupsALane);
-    if constexpr (kMergeWideTokens > 0) {
+    if constexpr (kMergeWideTokens > 0) {   // a wider shape is one of those built below
       const moe::RouterShape wide = moe::wide_merge_shape(g, a.experts / a.n_group);
-      if (a.tokens < kMergeWideTokens && wide.w != 0) {
-        switch (wide.w * 100 + wide.p) {
-          MOE_GROUPED_MERGE_CASE(8, 1) MOE_GROUPED_MERGE_CASE(8, 2) MOE_GROUPED_MERGE_CASE(8, 3)
-          MOE_GROUPED_MERGE_CASE(16, 1) MOE_GROUPED_MERGE_CASE(16, 2) MOE_GROUPED_MERGE_CASE(16, 3)
-        }
-      }
+      if (a.tokens < kMergeWideTokens && wide.w != 0) g = wide;
     }
     if (g.g > 1) {
       switch ((g.g * 100 + g.w) * 100 + g.p) {

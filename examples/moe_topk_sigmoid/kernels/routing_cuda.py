@@ -180,8 +180,9 @@ def _launch_constant(name: str, kernels: Path) -> int:
 def merge_token_counts(router: str, experts: int, k: int, kernels: Path = HERE) -> tuple[int, ...]:
     """Token counts, each just above a threshold of router_launch.h's merge_serves (that of the folder `kernels`),
     at which the merge kernel takes a call of (router, experts, k) in some logit type: what the tests route to reach
-    it (and, where kMergeWideTokens is set, just above it too: below it the wider shapes); () where it never does. The rule is restated here from the header's; test_router_emulation.py checks every
-    path shape's counts against merge_serves itself, compiled."""
+    it (and, where kMergeWideTokens is set, just above it too: below it the wider shapes); () where it never does.
+    The rule is restated here from the header's; test_router_emulation.py checks every path shape's counts against
+    merge_serves itself, compiled."""
     if k > 8:
         return ()
     if router == "grouped" or experts > 32:
